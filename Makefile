@@ -1,0 +1,23 @@
+# Every recipe CI runs lives here, so a developer runs exactly what CI runs.
+CARGO ?= cargo
+
+.PHONY: demo test build fmt-check lint crds ci
+
+## The main job: a local simulated fleet on loopback.
+demo:
+	$(CARGO) build --release --workspace --bins
+	bash scripts/demo.sh
+
+## The whole test suite (README's second command; .ci/run calls it).
+test: fmt-check
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace --no-fail-fast
+
+build:
+	$(CARGO) build --release --workspace --bins
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
