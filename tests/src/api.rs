@@ -510,7 +510,10 @@ fn body_json(r: &Req) -> Result<Value> {
         return Err(Error::BadRequest("the request body is empty".into()));
     }
     let ct = r.content_type();
-    if ct.contains("protobuf") || ct.contains("cbor") {
+    if ct.contains("protobuf") {
+        return crate::protobuf::decode(&r.body);
+    }
+    if ct.contains("cbor") {
         return Err(Error::UnsupportedMediaType(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct})"
         )));

@@ -85,7 +85,10 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
         }
         "Secret" => {
             if let Some(root) = obj.as_object_mut() {
-                root.entry("type").or_insert(json!("Opaque"));
+                let ty = root.entry("type").or_insert(json!("Opaque"));
+                if ty.as_str().is_none_or(str::is_empty) {
+                    *ty = json!("Opaque");
+                }
             }
         }
         _ => {}

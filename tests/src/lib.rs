@@ -12,6 +12,7 @@ pub mod error;
 pub mod interim;
 pub mod keda;
 pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod store;
 pub mod util;
