@@ -224,15 +224,23 @@ impl Cluster {
         )
     }
 
-    /// A kube client for this cluster (default namespace `default`).
-    pub fn client(&self) -> Result<kube::Client> {
+    /// kube client configuration for this cluster (default namespace `default`).
+    ///
+    /// Note that kube retries 429/503/504 up to 15 times with exponential
+    /// backoff by default; set `default_retry = false` to see injected 503s at once.
+    pub fn kube_config(&self) -> Result<kube::Config> {
         let uri: axum::http::Uri = self
             .url()
             .parse()
             .map_err(|e| Error::Internal(format!("cluster url: {e}")))?;
         let mut config = kube::Config::new(uri);
         config.default_namespace = "default".into();
-        Ok(kube::Client::try_from(config)?)
+        Ok(config)
+    }
+
+    /// A kube client for this cluster (default namespace `default`).
+    pub fn client(&self) -> Result<kube::Client> {
+        Ok(kube::Client::try_from(self.kube_config()?)?)
     }
 
     /// Sets a KEDA trigger value for a ScaledObject. `trigger` is the trigger's
