@@ -471,15 +471,13 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         items.push(o);
     }
     let mut meta = json!({"resourceVersion": list_rv.to_string()});
-    if more {
-        if let Some(last) = items.last() {
-            let key = format!(
-                "{list_rv}\0{}\0{}",
-                meta_str(last, "namespace").unwrap_or_default(),
-                meta_str(last, "name").unwrap_or_default()
-            );
-            meta["continue"] = json!(hex_encode(key.as_bytes()));
-        }
+    if more && let Some(last) = items.last() {
+        let key = format!(
+            "{list_rv}\0{}\0{}",
+            meta_str(last, "namespace").unwrap_or_default(),
+            meta_str(last, "name").unwrap_or_default()
+        );
+        meta["continue"] = json!(hex_encode(key.as_bytes()));
     }
     let items: Vec<Value> = items
         .iter()
@@ -529,17 +527,18 @@ fn body_json(r: &Req) -> Result<Value> {
 }
 
 fn check_kind(t: &Target, obj: &Value) -> Result<()> {
-    if let Some(kind) = obj.get("kind").and_then(Value::as_str) {
-        if kind != t.def.kind && !(t.sub.as_deref() == Some("scale") && kind == "Scale") {
-            return Err(Error::BadRequest(format!(
-                "the API version in the data ({}) does not match the expected API version ({}) or kind {kind} does not match {}",
-                obj.get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                t.def.api_version(&t.version),
-                t.def.kind
-            )));
-        }
+    if let Some(kind) = obj.get("kind").and_then(Value::as_str)
+        && kind != t.def.kind
+        && !(t.sub.as_deref() == Some("scale") && kind == "Scale")
+    {
+        return Err(Error::BadRequest(format!(
+            "the API version in the data ({}) does not match the expected API version ({}) or kind {kind} does not match {}",
+            obj.get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            t.def.api_version(&t.version),
+            t.def.kind
+        )));
     }
     Ok(())
 }
@@ -716,10 +715,9 @@ fn write_scale(
         .get("metadata")
         .and_then(|m| m.get("resourceVersion"))
         .and_then(Value::as_str)
+        && !rv.is_empty()
     {
-        if !rv.is_empty() {
-            meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
-        }
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
     }
     crate::util::set_path(&mut obj, &spec.spec_replicas, json!(replicas));
     let out = store.update(&t.def, ns, name, obj, WriteScope::Main, now)?;

@@ -230,10 +230,8 @@ fn namespaces(store: &mut Store, now: i64) {
             delete(store, key, &ns, name, now);
         }
         let remaining = store.all_objects().any(|(_, o)| ns_name(o) == ns);
-        if !remaining {
-            if let Some(d) = def(store, NAMESPACES) {
-                store.remove(&d, "", &ns, None);
-            }
+        if !remaining && let Some(d) = def(store, NAMESPACES) {
+            store.remove(&d, "", &ns, None);
         }
     }
 }
@@ -728,12 +726,12 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
                 let name = format!("{}-{}", name_of(&j), crate::util::name_suffix(5));
                 let mut pod = new_pod("Job", "batch/v1", &j, &template, name, &[]);
                 for k in [ANN_RUN_SECONDS, ANN_OUTCOME] {
-                    if let Some(v) = job_ann.get(k) {
-                        if get_path(&pod, &format!("metadata.annotations.{k}")).is_none() {
-                            let meta = meta_mut(&mut pod);
-                            let anns = meta.entry("annotations").or_insert(json!({}));
-                            anns[k] = v.clone();
-                        }
+                    if let Some(v) = job_ann.get(k)
+                        && get_path(&pod, &format!("metadata.annotations.{k}")).is_none()
+                    {
+                        let meta = meta_mut(&mut pod);
+                        let anns = meta.entry("annotations").or_insert(json!({}));
+                        anns[k] = v.clone();
                     }
                 }
                 let _ = store.create_internal(PODS, pod, now);
@@ -844,14 +842,13 @@ fn schedule(store: &mut Store, now: i64) {
                 continue;
             }
             let labels = object_labels(n);
-            if let Some(sel) = node_selector {
-                if !sel
+            if let Some(sel) = node_selector
+                && !sel
                     .iter()
                     .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
-                {
-                    not_ready += 1;
-                    continue;
-                }
+            {
+                not_ready += 1;
+                continue;
             }
             let name = name_of(n);
             let u = used.get(&name).copied().unwrap_or_default();

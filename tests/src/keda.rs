@@ -307,10 +307,10 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
     status["observedGeneration"] = get_path(so, "metadata.generation")
         .cloned()
         .unwrap_or(json!(1));
-    if old.get("originalReplicaCount").is_none() {
-        if let Some(o) = original {
-            status["originalReplicaCount"] = json!(o);
-        }
+    if old.get("originalReplicaCount").is_none()
+        && let Some(o) = original
+    {
+        status["originalReplicaCount"] = json!(o);
     }
     if active {
         status["lastActiveTime"] = json!(rfc3339(now));

@@ -208,11 +208,11 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
             }
             F::Bytes(n) => {
                 let v = r.bytes()?;
-                if n == "raw" {
-                    if let Some(o) = raw_out.as_deref_mut() {
-                        *o = v.to_vec();
-                        continue;
-                    }
+                if n == "raw"
+                    && let Some(o) = raw_out.as_deref_mut()
+                {
+                    *o = v.to_vec();
+                    continue;
                 }
                 out.insert(n.into(), json!(base64(v)));
             }

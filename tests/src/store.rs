@@ -409,10 +409,10 @@ impl Store {
                 ));
             }
         }
-        if let Some(rv) = meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()) {
-            if Some(rv) != meta_str(&old, "resourceVersion") {
-                return Err(Error::stale(&def.group, &def.plural, name));
-            }
+        if let Some(rv) = meta_str(&new, "resourceVersion").filter(|s| !s.is_empty())
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(Error::stale(&def.group, &def.plural, name));
         }
         // Which parts come from the request and which from the stored object.
         match scope {
@@ -458,10 +458,10 @@ impl Store {
                     None => meta.remove(f),
                 };
             }
-            if !meta.contains_key("managedFields") {
-                if let Some(mf) = old_meta.get("managedFields") {
-                    meta.insert("managedFields".into(), mf.clone());
-                }
+            if !meta.contains_key("managedFields")
+                && let Some(mf) = old_meta.get("managedFields")
+            {
+                meta.insert("managedFields".into(), mf.clone());
             }
         }
         if let Some(root) = new.as_object_mut() {
@@ -535,14 +535,14 @@ impl Store {
             .get(&def.key, ns, name)
             .cloned()
             .ok_or_else(|| Error::not_found(&def.group, &def.plural, name))?;
-        if let Some(rv) = precondition_rv {
-            if Some(rv) != meta_str(&old, "resourceVersion") {
-                return Err(Error::Conflict(format!(
-                    "Operation cannot be fulfilled on {} \"{name}\": the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
-                    def.plural,
-                    meta_str(&old, "resourceVersion").unwrap_or_default()
-                )));
-            }
+        if let Some(rv) = precondition_rv
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(Error::Conflict(format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                def.plural,
+                meta_str(&old, "resourceVersion").unwrap_or_default()
+            )));
         }
         if propagation == Propagation::Orphan {
             self.orphan_dependents(meta_str(&old, "uid").unwrap_or_default(), now);
@@ -561,10 +561,9 @@ impl Store {
             .get("metadata")
             .and_then(|m| m.get("deletionTimestamp"))
             .is_some()
+            && fins.len() == finalizers(&old).len()
         {
-            if fins.len() == finalizers(&old).len() {
-                return Ok(old);
-            }
+            return Ok(old);
         }
         let mut new = (*old).clone();
         let meta = meta_mut(&mut new);

@@ -240,7 +240,7 @@ pub fn hex_encode(b: &[u8]) -> String {
 
 /// Decodes a hex string.
 pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -257,9 +257,9 @@ mod tests {
     fn time_round_trip() {
         let ms = 1_763_740_474_000;
         let s = rfc3339(ms);
-        assert_eq!(s, "2025-11-21T16:34:34Z");
+        assert_eq!(s, "2025-11-21T15:54:34Z");
         assert_eq!(parse_rfc3339(&s), Some(ms));
-        assert_eq!(parse_rfc3339("2025-11-21T17:34:34.5+01:00"), Some(ms + 500));
+        assert_eq!(parse_rfc3339("2025-11-21T16:54:34.5+01:00"), Some(ms + 500));
         assert_eq!(parse_rfc3339("garbage"), None);
     }
 

@@ -215,10 +215,10 @@ impl WatchState {
         if ev.res != self.filter.res {
             return None;
         }
-        if let Some(ns) = &self.filter.ns {
-            if *ns != ev.ns {
-                return None;
-            }
+        if let Some(ns) = &self.filter.ns
+            && *ns != ev.ns
+        {
+            return None;
         }
         let now_matches = self.filter.matches(&ev.obj);
         let kind = match ev.kind {
