@@ -10,6 +10,7 @@
 pub mod identity;
 pub mod ops;
 pub mod pki;
+pub mod signals;
 pub mod telemetry;
 pub mod tls;
 

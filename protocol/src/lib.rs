@@ -44,3 +44,35 @@ pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
 pub fn is_supported_version(version: u16) -> bool {
     (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version)
 }
+
+/// QUIC application close codes, so that each side can log why the other closed.
+pub mod close_code {
+    /// Normal shutdown (process stopping).
+    pub const SHUTDOWN: u32 = 0;
+    /// The peer sent an oversized, undecodable or out-of-order frame.
+    pub const PROTOCOL_ERROR: u32 = 1;
+    /// The session was refused (see the `Refused` message sent before closing).
+    pub const REFUSED: u32 = 2;
+    /// A newer session of the same member replaced this one.
+    pub const REPLACED: u32 = 3;
+    /// The member was deleted or its certificate revoked.
+    pub const REVOKED: u32 = 4;
+    /// The peer certificate does not carry a valid member identity.
+    pub const BAD_IDENTITY: u32 = 5;
+    /// The peer stopped answering heartbeats.
+    pub const HEARTBEAT_TIMEOUT: u32 = 6;
+
+    /// A short name for a close code, for logs.
+    pub fn name(code: u64) -> &'static str {
+        match code {
+            0 => "shutdown",
+            1 => "protocol_error",
+            2 => "refused",
+            3 => "replaced",
+            4 => "revoked",
+            5 => "bad_identity",
+            6 => "heartbeat_timeout",
+            _ => "unknown",
+        }
+    }
+}
