@@ -47,11 +47,17 @@ pub struct HubArgs {
 impl HubArgs {
     /// The liveness rule.
     pub fn liveness(&self) -> Liveness {
-        Liveness { interval: self.heartbeat_interval, tolerance: self.heartbeat_tolerance }
+        Liveness {
+            interval: self.heartbeat_interval,
+            tolerance: self.heartbeat_tolerance,
+        }
     }
 
     /// Server limits.
     pub fn limits(&self) -> ServerLimits {
-        ServerLimits { max_connections: self.max_connections.max(1), ..ServerLimits::default() }
+        ServerLimits {
+            max_connections: self.max_connections.max(1),
+            ..ServerLimits::default()
+        }
     }
 }

@@ -40,7 +40,11 @@ async fn get_session(
 ) -> impl IntoResponse {
     match registry.get(&member) {
         Some(session) => Json(session).into_response(),
-        None => (StatusCode::NOT_FOUND, format!("member {member:?} never connected\n")).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("member {member:?} never connected\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -61,9 +65,15 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
     let tuning = TransportTuning::default();
     let server_config = tls::server_config(material, tuning)?;
-    let endpoint = quinn::Endpoint::server(server_config, args.listen)
-        .map_err(|source| Error::Listen { addr: args.listen, source })?;
-    let quic_addr = endpoint.local_addr().map_err(|source| Error::Listen { addr: args.listen, source })?;
+    let endpoint =
+        quinn::Endpoint::server(server_config, args.listen).map_err(|source| Error::Listen {
+            addr: args.listen,
+            source,
+        })?;
+    let quic_addr = endpoint.local_addr().map_err(|source| Error::Listen {
+        addr: args.listen,
+        source,
+    })?;
 
     let readiness = Readiness::default();
     let ops = ops::serve(

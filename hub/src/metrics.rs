@@ -39,14 +39,20 @@ pub struct HubMetrics {
 }
 
 fn reason(reason: &str) -> ReasonLabel {
-    ReasonLabel { reason: reason.to_owned() }
+    ReasonLabel {
+        reason: reason.to_owned(),
+    }
 }
 
 impl HubMetrics {
     /// Registers every metric under the `kedge_hub` prefix.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("kedge_hub");
-        r.register("sessions", "Members by session state", self.sessions.clone());
+        r.register(
+            "sessions",
+            "Members by session state",
+            self.sessions.clone(),
+        );
         r.register(
             "handshake_failures",
             "QUIC/TLS handshakes refused, by reason",
@@ -62,13 +68,25 @@ impl HubMetrics {
             "Frames rejected as oversized or undecodable, by reason",
             self.frames_rejected.clone(),
         );
-        r.register("messages_received", "Agent messages received, by kind", self.messages_received.clone());
+        r.register(
+            "messages_received",
+            "Agent messages received, by kind",
+            self.messages_received.clone(),
+        );
         r.register("heartbeats", "Heartbeats received", self.heartbeats.clone());
     }
 
     pub(crate) fn set_sessions(&self, connected: i64, unreachable: i64) {
-        self.sessions.get_or_create(&StateLabel { state: "Connected".into() }).set(connected);
-        self.sessions.get_or_create(&StateLabel { state: "Unreachable".into() }).set(unreachable);
+        self.sessions
+            .get_or_create(&StateLabel {
+                state: "Connected".into(),
+            })
+            .set(connected);
+        self.sessions
+            .get_or_create(&StateLabel {
+                state: "Unreachable".into(),
+            })
+            .set(unreachable);
     }
 
     pub(crate) fn handshake_failed(&self, why: &str) {
@@ -84,7 +102,11 @@ impl HubMetrics {
     }
 
     pub(crate) fn message_received(&self, kind: &str) {
-        self.messages_received.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
+        self.messages_received
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     pub(crate) fn heartbeat(&self) {

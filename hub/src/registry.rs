@@ -115,13 +115,19 @@ pub struct SessionRegistry {
 }
 
 fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl SessionRegistry {
     /// An empty registry.
     pub fn new(liveness: Liveness, metrics: HubMetrics) -> Self {
-        Self { entries: Mutex::new(BTreeMap::new()), liveness, metrics }
+        Self {
+            entries: Mutex::new(BTreeMap::new()),
+            liveness,
+            metrics,
+        }
     }
 
     /// The liveness rule in force.
@@ -132,13 +138,18 @@ impl SessionRegistry {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
         // A panic while holding the lock cannot leave an entry half-written (every update is
         // a plain field store), so a poisoned lock is still safe to use.
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn recount(&self, entries: &BTreeMap<String, Entry>) {
-        let connected =
-            entries.values().filter(|e| e.view.state == SessionState::Connected).count();
-        self.metrics.set_sessions(connected as i64, (entries.len() - connected) as i64);
+        let connected = entries
+            .values()
+            .filter(|e| e.view.state == SessionState::Connected)
+            .count();
+        self.metrics
+            .set_sessions(connected as i64, (entries.len() - connected) as i64);
     }
 
     /// Records a new session and returns the token that ends it. A live older session of the
@@ -166,7 +177,14 @@ impl SessionRegistry {
             cert_not_after_unix: new.cert_not_after_unix,
             sessions,
         };
-        entries.insert(new.member, Entry { view, last_heartbeat: now, live: Some(token.clone()) });
+        entries.insert(
+            new.member,
+            Entry {
+                view,
+                last_heartbeat: now,
+                live: Some(token.clone()),
+            },
+        );
         self.recount(&entries);
         token
     }
@@ -174,7 +192,9 @@ impl SessionRegistry {
     /// Records a heartbeat of `session_id`; ignored when that session is no longer current.
     pub fn heartbeat(&self, member: &str, session_id: &str, now: Instant, wall: SystemTime) {
         let mut entries = self.lock();
-        let Some(entry) = entries.get_mut(member) else { return };
+        let Some(entry) = entries.get_mut(member) else {
+            return;
+        };
         if entry.view.session_id != session_id || entry.live.is_none() {
             return;
         }
@@ -191,7 +211,9 @@ impl SessionRegistry {
     /// Records the end of `session_id`; ignored when a newer session already replaced it.
     pub fn disconnected(&self, member: &str, session_id: &str, reason: &str) {
         let mut entries = self.lock();
-        let Some(entry) = entries.get_mut(member) else { return };
+        let Some(entry) = entries.get_mut(member) else {
+            return;
+        };
         if entry.view.session_id != session_id {
             return;
         }
@@ -204,7 +226,11 @@ impl SessionRegistry {
     /// Ends the live session of `member`, if any (revocation). Returns whether one was live.
     pub fn end_session(&self, member: &str) -> bool {
         let entries = self.lock();
-        entries.get(member).and_then(|e| e.live.as_ref()).map(CancellationToken::cancel).is_some()
+        entries
+            .get(member)
+            .and_then(|e| e.live.as_ref())
+            .map(CancellationToken::cancel)
+            .is_some()
     }
 
     /// Marks members whose heartbeats are overdue as `Unreachable`; returns their names.
@@ -251,7 +277,10 @@ mod tests {
     use super::*;
 
     fn registry() -> SessionRegistry {
-        let liveness = Liveness { interval: Duration::from_secs(1), tolerance: 3 };
+        let liveness = Liveness {
+            interval: Duration::from_secs(1),
+            tolerance: 3,
+        };
         SessionRegistry::new(liveness, HubMetrics::default())
     }
 
@@ -276,7 +305,10 @@ mod tests {
         assert!(r.sweep(t0 + Duration::from_millis(2_900)).is_empty());
         r.heartbeat("a", "s1", t0 + Duration::from_secs(2), wall);
         assert!(r.sweep(t0 + Duration::from_millis(4_900)).is_empty());
-        assert_eq!(r.sweep(t0 + Duration::from_millis(5_100)), vec!["a".to_string()]);
+        assert_eq!(
+            r.sweep(t0 + Duration::from_millis(5_100)),
+            vec!["a".to_string()]
+        );
         let a = r.get("a").unwrap();
         assert_eq!(a.state, SessionState::Unreachable);
         assert!(a.reason.contains("no heartbeat"), "{}", a.reason);
@@ -299,7 +331,10 @@ mod tests {
         // The replaced session's handler reports its end late: nothing changes.
         r.disconnected("a", "s1", "replaced");
         let a = r.get("a").unwrap();
-        assert_eq!((a.state, a.session_id.as_str(), a.sessions), (SessionState::Connected, "s2", 2));
+        assert_eq!(
+            (a.state, a.session_id.as_str(), a.sessions),
+            (SessionState::Connected, "s2", 2)
+        );
         // Heartbeats of the old session are ignored.
         r.heartbeat("a", "s1", t0 + Duration::from_secs(60), wall);
         assert_eq!(r.sweep(t0 + Duration::from_secs(4)), vec!["a".to_string()]);

@@ -65,7 +65,13 @@ impl ServerContext {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or_default();
-        Self { registry, metrics, limits, boot_id, session_counter: AtomicU64::new(0) }
+        Self {
+            registry,
+            metrics,
+            limits,
+            boot_id,
+            session_counter: AtomicU64::new(0),
+        }
     }
 
     fn next_session_id(&self) -> String {
@@ -75,7 +81,11 @@ impl ServerContext {
 }
 
 /// Accepts connections until `shutdown` is cancelled, then closes the endpoint.
-pub async fn serve(endpoint: quinn::Endpoint, ctx: Arc<ServerContext>, shutdown: CancellationToken) {
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    ctx: Arc<ServerContext>,
+    shutdown: CancellationToken,
+) {
     let permits = Arc::new(Semaphore::new(ctx.limits.max_connections));
     loop {
         let incoming = tokio::select! {
@@ -104,7 +114,11 @@ pub async fn serve(endpoint: quinn::Endpoint, ctx: Arc<ServerContext>, shutdown:
     let _ = timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
-async fn handle_incoming(incoming: quinn::Incoming, ctx: &ServerContext, shutdown: CancellationToken) {
+async fn handle_incoming(
+    incoming: quinn::Incoming,
+    ctx: &ServerContext,
+    shutdown: CancellationToken,
+) {
     let remote = incoming.remote_address();
     let connecting = match incoming.accept() {
         Ok(connecting) => connecting,
@@ -133,12 +147,24 @@ async fn handle_incoming(incoming: quinn::Incoming, ctx: &ServerContext, shutdow
         Err(e) => {
             warn!(%remote, error = %e, "session refused: no valid member identity");
             ctx.metrics.session_refused("bad_identity");
-            connection.close(VarInt::from_u32(close_code::BAD_IDENTITY), e.to_string().as_bytes());
+            connection.close(
+                VarInt::from_u32(close_code::BAD_IDENTITY),
+                e.to_string().as_bytes(),
+            );
             return;
         }
     };
     let span = info_span!("session", member = %identity.member, %remote);
-    Session { ctx, connection, identity, remote, shutdown }.run().instrument(span).await;
+    Session {
+        ctx,
+        connection,
+        identity,
+        remote,
+        shutdown,
+    }
+    .run()
+    .instrument(span)
+    .await;
 }
 
 struct Session<'a> {
@@ -186,13 +212,17 @@ fn stream_failed(
     warn!(stream, reason = label, error = %error, "closing session: bad frame from agent");
     metrics.frame_rejected(label);
     let reason = format!("bad frame on {stream} stream: {error}");
-    connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
+    connection.close(
+        VarInt::from_u32(close_code::PROTOCOL_ERROR),
+        reason.as_bytes(),
+    );
     reason
 }
 
 impl Session<'_> {
     fn close(&self, code: u32, reason: &str) {
-        self.connection.close(VarInt::from_u32(code), reason.as_bytes());
+        self.connection
+            .close(VarInt::from_u32(code), reason.as_bytes());
     }
 
     fn stream_failed(&self, error: &kedge_protocol::Error, stream: &str) -> String {
@@ -252,7 +282,8 @@ impl Session<'_> {
         };
         let AgentMessage::Hello(hello) = first else {
             let message = "the first message on the control stream must be Hello".to_owned();
-            self.refuse(&mut control, RefusalCode::UnexpectedMessage, message).await;
+            self.refuse(&mut control, RefusalCode::UnexpectedMessage, message)
+                .await;
             return None;
         };
         if !is_supported_version(hello.protocol_version) {
@@ -261,14 +292,17 @@ impl Session<'_> {
                  install an agent release that matches the hub",
                 hello.agent_version, hello.protocol_version
             );
-            self.refuse(&mut control, RefusalCode::UnsupportedVersion, message).await;
+            self.refuse(&mut control, RefusalCode::UnsupportedVersion, message)
+                .await;
             return None;
         }
         Some((control, hello))
     }
 
     async fn run(self) {
-        let Some((mut control, hello)) = self.handshake().await else { return };
+        let Some((mut control, hello)) = self.handshake().await else {
+            return;
+        };
         let member = self.identity.member.clone();
         let session_id = self.ctx.next_session_id();
         let registry = &self.ctx.registry;
@@ -306,7 +340,12 @@ impl Session<'_> {
         info!(%session_id, %reason, "session ended");
     }
 
-    async fn serve(&self, control: &mut Control, ended: &CancellationToken, session_id: &str) -> String {
+    async fn serve(
+        &self,
+        control: &mut Control,
+        ended: &CancellationToken,
+        session_id: &str,
+    ) -> String {
         let mut heartbeats: Option<tokio::task::JoinHandle<()>> = None;
         let reason = loop {
             tokio::select! {
@@ -357,7 +396,12 @@ impl Session<'_> {
         reason
     }
 
-    fn spawn_heartbeats(&self, send: SendStream, recv: RecvStream, session_id: &str) -> tokio::task::JoinHandle<()> {
+    fn spawn_heartbeats(
+        &self,
+        send: SendStream,
+        recv: RecvStream,
+        session_id: &str,
+    ) -> tokio::task::JoinHandle<()> {
         let mut stream: Control = FramedStream::new(recv, send);
         let connection = self.connection.clone();
         let registry = self.ctx.registry.clone();
@@ -370,7 +414,12 @@ impl Session<'_> {
                     match stream.recv().await {
                         Ok(Some(AgentMessage::Heartbeat(beat))) => {
                             metrics.heartbeat();
-                            registry.heartbeat(&member, &session_id, Instant::now(), SystemTime::now());
+                            registry.heartbeat(
+                                &member,
+                                &session_id,
+                                Instant::now(),
+                                SystemTime::now(),
+                            );
                             let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: beat.seq });
                             if stream.send(&ack).await.is_err() {
                                 return;

@@ -54,8 +54,13 @@ impl AgentArgs {
         if let Some(name) = &self.hub_server_name {
             return name.clone();
         }
-        let host = self.hub.rsplit_once(':').map_or(self.hub.as_str(), |(host, _)| host);
-        host.trim_start_matches('[').trim_end_matches(']').to_owned()
+        let host = self
+            .hub
+            .rsplit_once(':')
+            .map_or(self.hub.as_str(), |(host, _)| host);
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned()
     }
 }
 
@@ -65,7 +70,15 @@ mod tests {
 
     fn args(hub: &str) -> AgentArgs {
         AgentArgs::parse_from([
-            "kedge-agent", "--hub", hub, "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca",
+            "kedge-agent",
+            "--hub",
+            hub,
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-ca",
+            "ca",
         ])
     }
 

@@ -62,18 +62,30 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         .build();
     let mut endpoint: Option<quinn::Endpoint> = None;
     loop {
-        let attempt = session::connect_and_serve(&args.hub, &client_config, &params, &mut endpoint, &shutdown).await;
+        let attempt = session::connect_and_serve(
+            &args.hub,
+            &client_config,
+            &params,
+            &mut endpoint,
+            &shutdown,
+        )
+        .await;
         readiness.set(false);
         metrics.connected.set(0);
         match attempt {
             Ok(SessionEnd::Shutdown) => break,
-            Ok(SessionEnd::Lost { reason, established }) => {
+            Ok(SessionEnd::Lost {
+                reason,
+                established,
+            }) => {
                 if established {
                     backoff.reset();
                 }
                 warn!(%reason, "session with the hub lost; reconnecting");
             }
-            Err(e @ Error::Refused { .. }) => warn!(error = %e, "hub refused the session; will retry"),
+            Err(e @ Error::Refused { .. }) => {
+                warn!(error = %e, "hub refused the session; will retry")
+            }
             Err(e) => warn!(error = %e, "cannot reach the hub; will retry"),
         }
         let delay = backoff.next_backoff().unwrap_or(args.reconnect_max);
@@ -84,7 +96,10 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         }
     }
     if let Some(endpoint) = endpoint {
-        endpoint.close(quinn::VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN), b"agent shutting down");
+        endpoint.close(
+            quinn::VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN),
+            b"agent shutting down",
+        );
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
     }
     let _ = ops.task.await;

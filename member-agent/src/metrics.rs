@@ -25,12 +25,28 @@ impl AgentMetrics {
     /// Registers every metric under the `kedge_agent` prefix.
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("kedge_agent");
-        r.register("connected", "1 while a session with the hub is established", self.connected.clone());
-        r.register("connects", "Connection attempts by result", self.connects.clone());
-        r.register("heartbeat_rtt_ms", "Round-trip time of the last heartbeat", self.heartbeat_rtt_ms.clone());
+        r.register(
+            "connected",
+            "1 while a session with the hub is established",
+            self.connected.clone(),
+        );
+        r.register(
+            "connects",
+            "Connection attempts by result",
+            self.connects.clone(),
+        );
+        r.register(
+            "heartbeat_rtt_ms",
+            "Round-trip time of the last heartbeat",
+            self.heartbeat_rtt_ms.clone(),
+        );
     }
 
     pub(crate) fn connect_result(&self, result: &str) {
-        self.connects.get_or_create(&ResultLabel { result: result.to_owned() }).inc();
+        self.connects
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
     }
 }

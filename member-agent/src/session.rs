@@ -47,10 +47,14 @@ pub(crate) enum SessionEnd {
 async fn resolve(hub: &str) -> Result<SocketAddr> {
     let mut addrs = tokio::net::lookup_host(hub)
         .await
-        .map_err(|e| Error::Resolve { hub: hub.to_owned(), reason: e.to_string() })?;
-    addrs
-        .next()
-        .ok_or_else(|| Error::Resolve { hub: hub.to_owned(), reason: "no address".into() })
+        .map_err(|e| Error::Resolve {
+            hub: hub.to_owned(),
+            reason: e.to_string(),
+        })?;
+    addrs.next().ok_or_else(|| Error::Resolve {
+        hub: hub.to_owned(),
+        reason: "no address".into(),
+    })
 }
 
 fn endpoint_for(
@@ -59,14 +63,20 @@ fn endpoint_for(
     cached: &mut Option<quinn::Endpoint>,
 ) -> Result<quinn::Endpoint> {
     let same_family = |ep: &quinn::Endpoint| {
-        ep.local_addr().map(|local| local.is_ipv4() == addr.is_ipv4()).unwrap_or(false)
+        ep.local_addr()
+            .map(|local| local.is_ipv4() == addr.is_ipv4())
+            .unwrap_or(false)
     };
     if let Some(ep) = cached.as_ref().filter(|ep| same_family(ep)) {
         return Ok(ep.clone());
     }
-    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
-        .parse()
-        .map_err(|_| Error::Endpoint(std::io::Error::other("unparseable bind address")))?;
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .map_err(|_| Error::Endpoint(std::io::Error::other("unparseable bind address")))?;
     let mut endpoint = quinn::Endpoint::client(bind).map_err(Error::Endpoint)?;
     endpoint.set_default_client_config(config.clone());
     *cached = Some(endpoint.clone());
@@ -134,17 +144,27 @@ async fn handshake(connection: &Connection, params: &SessionParams) -> Result<(S
     match timeout(HANDSHAKE_TIMEOUT, control.recv()).await {
         Err(_) => Err(Error::Timeout("Welcome")),
         Ok(Err(e)) => Err(e.into()),
-        Ok(Ok(None)) => Err(Error::Stream(lost_reason(connection, "hub closed the control stream before Welcome"))),
+        Ok(Ok(None)) => Err(Error::Stream(lost_reason(
+            connection,
+            "hub closed the control stream before Welcome",
+        ))),
         Ok(Ok(Some(HubMessage::Welcome(welcome)))) => Ok((control, welcome)),
         Ok(Ok(Some(HubMessage::Refused(refusal)))) => {
             connection.close(VarInt::from_u32(close_code::REFUSED), b"refusal received");
-            Err(Error::Refused { code: refusal.code, message: refusal.message })
+            Err(Error::Refused {
+                code: refusal.code,
+                message: refusal.message,
+            })
         }
         Ok(Ok(Some(_))) => Err(Error::Unexpected("expected Welcome or Refused")),
     }
 }
 
-async fn serve(connection: Connection, params: &SessionParams, shutdown: &CancellationToken) -> Result<SessionEnd> {
+async fn serve(
+    connection: Connection,
+    params: &SessionParams,
+    shutdown: &CancellationToken,
+) -> Result<SessionEnd> {
     let (mut control, welcome) = handshake(&connection, params).await?;
     let interval = Duration::from_millis(welcome.heartbeat_interval_ms).max(MIN_HEARTBEAT_INTERVAL);
     info!(session_id = %welcome.session_id, member = %welcome.member, hub_version = %welcome.hub_version,
@@ -163,7 +183,12 @@ async fn serve(connection: Connection, params: &SessionParams, shutdown: &Cancel
         )
         .in_current_span(),
     );
-    let lost = |reason: String| Ok(SessionEnd::Lost { reason, established: true });
+    let lost = |reason: String| {
+        Ok(SessionEnd::Lost {
+            reason,
+            established: true,
+        })
+    };
     loop {
         tokio::select! {
             // Heartbeats before control: when both end, the heartbeat reason is the real one.
@@ -210,7 +235,10 @@ async fn serve(connection: Connection, params: &SessionParams, shutdown: &Cancel
 }
 
 fn unix_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// Sends a heartbeat every `interval` and closes the connection when `tolerance` intervals

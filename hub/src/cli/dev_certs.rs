@@ -29,7 +29,11 @@ pub fn run(args: &DevCertsArgs) -> anyhow::Result<()> {
         .map_err(|_| anyhow::anyhow!("--validity {:?} is too long", args.validity))?;
     let paths = kedge_net::pki::write_dev_pki(&args.dir, &args.hub_names, &args.members, lifetime)?;
     println!("ca:      {}", paths.ca_cert().display());
-    println!("hub:     {} {}", paths.hub_cert().display(), paths.hub_key().display());
+    println!(
+        "hub:     {} {}",
+        paths.hub_cert().display(),
+        paths.hub_key().display()
+    );
     for member in &args.members {
         println!(
             "member {member}: {} {}",
