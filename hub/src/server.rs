@@ -122,9 +122,11 @@ async fn handle_incoming(
     let remote = incoming.remote_address();
     let connecting = match incoming.accept() {
         Ok(connecting) => connecting,
+        // The first flight already failed (e.g. no common ALPN).
         Err(e) => {
-            warn!(%remote, error = %e, "cannot accept connection");
-            ctx.metrics.handshake_failed("accept");
+            let reason = handshake_failure_reason(&e);
+            warn!(%remote, reason, error = %e, "TLS handshake refused");
+            ctx.metrics.handshake_failed(reason);
             return;
         }
     };

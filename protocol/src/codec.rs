@@ -2,11 +2,11 @@
 
 use std::marker::PhantomData;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
 use serde::{Serialize, de::DeserializeOwned};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, Encoder, FramedRead, FramedWrite};
 
 use crate::{Error, MAX_FRAME_BYTES, Result};
 
@@ -17,7 +17,7 @@ pub fn encode<M: Serialize>(message: &M) -> Result<Bytes> {
     let bytes = postcard::to_stdvec(message).map_err(Error::Encode)?;
     if bytes.len() > MAX_FRAME_BYTES {
         return Err(Error::FrameTooLarge {
-            size: bytes.len(),
+            size: Some(bytes.len()),
             max: MAX_FRAME_BYTES,
         });
     }
@@ -30,7 +30,7 @@ pub fn encode<M: Serialize>(message: &M) -> Result<Bytes> {
 pub fn decode<M: DeserializeOwned>(payload: &[u8]) -> Result<M> {
     if payload.len() > MAX_FRAME_BYTES {
         return Err(Error::FrameTooLarge {
-            size: payload.len(),
+            size: Some(payload.len()),
             max: MAX_FRAME_BYTES,
         });
     }
@@ -41,22 +41,15 @@ pub fn decode<M: DeserializeOwned>(payload: &[u8]) -> Result<M> {
     Ok(message)
 }
 
-/// Length-delimited framing with a hard size cap that reports oversized and truncated frames
-/// as typed errors.
+/// Length-delimited framing (big-endian `u32` prefix) with a hard size cap.
+///
+/// Written out rather than wrapping `LengthDelimitedCodec`, because that codec consumes a
+/// frame's header before the body arrives and hides that it is mid-frame: then neither an
+/// oversized announcement can be reported with its size, nor a stream that ends after a
+/// header be told apart from a clean end.
 #[derive(Debug)]
 struct FrameCodec {
-    inner: LengthDelimitedCodec,
     max: usize,
-}
-
-impl FrameCodec {
-    fn new(max: usize) -> Self {
-        let inner = LengthDelimitedCodec::builder()
-            .length_field_length(PREFIX_LEN)
-            .max_frame_length(max)
-            .new_codec();
-        Self { inner, max }
-    }
 }
 
 impl Decoder for FrameCodec {
@@ -64,17 +57,23 @@ impl Decoder for FrameCodec {
     type Error = Error;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>> {
-        // Check the announced length ourselves so the error can say how big the frame was.
-        if src.len() >= PREFIX_LEN {
-            let announced = (&src[..PREFIX_LEN]).get_u32() as usize;
-            if announced > self.max {
-                return Err(Error::FrameTooLarge {
-                    size: announced,
-                    max: self.max,
-                });
-            }
+        let Some(prefix) = src.first_chunk::<PREFIX_LEN>() else {
+            return Ok(None);
+        };
+        let announced = u32::from_be_bytes(*prefix) as usize;
+        if announced > self.max {
+            return Err(Error::FrameTooLarge {
+                size: Some(announced),
+                max: self.max,
+            });
         }
-        Ok(self.inner.decode(src)?)
+        let needed = PREFIX_LEN + announced;
+        if src.len() < needed {
+            src.reserve(needed - src.len());
+            return Ok(None);
+        }
+        src.advance(PREFIX_LEN);
+        Ok(Some(src.split_to(announced)))
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>> {
@@ -90,13 +89,17 @@ impl Encoder<Bytes> for FrameCodec {
     type Error = Error;
 
     fn encode(&mut self, payload: Bytes, dst: &mut BytesMut) -> Result<()> {
-        if payload.len() > self.max {
-            return Err(Error::FrameTooLarge {
-                size: payload.len(),
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|len| *len as usize <= self.max)
+            .ok_or(Error::FrameTooLarge {
+                size: Some(payload.len()),
                 max: self.max,
-            });
-        }
-        Ok(self.inner.encode(payload, dst)?)
+            })?;
+        dst.reserve(PREFIX_LEN + payload.len());
+        dst.put_u32(len);
+        dst.extend_from_slice(&payload);
+        Ok(())
     }
 }
 
@@ -126,8 +129,8 @@ where
     pub fn with_max_frame(reader: R, writer: W, max: usize) -> Self {
         let max = max.min(MAX_FRAME_BYTES);
         Self {
-            reader: FramedRead::new(reader, FrameCodec::new(max)),
-            writer: FramedWrite::new(writer, FrameCodec::new(max)),
+            reader: FramedRead::new(reader, FrameCodec { max }),
+            writer: FramedWrite::new(writer, FrameCodec { max }),
             _messages: PhantomData,
         }
     }

@@ -4,10 +4,11 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A frame announced or needed more than the maximum frame size.
-    #[error("frame of {size} bytes exceeds the {max}-byte limit")]
+    #[error("frame{} exceeds the {max}-byte limit", size.map(|s| format!(" of {s} bytes")).unwrap_or_default())]
     FrameTooLarge {
-        /// Size of the offending frame, when known (0 when only the prefix was seen as too big).
-        size: usize,
+        /// Size of the offending frame, when known (a received frame is refused from its length
+        /// prefix, before its size is worth reporting).
+        size: Option<usize>,
         /// The enforced limit.
         max: usize,
     },

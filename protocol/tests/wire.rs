@@ -280,10 +280,45 @@ async fn oversized_frame_prefix_is_refused_before_buffering() {
         FramedStream::new(&bytes[..], tokio::io::sink());
     let err = stream.recv().await.unwrap_err();
     assert!(
-        matches!(err, Error::FrameTooLarge { size, max } if size == 1 << 30 && max == MAX_FRAME_BYTES),
+        matches!(err, Error::FrameTooLarge { size: Some(size), max } if size == 1 << 30 && max == MAX_FRAME_BYTES),
         "{err}"
     );
     assert!(err.to_string().contains("exceeds"), "{err}");
+}
+
+/// A frame whose header and body arrive in separate reads decodes normally, and the frame
+/// after it too (the codec must not mistake body bytes for a length prefix).
+#[tokio::test]
+async fn frames_split_across_reads_decode() {
+    use tokio::io::AsyncWriteExt;
+    let first = AgentMessage::Heartbeat(Heartbeat {
+        seq: 1,
+        sent_unix_ms: -1,
+    });
+    let second = AgentMessage::Heartbeat(Heartbeat {
+        seq: u64::MAX,
+        sent_unix_ms: i64::MAX,
+    });
+    let mut wire = Vec::new();
+    for message in [&first, &second] {
+        let payload = encode(message).unwrap();
+        wire.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        wire.extend_from_slice(&payload);
+    }
+    let (reader, mut writer) = tokio::io::duplex(1024);
+    let mut stream: FramedStream<_, _, AgentMessage, HubMessage> =
+        FramedStream::new(reader, tokio::io::sink());
+    let feeder = tokio::spawn(async move {
+        for chunk in wire.chunks(3) {
+            writer.write_all(chunk).await.unwrap();
+            writer.flush().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    });
+    assert_eq!(stream.recv().await.unwrap(), Some(first));
+    assert_eq!(stream.recv().await.unwrap(), Some(second));
+    feeder.await.unwrap();
+    assert_eq!(stream.recv().await.unwrap(), None);
 }
 
 #[tokio::test]
@@ -304,10 +339,14 @@ async fn truncated_frame_is_an_error_and_clean_end_is_none() {
     ));
     assert!(matches!(whole.recv().await, Ok(None)));
 
-    let cut = &wire[..wire.len() - 1];
-    let mut truncated: FramedStream<_, _, AgentMessage, HubMessage> =
-        FramedStream::new(cut, tokio::io::sink());
-    assert!(matches!(truncated.recv().await, Err(Error::Truncated)));
+    for cut in [wire.len() - 1, 4, 2] {
+        let mut truncated: FramedStream<_, _, AgentMessage, HubMessage> =
+            FramedStream::new(&wire[..cut], tokio::io::sink());
+        assert!(
+            matches!(truncated.recv().await, Err(Error::Truncated)),
+            "cut at {cut}"
+        );
+    }
 }
 
 #[tokio::test]
