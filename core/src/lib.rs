@@ -6,5 +6,6 @@
 pub mod crd;
 pub mod duration;
 mod error;
+pub mod validate;
 
 pub use error::{Error, Result};
