@@ -24,6 +24,8 @@ pub const DEFAULT_SOFT_TAINT_DURATION: &str = "3m";
 /// target the DSJ: its HPA writes `.spec.totalTargetReplicas` (informational, the hub reads
 /// the trigger values from the external metrics API instead), `.status.runningJobs` is the
 /// status count and `.status.selector` the (hub-empty) selector.
+// kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kedge.dev",

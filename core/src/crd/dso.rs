@@ -17,6 +17,8 @@ pub const DEFAULT_MAX_REBALANCE_PERCENTAGE: i32 = 50;
 pub const DEFAULT_GRACE_PERIOD: &str = "1m";
 
 /// Spec of a [`DistributedScaledObject`].
+// kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kedge.dev",

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 /// Spec of a [`MemberCluster`]. Identity is the resource name, which is also the name in
 /// the agent's client certificate.
+// kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kedge.dev",
