@@ -4,6 +4,7 @@
 //! the same decisions from the same inputs.
 
 pub mod crd;
+pub mod dsj;
 pub mod dso;
 pub mod duration;
 mod error;
