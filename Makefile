@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test build fmt-check lint crds ci
+.PHONY: demo test build fmt-check lint footprint
 
 ## The main job: a local simulated fleet on loopback.
 demo:
@@ -21,3 +21,7 @@ fmt-check:
 
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Agent binary size and idle RSS (README "Footprint").
+footprint:
+	bash scripts/footprint.sh

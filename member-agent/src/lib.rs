@@ -1,1 +1,108 @@
-//! placeholder
+//! The kedge member agent: keeps one authenticated QUIC session with the hub alive, forever,
+//! and (in later modules) applies the hub's desired state in the member cluster.
+//!
+//! The agent is fail-static: losing the hub changes nothing in the member cluster; it only
+//! reconnects, with jittered exponential backoff.
+
+pub mod config;
+mod error;
+pub mod metrics;
+mod session;
+
+use std::sync::Arc;
+
+use axum::Router;
+use backoff::backoff::Backoff;
+use kedge_net::ops::{self, Readiness};
+use kedge_net::tls::{self, TlsMaterial, TransportTuning};
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+pub use error::{Error, Result};
+
+use crate::config::AgentArgs;
+use crate::metrics::AgentMetrics;
+use crate::session::{SessionEnd, SessionParams};
+
+/// Runs the agent until `shutdown` is cancelled.
+pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
+    let metrics = AgentMetrics::default();
+    let mut prometheus = Registry::default();
+    metrics.register(&mut prometheus);
+    let readiness = Readiness::default();
+    let ops = ops::serve(
+        args.ops_listen,
+        Arc::new(prometheus),
+        readiness.clone(),
+        Router::new(),
+        shutdown.clone(),
+    )
+    .await?;
+
+    let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
+    let client_config =
+        tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
+    let params = SessionParams {
+        server_name: args.server_name(),
+        namespaces: args.namespaces.clone(),
+        heartbeat_tolerance: args.heartbeat_tolerance,
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+    };
+    info!(hub = %args.hub, server_name = %params.server_name, ops = %ops.local_addr,
+        version = env!("CARGO_PKG_VERSION"), "kedge-agent starting");
+
+    let mut backoff = backoff::ExponentialBackoffBuilder::new()
+        .with_initial_interval(args.reconnect_initial)
+        .with_max_interval(args.reconnect_max)
+        .with_multiplier(2.0)
+        .with_randomization_factor(0.5)
+        .with_max_elapsed_time(None)
+        .build();
+    let mut endpoint: Option<quinn::Endpoint> = None;
+    loop {
+        let attempt = session::connect_and_serve(
+            &args.hub,
+            &client_config,
+            &params,
+            &mut endpoint,
+            &shutdown,
+        )
+        .await;
+        readiness.set(false);
+        metrics.connected.set(0);
+        match attempt {
+            Ok(SessionEnd::Shutdown) => break,
+            Ok(SessionEnd::Lost {
+                reason,
+                established,
+            }) => {
+                if established {
+                    backoff.reset();
+                }
+                warn!(%reason, "session with the hub lost; reconnecting");
+            }
+            Err(e @ Error::Refused { .. }) => {
+                warn!(error = %e, "hub refused the session; will retry")
+            }
+            Err(e) => warn!(error = %e, "cannot reach the hub; will retry"),
+        }
+        let delay = backoff.next_backoff().unwrap_or(args.reconnect_max);
+        info!(delay = %humantime::format_duration(std::time::Duration::from_millis(delay.as_millis() as u64)), "reconnecting after backoff");
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+    if let Some(endpoint) = endpoint {
+        endpoint.close(
+            quinn::VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN),
+            b"agent shutting down",
+        );
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
+    }
+    let _ = ops.task.await;
+    info!("kedge-agent stopped");
+    Ok(())
+}

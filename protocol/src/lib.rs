@@ -1,1 +1,78 @@
-//! placeholder
+//! The kedge wire protocol between the hub and its member agents.
+//!
+//! The agent dials the hub over QUIC (ALPN [`ALPN`]) with mutual TLS. Each QUIC stream carries
+//! length-prefixed frames; each frame is one postcard-encoded message: [`AgentMessage`] from
+//! agent to hub, [`HubMessage`] from hub to agent. Kubernetes objects travel as JSON bytes
+//! inside a frame because postcard is not self-describing.
+//!
+//! Streams (all opened by the agent, so that nothing depends on the hub reaching the member):
+//! - the **control** stream: `Hello` → `Welcome`/`Refused`, then desired state (hub → agent),
+//!   acknowledgements and status reports (agent → hub);
+//! - the **heartbeat** stream: `Heartbeat` → `HeartbeatAck`, so that liveness never waits
+//!   behind bulk desired-state or report traffic (QUIC streams have independent flow control).
+//!
+//! This crate does no I/O of its own: [`FramedStream`] runs over any `AsyncRead`/`AsyncWrite`
+//! pair, such as a quinn stream.
+
+mod codec;
+mod error;
+mod message;
+
+pub use codec::{FramedStream, decode, encode};
+pub use error::{Error, Result};
+pub use message::*;
+
+/// The protocol version this build speaks. Bumped on any incompatible message change.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// The oldest protocol version this build still accepts from a peer.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
+
+/// QUIC/TLS application protocol name.
+pub const ALPN: &[u8] = b"kedge/1";
+
+/// Default UDP port the hub listens on.
+pub const DEFAULT_PORT: u16 = 7443;
+
+/// Largest frame (postcard payload, excluding the length prefix) either side accepts or sends.
+///
+/// Large enough for a full desired state of several thousand workloads and Job manifests;
+/// small enough that a hostile peer cannot make the other side buffer much.
+pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Whether a peer speaking `version` can be served by this build.
+pub fn is_supported_version(version: u16) -> bool {
+    (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version)
+}
+
+/// QUIC application close codes, so that each side can log why the other closed.
+pub mod close_code {
+    /// Normal shutdown (process stopping).
+    pub const SHUTDOWN: u32 = 0;
+    /// The peer sent an oversized, undecodable or out-of-order frame.
+    pub const PROTOCOL_ERROR: u32 = 1;
+    /// The session was refused (see the `Refused` message sent before closing).
+    pub const REFUSED: u32 = 2;
+    /// A newer session of the same member replaced this one.
+    pub const REPLACED: u32 = 3;
+    /// The member was deleted or its certificate revoked.
+    pub const REVOKED: u32 = 4;
+    /// The peer certificate does not carry a valid member identity.
+    pub const BAD_IDENTITY: u32 = 5;
+    /// The peer stopped answering heartbeats.
+    pub const HEARTBEAT_TIMEOUT: u32 = 6;
+
+    /// A short name for a close code, for logs.
+    pub fn name(code: u64) -> &'static str {
+        match code {
+            0 => "shutdown",
+            1 => "protocol_error",
+            2 => "refused",
+            3 => "replaced",
+            4 => "revoked",
+            5 => "bad_identity",
+            6 => "heartbeat_timeout",
+            _ => "unknown",
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! `DistributedScaledJob` (`dsj`): Jobs created across member clusters from KEDA metrics.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceClaim, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::keda::ScaledJobSpec;
+
+/// Default of `failoverPolicy.gracePeriod`.
+pub const DEFAULT_FAILOVER_GRACE_PERIOD: &str = "1m";
+/// Default of `failoverPolicy.hardTaintDuration`.
+pub const DEFAULT_HARD_TAINT_DURATION: &str = "5m";
+/// Default of `failoverPolicy.softTaintDuration`.
+pub const DEFAULT_SOFT_TAINT_DURATION: &str = "3m";
+
+/// Spec of a [`DistributedScaledJob`].
+///
+/// The `/scale` subresource exists only so that the hub's shadow KEDA ScaledObject can
+/// target the DSJ: its HPA writes `.spec.totalTargetReplicas` (informational, the hub reads
+/// the trigger values from the external metrics API instead), `.status.runningJobs` is the
+/// status count and `.status.selector` the (hub-empty) selector.
+// kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kedge.dev",
+    version = "v1alpha1",
+    kind = "DistributedScaledJob",
+    plural = "distributedscaledjobs",
+    shortname = "dsj",
+    category = "kedge",
+    namespaced,
+    status = "DistributedScaledJobStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    scale(
+        spec_replicas_path = ".spec.totalTargetReplicas",
+        status_replicas_path = ".status.runningJobs",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Strategy",
+        type_ = "string",
+        json_path = ".spec.clusterScheduling.strategy",
+        description = "cluster scheduling strategy"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desiredJobs"),
+    printcolumn(name = "Running", type_ = "integer", json_path = ".status.runningJobs"),
+    printcolumn(name = "Pending", type_ = "integer", json_path = ".status.pendingJobs"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedScaledJobSpec {
+    /// Written by the shadow ScaledObject's HPA through `/scale`; not used for decisions.
+    #[serde(default)]
+    pub total_target_replicas: i32,
+    /// Member clusters to use; empty means every registered member with equal weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub member_clusters: Vec<DsjMemberCluster>,
+    /// How Jobs are spread over members and how failures taint members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_scheduling: Option<ClusterScheduling>,
+    /// The KEDA ScaledJob spec.
+    pub scaled_job_spec: ScaledJobSpec,
+}
+
+/// One entry of `spec.memberClusters` of a DSJ.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DsjMemberCluster {
+    /// Name of the `MemberCluster`.
+    pub name: String,
+    /// Share of Jobs under `weightedRoundRobin` (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    /// Settings for `priorityFailover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<MemberScheduling>,
+    /// Changes applied to Jobs created in this member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_overrides: Option<PodOverrides>,
+}
+
+/// `memberClusters[].scheduling`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberScheduling {
+    /// Higher is preferred; required for every member under `priorityFailover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+}
+
+/// `memberClusters[].podOverrides`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    /// Merged into the pod's nodeSelector; override values win.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Merged, de-duplicated by (key, operator, effect, value); override wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Replaces the pod's affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Per container name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_overrides: Option<BTreeMap<String, ContainerOverride>>,
+}
+
+/// `podOverrides.containerOverrides.<name>`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerOverride {
+    /// Replaces the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Merged by name; override wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+    /// requests/limits merged by resource name; claims replaced when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourcesOverride>,
+}
+
+/// `containerOverrides.<name>.resources`: unlike `ResourceRequirements`, a present but empty
+/// `claims` list means "clear the claims".
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcesOverride {
+    /// Merged by resource name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<BTreeMap<String, Quantity>>,
+    /// Merged by resource name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<BTreeMap<String, Quantity>>,
+    /// Replaces the claims when present, even when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Vec<ResourceClaim>>,
+}
+
+/// `spec.clusterScheduling`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterScheduling {
+    /// `weightedRoundRobin` (default) or `priorityFailover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// Class and size of this workload; required under `priorityFailover`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_affinity: Option<WorkloadAffinity>,
+    /// Taint timing and duplicate handling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_policy: Option<FailoverPolicy>,
+}
+
+/// `clusterScheduling.workloadAffinity`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadAffinity {
+    /// Workload class, e.g. `team-a`; taints apply per class.
+    pub class: String,
+    /// Workload size; a taint recorded at size N excludes sizes >= N.
+    pub size: i32,
+}
+
+/// `clusterScheduling.failoverPolicy`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverPolicy {
+    /// How long a Job may stay pending before it is stuck (default `1m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<String>,
+    /// How long a hard taint lasts (default `5m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_taint_duration: Option<String>,
+    /// Window in which a second failure escalates a soft taint (default `3m`; `0s` makes the
+    /// first failure a hard taint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_taint_duration: Option<String>,
+    /// `keepAll` (default), `preferFailover`, `preferSource`, `immediateSourceCleanup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplication_policy: Option<String>,
+}
+
+/// Status of a [`DistributedScaledJob`], as in the reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedScaledJobStatus {
+    /// Jobs wanted from the metrics.
+    #[serde(default)]
+    pub desired_jobs: i32,
+    /// Non-terminal Jobs in all members (includes pending).
+    #[serde(default)]
+    pub running_jobs: i32,
+    /// Jobs not yet running.
+    #[serde(default)]
+    pub pending_jobs: i32,
+    /// Per member, keyed by member name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub member_cluster_statuses: BTreeMap<String, DsjMemberClusterStatus>,
+    /// Label selector for `/scale`; never empty and matches no pod in the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Ready, Paused… (see [`super::conditions`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Per-member entry of a DSJ's `status.memberClusterStatuses`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DsjMemberClusterStatus {
+    /// Human-readable health.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Identity of the member agent session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Non-terminal Jobs.
+    #[serde(default)]
+    pub running_jobs: i32,
+    /// Jobs not yet running.
+    #[serde(default)]
+    pub pending_jobs: i32,
+    /// Jobs pending longer than the grace period.
+    #[serde(default)]
+    pub stuck_jobs: i32,
+    /// Whether the member carries a soft taint.
+    #[serde(default)]
+    pub soft_tainted: bool,
+    /// When `state` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status_change_time: Option<Time>,
+    /// `Ready` or `Unreachable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Whether the member is hard-tainted (excluded from scheduling).
+    #[serde(default)]
+    pub excluded: bool,
+}

@@ -1,0 +1,210 @@
+//! `DistributedScaledObject` (`dso`): replicas of one Deployment/StatefulSet spread over
+//! member clusters.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::keda::ScaledObjectSpec;
+
+/// Default of `rebalancingPolicy.maxRebalancePercentage`.
+pub const DEFAULT_MAX_REBALANCE_PERCENTAGE: i32 = 50;
+/// Default of `rebalancingPolicy.gracePeriod` (the reference gives none for DSOs; we use
+/// the DSJ failover default so both resources behave alike).
+pub const DEFAULT_GRACE_PERIOD: &str = "1m";
+
+/// Spec of a [`DistributedScaledObject`].
+// kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kedge.dev",
+    version = "v1alpha1",
+    kind = "DistributedScaledObject",
+    plural = "distributedscaledobjects",
+    shortname = "dso",
+    category = "kedge",
+    namespaced,
+    status = "DistributedScaledObjectStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    scale(
+        spec_replicas_path = ".spec.totalTargetReplicas",
+        status_replicas_path = ".status.totalCurrentReplicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".spec.totalTargetReplicas",
+        description = "fleet-wide target set by KEDA or kubectl scale"
+    ),
+    printcolumn(
+        name = "Current",
+        type_ = "integer",
+        json_path = ".status.totalCurrentReplicas",
+        description = "replicas running in all member clusters"
+    ),
+    printcolumn(
+        name = "Healthy",
+        type_ = "integer",
+        json_path = ".status.membersHealthyCount",
+        description = "member clusters that are Ready"
+    ),
+    printcolumn(
+        name = "Members",
+        type_ = "integer",
+        json_path = ".status.membersTotalCount",
+        description = "member clusters used"
+    ),
+    printcolumn(
+        name = "Target",
+        type_ = "string",
+        json_path = ".spec.scaledObjectSpec.scaleTargetRef.name",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedScaledObjectSpec {
+    /// Fleet-wide total replicas, written through `/scale` by KEDA's HPA or `kubectl scale`.
+    #[serde(default)]
+    pub total_target_replicas: i32,
+    /// Member clusters to use; empty means every registered member with equal weight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub member_clusters: Vec<DsoMemberCluster>,
+    /// What happens when members become unreachable or come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalancing_policy: Option<RebalancingPolicy>,
+    /// How weights are chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// The KEDA ScaledObject spec; `scaleTargetRef` names the workload in each member.
+    pub scaled_object_spec: ScaledObjectSpec,
+}
+
+/// One entry of `spec.memberClusters` of a DSO.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DsoMemberCluster {
+    /// Name of the `MemberCluster`.
+    pub name: String,
+    /// Share of replicas relative to the other members (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    /// Namespace of the workload in this member (default: the DSO's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_namespace: Option<String>,
+    /// Spill-over tier: tier 0 fills first, then tier 1, …; scale-in drains the highest
+    /// tier first.
+    #[serde(default)]
+    pub tier: i32,
+    /// Floor for this member while the total allows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<i32>,
+    /// Ceiling for this member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<i32>,
+}
+
+/// `spec.rebalancingPolicy` of a DSO.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebalancingPolicy {
+    /// How long a member may be unreachable before its share moves (default `1m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_period: Option<String>,
+    /// At most this percentage of the total moves between members in one rebalancing step.
+    #[serde(default = "default_max_rebalance_percentage")]
+    pub max_rebalance_percentage: i32,
+    /// Rescaling distributes the change instead of the total (KubeAdmiral), so no member
+    /// shrinks on scale-out nor grows on scale-in.
+    #[serde(default = "default_true")]
+    pub avoid_disruption: bool,
+    /// Replicas reported unschedulable for longer than this move to members with room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate_unschedulable_after: Option<String>,
+}
+
+impl Default for RebalancingPolicy {
+    fn default() -> Self {
+        Self {
+            grace_period: None,
+            max_rebalance_percentage: DEFAULT_MAX_REBALANCE_PERCENTAGE,
+            avoid_disruption: true,
+            migrate_unschedulable_after: None,
+        }
+    }
+}
+
+fn default_max_rebalance_percentage() -> i32 {
+    DEFAULT_MAX_REBALANCE_PERCENTAGE
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `spec.placement` of a DSO.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Use each member's reported capacity for this workload as its weight.
+    #[serde(default)]
+    pub dynamic_weights: bool,
+}
+
+/// Status of a [`DistributedScaledObject`], as in the reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedScaledObjectStatus {
+    /// Per member cluster, keyed by member name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub member_cluster_statuses: BTreeMap<String, DsoMemberClusterStatus>,
+    /// Members that are Ready.
+    #[serde(default)]
+    pub members_healthy_count: i32,
+    /// Members used by this DSO.
+    #[serde(default)]
+    pub members_total_count: i32,
+    /// Label selector for `/scale`; never empty and matches no pod in the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Replicas running in all members.
+    #[serde(default)]
+    pub total_current_replicas: i32,
+    /// Ready, Paused, Degraded… (see [`super::conditions`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Per-member entry of `status.memberClusterStatuses`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DsoMemberClusterStatus {
+    /// Replicas the member reports.
+    #[serde(default)]
+    pub current_replicas: i32,
+    /// Replicas kedge wants there.
+    #[serde(default)]
+    pub desired_replicas: i32,
+    /// Human-readable health, e.g. `Cluster is healthy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Identity of the member agent session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// When `state` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status_change_time: Option<Time>,
+    /// `Ready` or `Unreachable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}

@@ -1,0 +1,97 @@
+//! `MemberCluster` (`mc`): the cluster-scoped registry entry of one member cluster.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Spec of a [`MemberCluster`]. Identity is the resource name, which is also the name in
+/// the agent's client certificate.
+// kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kedge.dev",
+    version = "v1alpha1",
+    kind = "MemberCluster",
+    plural = "memberclusters",
+    shortname = "mc",
+    category = "kedge",
+    status = "MemberClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Agent", type_ = "string", json_path = ".status.agentVersion"),
+    printcolumn(
+        name = "Kubernetes",
+        type_ = "string",
+        json_path = ".status.kubernetesVersion"
+    ),
+    printcolumn(
+        name = "Heartbeat",
+        type_ = "date",
+        json_path = ".status.lastHeartbeatTime"
+    ),
+    printcolumn(
+        name = "Cert-Expiry",
+        type_ = "date",
+        json_path = ".status.certificateExpiry",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterSpec {
+    /// Free text for operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Namespaces the agent is allowed to act in, as installed; informational on the hub.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+}
+
+/// Status of a [`MemberCluster`], written by the hub from agent sessions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterStatus {
+    /// `Pending` (never connected), `Ready` or `Unreachable` (see [`super::conditions`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Version the agent reported in its Hello.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Kubernetes version of the member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Last heartbeat received.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+    /// Expiry of the agent's current client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_expiry: Option<Time>,
+    /// Allocatable and allocated resources the agent reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<MemberCapacity>,
+    /// Ready, … (see [`super::conditions`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Resources of a member cluster, summed over its schedulable nodes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberCapacity {
+    /// Sum of node allocatable (cpu, memory, pods, …).
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// Sum of pod requests on those nodes.
+    #[serde(default)]
+    pub allocated: BTreeMap<String, Quantity>,
+}

@@ -1,0 +1,209 @@
+//! Custom resource types of kedge (`kedge.dev/v1alpha1`) and their CRDs.
+
+pub mod conditions;
+pub mod dsj;
+pub mod dso;
+pub mod keda;
+pub mod member;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+pub use dsj::{DistributedScaledJob, DistributedScaledJobSpec, DistributedScaledJobStatus};
+pub use dso::{
+    DistributedScaledObject, DistributedScaledObjectSpec, DistributedScaledObjectStatus,
+};
+pub use member::{MemberCluster, MemberClusterSpec, MemberClusterStatus};
+
+/// API group of every kedge resource.
+pub const GROUP: &str = "kedge.dev";
+/// API version of every kedge resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// The CRDs to install in the hub cluster, in a stable order.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        DistributedScaledObject::crd(),
+        DistributedScaledJob::crd(),
+        MemberCluster::crd(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// Checks the rules of a structural schema
+    /// (<https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#specifying-a-structural-schema>)
+    /// that the apiserver enforces, collecting every violation with its JSON path.
+    fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
+        let Some(obj) = schema.as_object() else {
+            out.push(format!("{path}: schema is not an object"));
+            return;
+        };
+        for forbidden in ["$ref", "$schema", "definitions", "$defs", "const"] {
+            if obj.contains_key(forbidden) {
+                out.push(format!("{path}: has {forbidden}"));
+            }
+        }
+        let preserves = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+        let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+        if !obj.contains_key("type") && !preserves && !int_or_string {
+            out.push(format!("{path}: no type"));
+        }
+        if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
+            out.push(format!("{path}: both properties and additionalProperties"));
+        }
+        // Logical junctors may only restrict values, never declare types or defaults.
+        for junctor in ["anyOf", "oneOf", "allOf"] {
+            if let Some(branches) = obj.get(junctor).and_then(Value::as_array) {
+                let typed = branches.iter().any(|b| {
+                    b.get("type").is_some()
+                        || b.get("default").is_some()
+                        || b.get("nullable").is_some()
+                        || b.get("description").is_some()
+                });
+                if typed && !int_or_string {
+                    out.push(format!("{path}: {junctor} declares types"));
+                }
+            }
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            for (name, sub) in props {
+                structural_violations(sub, &format!("{path}.{name}"), out);
+            }
+        }
+        if let Some(items) = obj.get("items") {
+            structural_violations(items, &format!("{path}[]"), out);
+        }
+        if let Some(additional) = obj.get("additionalProperties")
+            && additional.is_object()
+        {
+            structural_violations(additional, &format!("{path}{{}}"), out);
+        }
+    }
+
+    #[test]
+    fn every_crd_has_a_structural_schema() {
+        for crd in crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            assert_eq!(crd.spec.group, GROUP);
+            assert_eq!(crd.spec.versions.len(), 1, "{name}");
+            let version = &crd.spec.versions[0];
+            assert_eq!(version.name, VERSION);
+            let schema = serde_json::to_value(
+                version
+                    .schema
+                    .as_ref()
+                    .and_then(|s| s.open_api_v3_schema.as_ref())
+                    .expect("generated CRDs always carry a schema"),
+            )
+            .expect("schema serializes");
+            let mut violations = Vec::new();
+            structural_violations(&schema, &name, &mut violations);
+            assert!(violations.is_empty(), "{name}: {violations:#?}");
+            assert!(
+                !version
+                    .additional_printer_columns
+                    .as_deref()
+                    .unwrap_or_default()
+                    .is_empty(),
+                "{name} has printer columns"
+            );
+        }
+    }
+
+    #[test]
+    fn scopes_short_names_and_subresources() {
+        let expected = [
+            (
+                "distributedscaledobjects.kedge.dev",
+                "Namespaced",
+                "dso",
+                true,
+            ),
+            ("distributedscaledjobs.kedge.dev", "Namespaced", "dsj", true),
+            ("memberclusters.kedge.dev", "Cluster", "mc", false),
+        ];
+        for (crd, (name, scope, short, scale)) in crds().into_iter().zip(expected) {
+            assert_eq!(crd.metadata.name.as_deref(), Some(name));
+            assert_eq!(crd.spec.scope, scope);
+            assert_eq!(crd.spec.names.short_names, Some(vec![short.to_owned()]));
+            let sub = crd.spec.versions[0]
+                .subresources
+                .as_ref()
+                .expect("all kedge resources have subresources");
+            assert!(sub.status.is_some(), "{name} status");
+            assert_eq!(sub.scale.is_some(), scale, "{name} scale");
+        }
+    }
+
+    #[test]
+    fn dso_scale_paths_and_default_total() {
+        let crd = DistributedScaledObject::crd();
+        let version = &crd.spec.versions[0];
+        let scale = version
+            .subresources
+            .as_ref()
+            .and_then(|s| s.scale.as_ref())
+            .expect("dso has /scale");
+        assert_eq!(scale.spec_replicas_path, ".spec.totalTargetReplicas");
+        assert_eq!(scale.status_replicas_path, ".status.totalCurrentReplicas");
+        assert_eq!(
+            scale.label_selector_path.as_deref(),
+            Some(".status.selector")
+        );
+        let schema = serde_json::to_value(&version.schema).expect("schema serializes");
+        let total =
+            &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["totalTargetReplicas"];
+        assert_eq!(total["default"], serde_json::json!(0));
+        let policy = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["rebalancingPolicy"]
+            ["properties"];
+        assert_eq!(
+            policy["maxRebalancePercentage"]["default"],
+            serde_json::json!(50)
+        );
+        assert_eq!(
+            policy["avoidDisruption"]["default"],
+            serde_json::json!(true)
+        );
+        let dsj = DistributedScaledJob::crd();
+        let dsj_scale = dsj.spec.versions[0]
+            .subresources
+            .as_ref()
+            .and_then(|s| s.scale.as_ref())
+            .expect("dsj has /scale");
+        assert_eq!(dsj_scale.spec_replicas_path, ".spec.totalTargetReplicas");
+        assert_eq!(dsj_scale.status_replicas_path, ".status.runningJobs");
+    }
+
+    #[test]
+    fn reference_dso_example_deserializes() {
+        let yaml = r#"
+apiVersion: kedge.dev/v1alpha1
+kind: DistributedScaledObject
+metadata: {name: nginx, namespace: default}
+spec:
+  memberClusters:
+  - {name: member-cluster-1, weight: 4}
+  - {name: member-cluster-2, weight: 6}
+  rebalancingPolicy: {gracePeriod: 1m}
+  scaledObjectSpec:
+    scaleTargetRef: {kind: Deployment, name: nginx}
+    minReplicaCount: 1
+    maxReplicaCount: 10
+    triggers:
+    - type: kubernetes-resource
+      metadata: {resourceKind: ConfigMap, resourceName: mock-metric, key: metric-value, targetValue: "5"}
+"#;
+        let dso: DistributedScaledObject = serde_yaml::from_str(yaml).expect("reference example");
+        assert_eq!(dso.spec.total_target_replicas, 0);
+        let policy = dso.spec.rebalancing_policy.expect("policy given");
+        assert_eq!(policy.max_rebalance_percentage, 50);
+        assert!(policy.avoid_disruption);
+        assert_eq!(dso.spec.member_clusters[1].weight, Some(6));
+        assert_eq!(dso.spec.member_clusters[1].tier, 0);
+    }
+}

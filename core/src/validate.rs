@@ -1,0 +1,883 @@
+//! Validation of DSO/DSJ specs and annotations into typed, defaulted settings.
+//!
+//! Every check names the field it refuses (`spec.memberClusters[2].weight: must be >= 0`),
+//! and all problems of a spec are reported together. The planners only accept the typed
+//! settings produced here, so they never see an invalid spec.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS};
+use crate::crd::dsj::{
+    DEFAULT_FAILOVER_GRACE_PERIOD, DEFAULT_HARD_TAINT_DURATION, DEFAULT_SOFT_TAINT_DURATION,
+    DistributedScaledJobSpec,
+};
+use crate::crd::dso::{DEFAULT_GRACE_PERIOD, DistributedScaledObjectSpec};
+use crate::crd::keda::{DEFAULT_JOBS_HISTORY_LIMIT, ScaleTriggers, trigger_key};
+use crate::duration::parse_duration;
+use crate::{Error, Result};
+
+/// How a resource is paused by its annotations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// Not paused.
+    No,
+    /// `autoscaling.keda.sh/paused: "true"`: nothing is changed in any member.
+    Paused,
+    /// `autoscaling.keda.sh/paused-replicas: N`: the total is fixed at N (DSO only); wins
+    /// over `paused`.
+    AtReplicas(u32),
+}
+
+/// One member of a DSO after defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsoMemberSettings {
+    /// Member name.
+    pub name: String,
+    /// Static weight (default 1).
+    pub weight: u32,
+    /// Spill-over tier (default 0).
+    pub tier: u32,
+    /// Floor (default 0).
+    pub min_replicas: u32,
+    /// Ceiling (default none).
+    pub max_replicas: Option<u32>,
+}
+
+/// A validated DSO spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsoSettings {
+    /// Listed members in spec order; `None` means every registered member, weight 1.
+    pub members: Option<Vec<DsoMemberSettings>>,
+    /// `rebalancingPolicy.gracePeriod` (default 1m).
+    pub grace_period: Duration,
+    /// `rebalancingPolicy.maxRebalancePercentage` (default 50).
+    pub max_rebalance_percentage: u32,
+    /// `rebalancingPolicy.avoidDisruption` (default true).
+    pub avoid_disruption: bool,
+    /// `rebalancingPolicy.migrateUnschedulableAfter` (default off).
+    pub migrate_unschedulable_after: Option<Duration>,
+    /// `placement.dynamicWeights` (default false).
+    pub dynamic_weights: bool,
+    /// `scaledObjectSpec.minReplicaCount` (default 0).
+    pub min_total: u32,
+    /// `scaledObjectSpec.maxReplicaCount` (default 100).
+    pub max_total: u32,
+    /// Pause annotations.
+    pub pause: Pause,
+}
+
+/// ScaledJob scaling strategy (`scalingStrategy.strategy`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalingStrategyKind {
+    /// `basic` / `default`: desired - running.
+    Basic,
+    /// `pendingAware` (DSJ default): re-create pending Jobs elsewhere within capacity.
+    PendingAware,
+    /// `custom`: desired - deduction - running * percentage, capped at max.
+    Custom {
+        /// `customScalingQueueLengthDeduction`.
+        deduction: i64,
+        /// `customScalingRunningJobPercentage`.
+        running_percentage: f64,
+    },
+    /// `accurate`: subtract pending unless over max.
+    Accurate,
+    /// `eager`: fill capacity up to desired.
+    Eager,
+}
+
+/// `scalingStrategy.multipleScalersCalculation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MultipleScalers {
+    /// Largest trigger (default).
+    Max,
+    /// Smallest trigger.
+    Min,
+    /// Mean over active triggers.
+    Avg,
+    /// Sum over active triggers.
+    Sum,
+}
+
+/// `clusterScheduling.strategy` with what it needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterStrategy {
+    /// Smooth weighted round robin (default).
+    WeightedRoundRobin,
+    /// Highest priority not excluded by a taint.
+    PriorityFailover {
+        /// `workloadAffinity.class`.
+        class: String,
+        /// `workloadAffinity.size`.
+        size: u32,
+    },
+}
+
+/// `failoverPolicy.duplicationPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DuplicationPolicy {
+    /// Keep source and failover Jobs (default).
+    KeepAll,
+    /// Delete the source once the failover Job is healthy.
+    PreferFailover,
+    /// Delete the failover Job once the source runs.
+    PreferSource,
+    /// Delete the source as soon as the failover Job is scheduled.
+    ImmediateSourceCleanup,
+}
+
+/// Taint and stuck-Job timing of `failoverPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailoverTiming {
+    /// Pending longer than this is stuck (default 1m).
+    pub grace_period: Duration,
+    /// Hard taint length (default 5m).
+    pub hard_taint_duration: Duration,
+    /// Escalation window (default 3m; zero = first failure is hard).
+    pub soft_taint_duration: Duration,
+}
+
+impl Default for FailoverTiming {
+    fn default() -> Self {
+        Self {
+            grace_period: Duration::from_secs(60),
+            hard_taint_duration: Duration::from_secs(300),
+            soft_taint_duration: Duration::from_secs(180),
+        }
+    }
+}
+
+/// One member of a DSJ after defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DsjMemberSettings {
+    /// Member name.
+    pub name: String,
+    /// Weight under weightedRoundRobin (default 1).
+    pub weight: u32,
+    /// Priority under priorityFailover (required there).
+    pub priority: Option<i32>,
+}
+
+/// A validated DSJ spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DsjSettings {
+    /// Listed members in spec order; `None` means every registered member, weight 1.
+    pub members: Option<Vec<DsjMemberSettings>>,
+    /// Cluster scheduling strategy.
+    pub cluster_strategy: ClusterStrategy,
+    /// Job scaling strategy.
+    pub scaling: ScalingStrategyKind,
+    /// How several triggers combine.
+    pub multiple_scalers: MultipleScalers,
+    /// `minReplicaCount` (lowered to max as KEDA does).
+    pub min_jobs: u32,
+    /// `maxReplicaCount` (default 100).
+    pub max_jobs: u32,
+    /// Taint timing.
+    pub timing: FailoverTiming,
+    /// Duplicate handling.
+    pub duplication: DuplicationPolicy,
+    /// `successfulJobsHistoryLimit` (default 100).
+    pub successful_jobs_history_limit: u32,
+    /// `failedJobsHistoryLimit` (default 100).
+    pub failed_jobs_history_limit: u32,
+    /// Trigger keys (name, else type) in spec order.
+    pub triggers: Vec<String>,
+    /// Whether `autoscaling.keda.sh/paused` is set (paused-replicas means nothing for Jobs
+    /// and is ignored).
+    pub paused: bool,
+}
+
+/// Errors collected while validating one resource.
+#[derive(Debug, Default)]
+struct Problems(Vec<Error>);
+
+impl Problems {
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Error::invalid(field, message));
+    }
+
+    fn duration(&mut self, field: &str, value: Option<&str>, default: &str) -> Duration {
+        let text = value.unwrap_or(default);
+        match parse_duration(text) {
+            Some(d) => d,
+            None => {
+                self.add(
+                    field,
+                    format!("cannot parse duration {text:?} (use e.g. 30s, 1m, 1h30m)"),
+                );
+                Duration::ZERO
+            }
+        }
+    }
+
+    fn non_negative(&mut self, field: &str, value: i32) -> u32 {
+        u32::try_from(value).unwrap_or_else(|_| {
+            self.add(field, format!("must be >= 0, got {value}"));
+            0
+        })
+    }
+
+    fn finish<T>(self, value: T) -> Result<T> {
+        Error::collect(self.0).map(|()| value)
+    }
+}
+
+/// Reads the pause annotations. `paused` accepts Go's boolean spellings; `paused-replicas`
+/// must be a non-negative integer and wins over `paused`.
+pub fn pause(annotations: &BTreeMap<String, String>) -> Result<Pause> {
+    let field = |name: &str| format!("metadata.annotations[{name:?}]");
+    if let Some(raw) = annotations.get(ANNOTATION_PAUSED_REPLICAS) {
+        let value = raw.trim();
+        return match value.parse::<i64>() {
+            Ok(n) if n < 0 => Err(Error::invalid(
+                field(ANNOTATION_PAUSED_REPLICAS),
+                format!("must be a non-negative integer, got {raw:?}"),
+            )),
+            Ok(n) => u32::try_from(n).map(Pause::AtReplicas).map_err(|_| {
+                Error::invalid(
+                    field(ANNOTATION_PAUSED_REPLICAS),
+                    format!("{raw:?} is too large"),
+                )
+            }),
+            Err(_) => Err(Error::invalid(
+                field(ANNOTATION_PAUSED_REPLICAS),
+                format!("must be a non-negative integer, got {raw:?}"),
+            )),
+        };
+    }
+    match annotations.get(ANNOTATION_PAUSED).map(|v| v.trim()) {
+        None => Ok(Pause::No),
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(Pause::Paused),
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(Pause::No),
+        Some(other) => Err(Error::invalid(
+            field(ANNOTATION_PAUSED),
+            format!("must be \"true\" or \"false\", got {other:?}"),
+        )),
+    }
+}
+
+fn check_member_names<'a>(problems: &mut Problems, names: impl Iterator<Item = &'a str>) {
+    let mut seen = BTreeSet::new();
+    for (i, name) in names.enumerate() {
+        if name.is_empty() {
+            problems.add(
+                format!("spec.memberClusters[{i}].name"),
+                "must not be empty",
+            );
+        } else if !seen.insert(name) {
+            problems.add(
+                format!("spec.memberClusters[{i}].name"),
+                format!("duplicate member {name:?}"),
+            );
+        }
+    }
+}
+
+fn check_replica_bounds(problems: &mut Problems, prefix: &str, min: Option<i32>, max: Option<i32>) {
+    if let (Some(min), Some(max)) = (min, max)
+        && min > max
+    {
+        problems.add(
+            format!("{prefix}.minReplicaCount"),
+            format!("{min} is greater than maxReplicaCount {max}"),
+        );
+    }
+}
+
+/// Validates a DSO spec and its annotations.
+pub fn dso(
+    spec: &DistributedScaledObjectSpec,
+    annotations: &BTreeMap<String, String>,
+) -> Result<DsoSettings> {
+    let mut p = Problems::default();
+    let pause = pause(annotations).unwrap_or_else(|e| {
+        p.0.push(e);
+        Pause::No
+    });
+    check_member_names(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
+    let mut members = Vec::with_capacity(spec.member_clusters.len());
+    for (i, m) in spec.member_clusters.iter().enumerate() {
+        let at = |f: &str| format!("spec.memberClusters[{i}].{f}");
+        let weight = p.non_negative(&at("weight"), m.weight.unwrap_or(1));
+        let tier = p.non_negative(&at("tier"), m.tier);
+        let min_replicas = p.non_negative(&at("minReplicas"), m.min_replicas.unwrap_or(0));
+        let max_replicas = m
+            .max_replicas
+            .map(|v| p.non_negative(&at("maxReplicas"), v));
+        if let Some(max) = max_replicas
+            && min_replicas > max
+        {
+            p.add(
+                at("minReplicas"),
+                format!("{min_replicas} is greater than maxReplicas {max}"),
+            );
+        }
+        members.push(DsoMemberSettings {
+            name: m.name.clone(),
+            weight,
+            tier,
+            min_replicas,
+            max_replicas,
+        });
+    }
+    if !members.is_empty() && members.iter().all(|m| m.weight == 0) {
+        p.add(
+            "spec.memberClusters",
+            "all weights are 0: at least one member needs a weight > 0",
+        );
+    }
+    let policy = spec.rebalancing_policy.clone().unwrap_or_default();
+    let grace_period = p.duration(
+        "spec.rebalancingPolicy.gracePeriod",
+        policy.grace_period.as_deref(),
+        DEFAULT_GRACE_PERIOD,
+    );
+    let migrate_unschedulable_after = policy.migrate_unschedulable_after.as_deref().map(|v| {
+        p.duration(
+            "spec.rebalancingPolicy.migrateUnschedulableAfter",
+            Some(v),
+            v,
+        )
+    });
+    let pct = policy.max_rebalance_percentage;
+    if !(0..=100).contains(&pct) {
+        p.add(
+            "spec.rebalancingPolicy.maxRebalancePercentage",
+            format!("must be between 0 and 100, got {pct}"),
+        );
+    }
+    let so = &spec.scaled_object_spec;
+    let min_total = p.non_negative("spec.scaledObjectSpec.minReplicaCount", so.min_replicas());
+    let max_total = p.non_negative("spec.scaledObjectSpec.maxReplicaCount", so.max_replicas());
+    check_replica_bounds(
+        &mut p,
+        "spec.scaledObjectSpec",
+        so.min_replica_count,
+        so.max_replica_count,
+    );
+    if spec.total_target_replicas < 0 {
+        p.add(
+            "spec.totalTargetReplicas",
+            format!("must be >= 0, got {}", spec.total_target_replicas),
+        );
+    }
+    check_dso_triggers(&mut p, &so.triggers);
+    if let Some(modifiers) = so
+        .advanced
+        .as_ref()
+        .and_then(|a| a.scaling_modifiers.as_ref())
+    {
+        check_metric_type(
+            &mut p,
+            "spec.scaledObjectSpec.advanced.scalingModifiers.metricType",
+            modifiers.metric_type.as_deref(),
+        );
+    }
+    p.finish(DsoSettings {
+        members: (!members.is_empty()).then_some(members),
+        grace_period,
+        max_rebalance_percentage: u32::try_from(pct.clamp(0, 100)).unwrap_or(50),
+        avoid_disruption: policy.avoid_disruption,
+        migrate_unschedulable_after,
+        dynamic_weights: spec.placement.as_ref().is_some_and(|pl| pl.dynamic_weights),
+        min_total,
+        max_total,
+        pause,
+    })
+}
+
+fn check_metric_type(p: &mut Problems, field: &str, metric_type: Option<&str>) {
+    match metric_type {
+        None | Some("AverageValue" | "Utilization") => {}
+        Some("Value") => p.add(
+            field,
+            "Value is not supported for a DistributedScaledObject: the HPA would divide by the \
+             pods its selector finds in the hub, and there are none; use AverageValue",
+        ),
+        Some(other) => p.add(
+            field,
+            format!("unknown metricType {other:?} (expected AverageValue or Utilization)"),
+        ),
+    }
+}
+
+fn check_dso_triggers(p: &mut Problems, triggers: &[ScaleTriggers]) {
+    for (i, t) in triggers.iter().enumerate() {
+        let at = |f: &str| format!("spec.scaledObjectSpec.triggers[{i}].{f}");
+        if t.type_.is_empty() {
+            p.add(at("type"), "must not be empty");
+        }
+        check_metric_type(p, &at("metricType"), t.metric_type.as_deref());
+    }
+}
+
+fn check_trigger_keys(p: &mut Problems, prefix: &str, triggers: &[ScaleTriggers]) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut keys = Vec::with_capacity(triggers.len());
+    for (i, t) in triggers.iter().enumerate() {
+        if t.type_.is_empty() {
+            p.add(format!("{prefix}.triggers[{i}].type"), "must not be empty");
+        }
+        let key = trigger_key(t);
+        if !seen.insert(key.to_owned()) {
+            p.add(
+                format!("{prefix}.triggers[{i}].name"),
+                format!("duplicate trigger {key:?}: give each trigger a distinct name"),
+            );
+        }
+        keys.push(key.to_owned());
+    }
+    keys
+}
+
+/// Parses a scaling strategy name (`scalingStrategy.strategy`).
+fn scaling_strategy(p: &mut Problems, spec: &DistributedScaledJobSpec) -> ScalingStrategyKind {
+    let strategy = spec
+        .scaled_job_spec
+        .scaling_strategy
+        .clone()
+        .unwrap_or_default();
+    match strategy.strategy.as_deref() {
+        None | Some("pendingAware") => ScalingStrategyKind::PendingAware,
+        Some("basic" | "default") => ScalingStrategyKind::Basic,
+        Some("accurate") => ScalingStrategyKind::Accurate,
+        Some("eager") => ScalingStrategyKind::Eager,
+        Some("custom") => {
+            let deduction = i64::from(strategy.custom_scaling_queue_length_deduction.unwrap_or(0));
+            // The reference: an unparseable percentage falls back to the basic strategy.
+            match strategy
+                .custom_scaling_running_job_percentage
+                .as_deref()
+                .map(|s| s.trim().parse::<f64>())
+            {
+                Some(Ok(pct)) if pct.is_finite() => ScalingStrategyKind::Custom {
+                    deduction,
+                    running_percentage: pct,
+                },
+                None if strategy.custom_scaling_queue_length_deduction.is_some() => {
+                    ScalingStrategyKind::Custom {
+                        deduction,
+                        running_percentage: 0.0,
+                    }
+                }
+                _ => ScalingStrategyKind::Basic,
+            }
+        }
+        Some(other) => {
+            p.add(
+                "spec.scaledJobSpec.scalingStrategy.strategy",
+                format!(
+                    "unknown strategy {other:?} (expected one of basic, default, pendingAware, \
+                     custom, accurate, eager)"
+                ),
+            );
+            ScalingStrategyKind::PendingAware
+        }
+    }
+}
+
+/// Validates a DSJ spec and its annotations.
+pub fn dsj(
+    spec: &DistributedScaledJobSpec,
+    annotations: &BTreeMap<String, String>,
+) -> Result<DsjSettings> {
+    let mut p = Problems::default();
+    // paused-replicas has no meaning for Jobs, but an invalid value is still refused so a
+    // typo does not go unnoticed.
+    let paused = match pause(annotations) {
+        Ok(pause) => pause != Pause::No,
+        Err(e) => {
+            p.0.push(e);
+            false
+        }
+    };
+    check_member_names(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
+    let mut members = Vec::with_capacity(spec.member_clusters.len());
+    for (i, m) in spec.member_clusters.iter().enumerate() {
+        let weight = p.non_negative(
+            &format!("spec.memberClusters[{i}].weight"),
+            m.weight.unwrap_or(1),
+        );
+        members.push(DsjMemberSettings {
+            name: m.name.clone(),
+            weight,
+            priority: m.scheduling.as_ref().and_then(|s| s.priority),
+        });
+    }
+    let scheduling = spec.cluster_scheduling.clone().unwrap_or_default();
+    let scaling = scaling_strategy(&mut p, spec);
+    let cluster_strategy = match scheduling.strategy.as_deref() {
+        None | Some("weightedRoundRobin") => {
+            if !members.is_empty() && members.iter().all(|m| m.weight == 0) {
+                p.add(
+                    "spec.memberClusters",
+                    "all weights are 0: at least one member needs a weight > 0",
+                );
+            }
+            ClusterStrategy::WeightedRoundRobin
+        }
+        Some("priorityFailover") => {
+            if members.is_empty() {
+                p.add(
+                    "spec.memberClusters",
+                    "priorityFailover needs every member listed with scheduling.priority",
+                );
+            }
+            for (i, m) in members.iter().enumerate() {
+                if m.priority.is_none() {
+                    p.add(
+                        format!("spec.memberClusters[{i}].scheduling.priority"),
+                        "required for every member with priorityFailover",
+                    );
+                }
+            }
+            if scaling != ScalingStrategyKind::PendingAware {
+                p.add(
+                    "spec.scaledJobSpec.scalingStrategy.strategy",
+                    "priorityFailover supports only pendingAware (or an omitted strategy)",
+                );
+            }
+            match scheduling.workload_affinity {
+                None => {
+                    p.add(
+                        "spec.clusterScheduling.workloadAffinity",
+                        "required with priorityFailover",
+                    );
+                    ClusterStrategy::WeightedRoundRobin
+                }
+                Some(affinity) => {
+                    if affinity.class.is_empty() {
+                        p.add(
+                            "spec.clusterScheduling.workloadAffinity.class",
+                            "must not be empty",
+                        );
+                    }
+                    let size = p.non_negative(
+                        "spec.clusterScheduling.workloadAffinity.size",
+                        affinity.size,
+                    );
+                    ClusterStrategy::PriorityFailover {
+                        class: affinity.class,
+                        size,
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            p.add(
+                "spec.clusterScheduling.strategy",
+                format!(
+                    "unknown strategy {other:?} (expected weightedRoundRobin or priorityFailover)"
+                ),
+            );
+            ClusterStrategy::WeightedRoundRobin
+        }
+    };
+    let failover = scheduling.failover_policy.unwrap_or_default();
+    let prefix = "spec.clusterScheduling.failoverPolicy";
+    let timing = FailoverTiming {
+        grace_period: p.duration(
+            &format!("{prefix}.gracePeriod"),
+            failover.grace_period.as_deref(),
+            DEFAULT_FAILOVER_GRACE_PERIOD,
+        ),
+        hard_taint_duration: p.duration(
+            &format!("{prefix}.hardTaintDuration"),
+            failover.hard_taint_duration.as_deref(),
+            DEFAULT_HARD_TAINT_DURATION,
+        ),
+        soft_taint_duration: p.duration(
+            &format!("{prefix}.softTaintDuration"),
+            failover.soft_taint_duration.as_deref(),
+            DEFAULT_SOFT_TAINT_DURATION,
+        ),
+    };
+    let duplication = match failover.duplication_policy.as_deref() {
+        None | Some("keepAll") => DuplicationPolicy::KeepAll,
+        Some("preferFailover") => DuplicationPolicy::PreferFailover,
+        Some("preferSource") => DuplicationPolicy::PreferSource,
+        Some("immediateSourceCleanup") => DuplicationPolicy::ImmediateSourceCleanup,
+        Some(other) => {
+            p.add(
+                format!("{prefix}.duplicationPolicy"),
+                format!(
+                    "unknown policy {other:?} (expected keepAll, preferFailover, preferSource or \
+                     immediateSourceCleanup)"
+                ),
+            );
+            DuplicationPolicy::KeepAll
+        }
+    };
+    let sj = &spec.scaled_job_spec;
+    let multiple_scalers = match sj
+        .scaling_strategy
+        .as_ref()
+        .and_then(|s| s.multiple_scalers_calculation.as_deref())
+    {
+        None | Some("max") => MultipleScalers::Max,
+        Some("min") => MultipleScalers::Min,
+        Some("avg") => MultipleScalers::Avg,
+        Some("sum") => MultipleScalers::Sum,
+        Some(other) => {
+            p.add(
+                "spec.scaledJobSpec.scalingStrategy.multipleScalersCalculation",
+                format!("unknown calculation {other:?} (expected max, min, avg or sum)"),
+            );
+            MultipleScalers::Max
+        }
+    };
+    if let Some(rollout) = sj.rollout.as_ref().and_then(|r| r.strategy.as_deref())
+        && !matches!(rollout, "default" | "gradual")
+    {
+        p.add(
+            "spec.scaledJobSpec.rollout.strategy",
+            format!("unknown strategy {rollout:?} (expected default or gradual)"),
+        );
+    }
+    let max_jobs = p.non_negative("spec.scaledJobSpec.maxReplicaCount", sj.max_replicas());
+    let min_jobs = p
+        .non_negative(
+            "spec.scaledJobSpec.minReplicaCount",
+            sj.min_replica_count.unwrap_or(0),
+        )
+        .min(max_jobs);
+    let successful_jobs_history_limit = p.non_negative(
+        "spec.scaledJobSpec.successfulJobsHistoryLimit",
+        sj.successful_jobs_history_limit
+            .unwrap_or(DEFAULT_JOBS_HISTORY_LIMIT),
+    );
+    let failed_jobs_history_limit = p.non_negative(
+        "spec.scaledJobSpec.failedJobsHistoryLimit",
+        sj.failed_jobs_history_limit
+            .unwrap_or(DEFAULT_JOBS_HISTORY_LIMIT),
+    );
+    let triggers = check_trigger_keys(&mut p, "spec.scaledJobSpec", &sj.triggers);
+    p.finish(DsjSettings {
+        members: (!members.is_empty()).then_some(members),
+        cluster_strategy,
+        scaling,
+        multiple_scalers,
+        min_jobs,
+        max_jobs,
+        timing,
+        duplication,
+        successful_jobs_history_limit,
+        failed_jobs_history_limit,
+        triggers,
+        paused,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::DistributedScaledJobSpec;
+
+    fn dso_spec(yaml: &str) -> DistributedScaledObjectSpec {
+        serde_yaml::from_str(yaml).expect("test spec parses")
+    }
+
+    fn dsj_spec(yaml: &str) -> DistributedScaledJobSpec {
+        serde_yaml::from_str(yaml).expect("test spec parses")
+    }
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn dso_error(yaml: &str) -> String {
+        dso(&dso_spec(yaml), &BTreeMap::new())
+            .expect_err("spec is invalid")
+            .to_string()
+    }
+
+    fn dsj_error(yaml: &str) -> String {
+        dsj(&dsj_spec(yaml), &BTreeMap::new())
+            .expect_err("spec is invalid")
+            .to_string()
+    }
+
+    const TARGET: &str = "scaledObjectSpec: {scaleTargetRef: {name: web}}";
+    const JOB: &str =
+        "scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}}";
+
+    #[test]
+    fn dso_defaults() {
+        let s = dso(&dso_spec(TARGET), &BTreeMap::new()).expect("valid");
+        assert_eq!(s.members, None);
+        assert_eq!(s.grace_period, Duration::from_secs(60));
+        assert_eq!(s.max_rebalance_percentage, 50);
+        assert!(s.avoid_disruption);
+        assert!(!s.dynamic_weights);
+        assert_eq!((s.min_total, s.max_total), (0, 100));
+        assert_eq!(s.pause, Pause::No);
+    }
+
+    #[test]
+    fn dso_field_errors_name_the_field() {
+        let cases = [
+            (
+                "memberClusters: [{name: a}, {name: b}, {name: c, weight: -1}]",
+                "spec.memberClusters[2].weight: must be >= 0, got -1",
+            ),
+            (
+                "memberClusters: [{name: a, weight: 0}, {name: b, weight: 0}]",
+                "spec.memberClusters: all weights are 0",
+            ),
+            (
+                "memberClusters: [{name: a}, {name: a}]",
+                "spec.memberClusters[1].name: duplicate member \"a\"",
+            ),
+            (
+                "rebalancingPolicy: {gracePeriod: soon}",
+                "spec.rebalancingPolicy.gracePeriod: cannot parse duration \"soon\"",
+            ),
+            (
+                "rebalancingPolicy: {migrateUnschedulableAfter: 5x}",
+                "spec.rebalancingPolicy.migrateUnschedulableAfter: cannot parse duration",
+            ),
+            (
+                "rebalancingPolicy: {maxRebalancePercentage: 150}",
+                "spec.rebalancingPolicy.maxRebalancePercentage: must be between 0 and 100",
+            ),
+            (
+                "memberClusters: [{name: a, minReplicas: 5, maxReplicas: 2}]",
+                "spec.memberClusters[0].minReplicas: 5 is greater than maxReplicas 2",
+            ),
+        ];
+        for (members, expected) in cases {
+            let err = dso_error(&format!("{members}\n{TARGET}"));
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn dso_refuses_value_metric_type() {
+        let err = dso_error(
+            "scaledObjectSpec:\n  scaleTargetRef: {name: web}\n  triggers:\n  - {type: \
+             prometheus, metricType: AverageValue}\n  - {type: prometheus, metricType: Value}",
+        );
+        assert!(
+            err.starts_with("spec.scaledObjectSpec.triggers[1].metricType: Value is not supported"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn pause_annotations() {
+        assert_eq!(pause(&annotations(&[])), Ok(Pause::No));
+        assert_eq!(
+            pause(&annotations(&[(ANNOTATION_PAUSED, "true")])),
+            Ok(Pause::Paused)
+        );
+        assert_eq!(
+            pause(&annotations(&[(ANNOTATION_PAUSED, "false")])),
+            Ok(Pause::No)
+        );
+        assert_eq!(
+            pause(&annotations(&[
+                (ANNOTATION_PAUSED, "true"),
+                (ANNOTATION_PAUSED_REPLICAS, "3")
+            ])),
+            Ok(Pause::AtReplicas(3)),
+            "paused-replicas takes precedence"
+        );
+        for bad in ["-1", "2.5", "three", ""] {
+            let err = pause(&annotations(&[(ANNOTATION_PAUSED_REPLICAS, bad)]))
+                .expect_err("invalid paused-replicas")
+                .to_string();
+            assert!(
+                err.contains("autoscaling.keda.sh/paused-replicas")
+                    && err.contains("non-negative integer"),
+                "{err}"
+            );
+        }
+        assert!(pause(&annotations(&[(ANNOTATION_PAUSED, "maybe")])).is_err());
+    }
+
+    #[test]
+    fn dsj_defaults() {
+        let s = dsj(&dsj_spec(JOB), &BTreeMap::new()).expect("valid");
+        assert_eq!(s.cluster_strategy, ClusterStrategy::WeightedRoundRobin);
+        assert_eq!(s.scaling, ScalingStrategyKind::PendingAware);
+        assert_eq!(s.multiple_scalers, MultipleScalers::Max);
+        assert_eq!(s.timing, FailoverTiming::default());
+        assert_eq!(s.duplication, DuplicationPolicy::KeepAll);
+        assert_eq!((s.min_jobs, s.max_jobs), (0, 100));
+        assert_eq!(s.successful_jobs_history_limit, 100);
+    }
+
+    #[test]
+    fn dsj_field_errors_name_the_field() {
+        let cases = [
+            (
+                "clusterScheduling: {strategy: roundRobin}",
+                "spec.clusterScheduling.strategy: unknown strategy \"roundRobin\"",
+            ),
+            (
+                "clusterScheduling: {strategy: priorityFailover}\nmemberClusters: [{name: a, \
+                 scheduling: {priority: 1}}]",
+                "spec.clusterScheduling.workloadAffinity: required with priorityFailover",
+            ),
+            (
+                "clusterScheduling: {strategy: priorityFailover, workloadAffinity: {class: x, \
+                 size: 1}}\nmemberClusters: [{name: a, scheduling: {priority: 1}}, {name: b}]",
+                "spec.memberClusters[1].scheduling.priority: required for every member",
+            ),
+            (
+                "clusterScheduling: {failoverPolicy: {softTaintDuration: 3 minutes}}",
+                "spec.clusterScheduling.failoverPolicy.softTaintDuration: cannot parse duration",
+            ),
+            (
+                "clusterScheduling: {failoverPolicy: {duplicationPolicy: keepSome}}",
+                "spec.clusterScheduling.failoverPolicy.duplicationPolicy: unknown policy",
+            ),
+            (
+                "memberClusters: [{name: a, weight: -2}]",
+                "spec.memberClusters[0].weight: must be >= 0",
+            ),
+            (
+                "memberClusters: [{name: a, weight: 0}]",
+                "spec.memberClusters: all weights are 0",
+            ),
+        ];
+        for (extra, expected) in cases {
+            let err = dsj_error(&format!("{extra}\n{JOB}"));
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+        }
+        let err = dsj_error(
+            "scaledJobSpec:\n  jobTargetRef: {template: {}}\n  scalingStrategy: {strategy: \
+             fastest, multipleScalersCalculation: median}",
+        );
+        assert!(
+            err.contains(
+                "spec.scaledJobSpec.scalingStrategy.strategy: unknown strategy \"fastest\""
+            )
+        );
+        assert!(err.contains("spec.scaledJobSpec.scalingStrategy.multipleScalersCalculation"));
+    }
+
+    #[test]
+    fn custom_percentage_that_does_not_parse_falls_back_to_basic() {
+        let s = dsj(
+            &dsj_spec(
+                "scaledJobSpec:\n  jobTargetRef: {template: {}}\n  scalingStrategy: {strategy: \
+                 custom, customScalingRunningJobPercentage: half}",
+            ),
+            &BTreeMap::new(),
+        )
+        .expect("valid");
+        assert_eq!(s.scaling, ScalingStrategyKind::Basic);
+    }
+}

@@ -1,0 +1,45 @@
+//! `kubectl kedge dev-certs`: a CA, a hub server certificate and member client certificates
+//! for development and tests. Production enrollment issues member certificates from CSRs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+/// Arguments of `dev-certs`.
+#[derive(Debug, Clone, Args)]
+pub struct DevCertsArgs {
+    /// Directory to write into; an existing CA there is reused.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// DNS names and IP addresses the hub certificate is valid for.
+    #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1,::1")]
+    pub hub_names: Vec<String>,
+    /// Members to issue client certificates for.
+    #[arg(long, value_delimiter = ',')]
+    pub members: Vec<String>,
+    /// Lifetime of the hub and member certificates.
+    #[arg(long, default_value = "30days", value_parser = humantime::parse_duration)]
+    pub validity: Duration,
+}
+
+/// Writes the files and prints their paths.
+pub fn run(args: &DevCertsArgs) -> anyhow::Result<()> {
+    let lifetime = time::Duration::try_from(args.validity)
+        .map_err(|_| anyhow::anyhow!("--validity {:?} is too long", args.validity))?;
+    let paths = kedge_net::pki::write_dev_pki(&args.dir, &args.hub_names, &args.members, lifetime)?;
+    println!("ca:      {}", paths.ca_cert().display());
+    println!(
+        "hub:     {} {}",
+        paths.hub_cert().display(),
+        paths.hub_key().display()
+    );
+    for member in &args.members {
+        println!(
+            "member {member}: {} {}",
+            paths.member_cert(member).display(),
+            paths.member_key(member).display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! Subcommands of the `kubectl-kedge` plugin.
+
+pub mod dev_certs;
+pub mod sessions;

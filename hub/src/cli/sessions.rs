@@ -1,0 +1,130 @@
+//! `kubectl kedge sessions`: the hub's live view of agent sessions, from its ops endpoint.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::registry::MemberSession;
+
+/// Arguments of `sessions`.
+#[derive(Debug, Clone, Args)]
+pub struct SessionsArgs {
+    /// Base URL of the hub's ops endpoint (e.g. after `kubectl port-forward`).
+    #[arg(
+        long,
+        env = "KEDGE_HUB_OPS_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub hub: String,
+    /// Output format: table or json.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
+}
+
+/// Fetches `/v1/sessions` and prints it.
+pub async fn run(args: &SessionsArgs) -> anyhow::Result<()> {
+    let url = format!("{}/v1/sessions", args.hub.trim_end_matches('/'));
+    let uri: hyper::Uri = url
+        .parse()
+        .with_context(|| format!("invalid --hub URL {:?}", args.hub))?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let response = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
+        .await
+        .with_context(|| format!("{url}: no answer within 10s"))?
+        .with_context(|| format!("cannot reach the hub at {url}"))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .context("reading the hub's answer")?
+        .to_bytes();
+    if !status.is_success() {
+        bail!("{url}: {status}: {}", String::from_utf8_lossy(&body));
+    }
+    let sessions: Vec<MemberSession> =
+        serde_json::from_slice(&body).with_context(|| format!("{url}: not a session list"))?;
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&sessions)?);
+    } else {
+        print!("{}", render_table(&sessions, SystemTime::now()));
+    }
+    Ok(())
+}
+
+fn ago(unix_ms: i64, now: SystemTime) -> String {
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let secs = ((now_ms - unix_ms).max(0) / 1000) as u64;
+    format!("{}s ago", secs)
+}
+
+fn expires(unix_s: i64, now: SystemTime) -> String {
+    let now_s = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let left = unix_s - now_s;
+    if left <= 0 {
+        "expired".into()
+    } else {
+        humantime::format_duration(Duration::from_secs((left as u64 / 3600) * 3600)).to_string()
+    }
+}
+
+/// Renders sessions as an aligned table.
+pub fn render_table(sessions: &[MemberSession], now: SystemTime) -> String {
+    let mut rows = vec![
+        [
+            "MEMBER",
+            "STATE",
+            "ADDRESS",
+            "AGENT",
+            "KUBERNETES",
+            "HEARTBEAT",
+            "CERT-EXPIRES",
+            "SESSIONS",
+            "REASON",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for s in sessions {
+        rows.push(vec![
+            s.member.clone(),
+            s.state.as_str().to_owned(),
+            s.remote_addr.clone(),
+            s.agent_version.clone(),
+            if s.kubernetes_version.is_empty() {
+                "-".into()
+            } else {
+                s.kubernetes_version.clone()
+            },
+            ago(s.last_heartbeat_unix_ms, now),
+            expires(s.cert_not_after_unix, now),
+            s.sessions.to_string(),
+            s.reason.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,115 @@
+//! Hub metrics, served on `/metrics` of the ops endpoint.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// A `reason` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Short stable reason.
+    pub reason: String,
+}
+
+/// A `state` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// Session state.
+    pub state: String,
+}
+
+/// A `kind` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// Message kind.
+    pub kind: String,
+}
+
+/// Every hub metric. Cheap to clone: metrics are shared handles.
+#[derive(Debug, Clone, Default)]
+pub struct HubMetrics {
+    sessions: Family<StateLabel, Gauge>,
+    handshake_failures: Family<ReasonLabel, Counter>,
+    sessions_refused: Family<ReasonLabel, Counter>,
+    frames_rejected: Family<ReasonLabel, Counter>,
+    messages_received: Family<KindLabel, Counter>,
+    heartbeats: Counter,
+}
+
+fn reason(reason: &str) -> ReasonLabel {
+    ReasonLabel {
+        reason: reason.to_owned(),
+    }
+}
+
+impl HubMetrics {
+    /// Registers every metric under the `kedge_hub` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("kedge_hub");
+        r.register(
+            "sessions",
+            "Members by session state",
+            self.sessions.clone(),
+        );
+        r.register(
+            "handshake_failures",
+            "QUIC/TLS handshakes refused, by reason",
+            self.handshake_failures.clone(),
+        );
+        r.register(
+            "sessions_refused",
+            "Sessions refused after the handshake, by reason",
+            self.sessions_refused.clone(),
+        );
+        r.register(
+            "frames_rejected",
+            "Frames rejected as oversized or undecodable, by reason",
+            self.frames_rejected.clone(),
+        );
+        r.register(
+            "messages_received",
+            "Agent messages received, by kind",
+            self.messages_received.clone(),
+        );
+        r.register("heartbeats", "Heartbeats received", self.heartbeats.clone());
+    }
+
+    pub(crate) fn set_sessions(&self, connected: i64, unreachable: i64) {
+        self.sessions
+            .get_or_create(&StateLabel {
+                state: "Connected".into(),
+            })
+            .set(connected);
+        self.sessions
+            .get_or_create(&StateLabel {
+                state: "Unreachable".into(),
+            })
+            .set(unreachable);
+    }
+
+    pub(crate) fn handshake_failed(&self, why: &str) {
+        self.handshake_failures.get_or_create(&reason(why)).inc();
+    }
+
+    pub(crate) fn session_refused(&self, why: &str) {
+        self.sessions_refused.get_or_create(&reason(why)).inc();
+    }
+
+    pub(crate) fn frame_rejected(&self, why: &str) {
+        self.frames_rejected.get_or_create(&reason(why)).inc();
+    }
+
+    pub(crate) fn message_received(&self, kind: &str) {
+        self.messages_received
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn heartbeat(&self) {
+        self.heartbeats.inc();
+    }
+}

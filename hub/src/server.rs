@@ -1,0 +1,450 @@
+//! The QUIC server: accepts agent connections, authenticates them by certificate, runs the
+//! `Hello`/`Welcome` handshake and keeps each session's heartbeat state in the registry.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kedge_net::identity::{PeerIdentity, connection_identity};
+use kedge_net::tls::handshake_failure_reason;
+use kedge_protocol::{
+    AgentMessage, FramedStream, HeartbeatAck, Hello, HubMessage, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION, Refusal, RefusalCode, Welcome, close_code, is_supported_version,
+};
+use quinn::{Connection, RecvStream, SendStream, VarInt};
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::metrics::HubMetrics;
+use crate::registry::{NewSession, SessionRegistry};
+
+type Control = FramedStream<RecvStream, SendStream, AgentMessage, HubMessage>;
+
+/// Timeouts and limits of the QUIC server.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerLimits {
+    /// Concurrent connections (handshaking or established) beyond which new ones are refused.
+    pub max_connections: usize,
+    /// Time allowed for the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Time allowed between the handshake and the agent's `Hello` (and its heartbeat stream).
+    pub hello_timeout: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            hello_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Everything a connection handler needs.
+#[derive(Debug)]
+pub struct ServerContext {
+    /// The session registry.
+    pub registry: Arc<SessionRegistry>,
+    /// Metrics.
+    pub metrics: HubMetrics,
+    /// Limits.
+    pub limits: ServerLimits,
+    /// Distinguishes session ids of this hub process.
+    pub boot_id: u64,
+    session_counter: AtomicU64,
+}
+
+impl ServerContext {
+    /// A context for one hub process.
+    pub fn new(registry: Arc<SessionRegistry>, metrics: HubMetrics, limits: ServerLimits) -> Self {
+        let boot_id = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or_default();
+        Self {
+            registry,
+            metrics,
+            limits,
+            boot_id,
+            session_counter: AtomicU64::new(0),
+        }
+    }
+
+    fn next_session_id(&self) -> String {
+        let n = self.session_counter.fetch_add(1, Ordering::Relaxed) + 1;
+        format!("{:012x}-{n}", self.boot_id & 0xffff_ffff_ffff)
+    }
+}
+
+/// Accepts connections until `shutdown` is cancelled, then closes the endpoint.
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    ctx: Arc<ServerContext>,
+    shutdown: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(ctx.limits.max_connections));
+    loop {
+        let incoming = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming,
+                None => break,
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            warn!(remote = %incoming.remote_address(), limit = ctx.limits.max_connections,
+                "connection limit reached; refusing");
+            ctx.metrics.handshake_failed("connection_limit");
+            incoming.refuse();
+            continue;
+        };
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            handle_incoming(incoming, &ctx, shutdown).await;
+            drop(permit);
+        });
+    }
+    endpoint.close(VarInt::from_u32(close_code::SHUTDOWN), b"hub shutting down");
+    // Give agents a moment to learn of the close instead of timing out.
+    let _ = timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
+}
+
+async fn handle_incoming(
+    incoming: quinn::Incoming,
+    ctx: &ServerContext,
+    shutdown: CancellationToken,
+) {
+    let remote = incoming.remote_address();
+    let connecting = match incoming.accept() {
+        Ok(connecting) => connecting,
+        // The first flight already failed (e.g. no common ALPN).
+        Err(e) => {
+            let reason = handshake_failure_reason(&e);
+            warn!(%remote, reason, error = %e, "TLS handshake refused");
+            ctx.metrics.handshake_failed(reason);
+            return;
+        }
+    };
+    let connection = match timeout(ctx.limits.handshake_timeout, connecting).await {
+        Err(_) => {
+            warn!(%remote, "TLS handshake refused: timed out");
+            ctx.metrics.handshake_failed("timed_out");
+            return;
+        }
+        Ok(Err(e)) => {
+            let reason = handshake_failure_reason(&e);
+            warn!(%remote, reason, error = %e, "TLS handshake refused");
+            ctx.metrics.handshake_failed(reason);
+            return;
+        }
+        Ok(Ok(connection)) => connection,
+    };
+    let identity = match connection_identity(&connection) {
+        Ok(identity) => identity,
+        Err(e) => {
+            warn!(%remote, error = %e, "session refused: no valid member identity");
+            ctx.metrics.session_refused("bad_identity");
+            connection.close(
+                VarInt::from_u32(close_code::BAD_IDENTITY),
+                e.to_string().as_bytes(),
+            );
+            return;
+        }
+    };
+    let span = info_span!("session", member = %identity.member, %remote);
+    Session {
+        ctx,
+        connection,
+        identity,
+        remote,
+        shutdown,
+    }
+    .run()
+    .instrument(span)
+    .await;
+}
+
+struct Session<'a> {
+    ctx: &'a ServerContext,
+    connection: Connection,
+    identity: PeerIdentity,
+    remote: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+fn frame_error_label(error: &kedge_protocol::Error) -> &'static str {
+    match error {
+        kedge_protocol::Error::FrameTooLarge { .. } => "oversized",
+        kedge_protocol::Error::Decode(_) => "undecodable",
+        kedge_protocol::Error::TrailingBytes(_) => "trailing_bytes",
+        kedge_protocol::Error::Truncated => "truncated",
+        kedge_protocol::Error::Encode(_) | kedge_protocol::Error::Io(_) => "io",
+    }
+}
+
+/// The reason the connection already closed, if it did.
+fn closed_reason(connection: &Connection) -> Option<String> {
+    connection.close_reason().map(|e| match e {
+        quinn::ConnectionError::ApplicationClosed(c) => format!(
+            "agent closed the connection ({}: {})",
+            close_code::name(c.error_code.into_inner()),
+            String::from_utf8_lossy(&c.reason)
+        ),
+        other => other.to_string(),
+    })
+}
+
+/// Handles a stream error: a closed connection ends quietly; bad bytes close it loudly.
+/// Returns why the session ends.
+fn stream_failed(
+    connection: &Connection,
+    metrics: &HubMetrics,
+    error: &kedge_protocol::Error,
+    stream: &str,
+) -> String {
+    if let Some(reason) = closed_reason(connection) {
+        return reason;
+    }
+    let label = frame_error_label(error);
+    warn!(stream, reason = label, error = %error, "closing session: bad frame from agent");
+    metrics.frame_rejected(label);
+    let reason = format!("bad frame on {stream} stream: {error}");
+    connection.close(
+        VarInt::from_u32(close_code::PROTOCOL_ERROR),
+        reason.as_bytes(),
+    );
+    reason
+}
+
+impl Session<'_> {
+    fn close(&self, code: u32, reason: &str) {
+        self.connection
+            .close(VarInt::from_u32(code), reason.as_bytes());
+    }
+
+    fn stream_failed(&self, error: &kedge_protocol::Error, stream: &str) -> String {
+        stream_failed(&self.connection, &self.ctx.metrics, error, stream)
+    }
+
+    async fn refuse(&self, control: &mut Control, code: RefusalCode, message: String) {
+        warn!(?code, %message, "session refused");
+        self.ctx.metrics.session_refused(match code {
+            RefusalCode::UnsupportedVersion => "unsupported_version",
+            RefusalCode::Revoked => "revoked",
+            RefusalCode::UnexpectedMessage => "unexpected_message",
+            RefusalCode::Unavailable => "unavailable",
+        });
+        let refusal = HubMessage::Refused(Refusal {
+            code,
+            message: message.clone(),
+            min_protocol_version: MIN_PROTOCOL_VERSION,
+            max_protocol_version: PROTOCOL_VERSION,
+        });
+        if control.send(&refusal).await.is_ok() && control.finish().await.is_ok() {
+            // Let the agent read the refusal and close first, so the frame is not discarded.
+            let _ = timeout(Duration::from_secs(2), self.connection.closed()).await;
+        }
+        self.close(close_code::REFUSED, &message);
+    }
+
+    async fn handshake(&self) -> Option<(Control, Hello)> {
+        let limit = self.ctx.limits.hello_timeout;
+        let (send, recv) = match timeout(limit, self.connection.accept_bi()).await {
+            Ok(Ok(streams)) => streams,
+            Ok(Err(e)) => {
+                debug!(error = %e, "connection ended before the control stream opened");
+                return None;
+            }
+            Err(_) => {
+                warn!("closing session: no control stream within {limit:?}");
+                self.ctx.metrics.session_refused("hello_timeout");
+                self.close(close_code::PROTOCOL_ERROR, "no control stream in time");
+                return None;
+            }
+        };
+        let mut control = Control::new(recv, send);
+        let first = match timeout(limit, control.recv()).await {
+            Err(_) => {
+                warn!("closing session: no Hello within {limit:?}");
+                self.ctx.metrics.session_refused("hello_timeout");
+                self.close(close_code::PROTOCOL_ERROR, "no Hello in time");
+                return None;
+            }
+            Ok(Err(e)) => {
+                self.stream_failed(&e, "control");
+                return None;
+            }
+            Ok(Ok(None)) => return None,
+            Ok(Ok(Some(first))) => first,
+        };
+        let AgentMessage::Hello(hello) = first else {
+            let message = "the first message on the control stream must be Hello".to_owned();
+            self.refuse(&mut control, RefusalCode::UnexpectedMessage, message)
+                .await;
+            return None;
+        };
+        if !is_supported_version(hello.protocol_version) {
+            let message = format!(
+                "agent {} speaks protocol version {}, this hub accepts {MIN_PROTOCOL_VERSION}..={PROTOCOL_VERSION}; \
+                 install an agent release that matches the hub",
+                hello.agent_version, hello.protocol_version
+            );
+            self.refuse(&mut control, RefusalCode::UnsupportedVersion, message)
+                .await;
+            return None;
+        }
+        Some((control, hello))
+    }
+
+    async fn run(self) {
+        let Some((mut control, hello)) = self.handshake().await else {
+            return;
+        };
+        let member = self.identity.member.clone();
+        let session_id = self.ctx.next_session_id();
+        let registry = &self.ctx.registry;
+        let ended = registry.register(
+            NewSession {
+                member: member.clone(),
+                session_id: session_id.clone(),
+                remote_addr: self.remote,
+                agent_version: hello.agent_version.clone(),
+                kubernetes_version: hello.kubernetes_version.clone(),
+                protocol_version: hello.protocol_version,
+                cert_not_after_unix: self.identity.not_after_unix,
+            },
+            Instant::now(),
+            SystemTime::now(),
+        );
+        let interval = registry.liveness().interval;
+        let welcome = HubMessage::Welcome(Welcome {
+            protocol_version: hello.protocol_version,
+            hub_version: env!("CARGO_PKG_VERSION").to_owned(),
+            session_id: session_id.clone(),
+            member: member.clone(),
+            heartbeat_interval_ms: interval.as_millis() as u64,
+        });
+        let reason = match control.send(&welcome).await {
+            Err(e) => self.stream_failed(&e, "control"),
+            Ok(()) => {
+                info!(%session_id, agent_version = %hello.agent_version,
+                    kubernetes_version = %hello.kubernetes_version,
+                    last_applied_revision = hello.last_applied_revision, "session established");
+                self.serve(&mut control, &ended, &session_id).await
+            }
+        };
+        registry.disconnected(&member, &session_id, &reason);
+        info!(%session_id, %reason, "session ended");
+    }
+
+    async fn serve(
+        &self,
+        control: &mut Control,
+        ended: &CancellationToken,
+        session_id: &str,
+    ) -> String {
+        let mut heartbeats: Option<tokio::task::JoinHandle<()>> = None;
+        let reason = loop {
+            tokio::select! {
+                _ = ended.cancelled() => {
+                    self.close(close_code::REPLACED, "replaced by a newer session of the same member");
+                    break "replaced by a newer session".to_owned();
+                }
+                _ = self.shutdown.cancelled() => {
+                    self.close(close_code::SHUTDOWN, "hub shutting down");
+                    break "hub shutting down".to_owned();
+                }
+                streams = self.connection.accept_bi(), if heartbeats.is_none() => match streams {
+                    Ok((send, recv)) => heartbeats = Some(self.spawn_heartbeats(send, recv, session_id)),
+                    Err(e) => break closed_reason(&self.connection).unwrap_or_else(|| e.to_string()),
+                },
+                message = control.recv() => match message {
+                    Ok(Some(AgentMessage::Ack(ack))) => {
+                        self.ctx.metrics.message_received("ack");
+                        debug!(revision = ack.revision, results = ack.results.len(), "ack");
+                    }
+                    Ok(Some(AgentMessage::Report(report))) => {
+                        self.ctx.metrics.message_received("report");
+                        debug!(full = report.full, workloads = report.workloads.len(),
+                            jobs = report.jobs.len(), "status report");
+                    }
+                    Ok(Some(other)) => {
+                        let kind = match other {
+                            AgentMessage::Hello(_) => "Hello",
+                            _ => "Heartbeat",
+                        };
+                        let reason = format!("unexpected {kind} on the control stream");
+                        warn!(%reason, "closing session");
+                        self.ctx.metrics.frame_rejected("unexpected_message");
+                        self.close(close_code::PROTOCOL_ERROR, &reason);
+                        break reason;
+                    }
+                    Ok(None) => {
+                        self.close(close_code::SHUTDOWN, "control stream finished");
+                        break "agent finished the control stream".to_owned();
+                    }
+                    Err(e) => break self.stream_failed(&e, "control"),
+                },
+            }
+        };
+        if let Some(task) = heartbeats {
+            task.abort();
+        }
+        reason
+    }
+
+    fn spawn_heartbeats(
+        &self,
+        send: SendStream,
+        recv: RecvStream,
+        session_id: &str,
+    ) -> tokio::task::JoinHandle<()> {
+        let mut stream: Control = FramedStream::new(recv, send);
+        let connection = self.connection.clone();
+        let registry = self.ctx.registry.clone();
+        let metrics = self.ctx.metrics.clone();
+        let member = self.identity.member.clone();
+        let session_id = session_id.to_owned();
+        tokio::spawn(
+            async move {
+                loop {
+                    match stream.recv().await {
+                        Ok(Some(AgentMessage::Heartbeat(beat))) => {
+                            metrics.heartbeat();
+                            registry.heartbeat(
+                                &member,
+                                &session_id,
+                                Instant::now(),
+                                SystemTime::now(),
+                            );
+                            let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: beat.seq });
+                            if stream.send(&ack).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(Some(_)) => {
+                            warn!("closing session: non-heartbeat message on the heartbeat stream");
+                            metrics.frame_rejected("unexpected_message");
+                            connection.close(
+                                VarInt::from_u32(close_code::PROTOCOL_ERROR),
+                                b"only heartbeats belong on the heartbeat stream",
+                            );
+                            return;
+                        }
+                        Ok(None) => return,
+                        Err(e) => {
+                            stream_failed(&connection, &metrics, &e, "heartbeat");
+                            return;
+                        }
+                    }
+                }
+            }
+            .in_current_span(),
+        )
+    }
+}

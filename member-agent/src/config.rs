@@ -1,0 +1,94 @@
+//! Command-line and environment configuration of `kedge-agent`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use kedge_net::telemetry::LogFormat;
+
+/// The kedge member agent: dials out to the hub over QUIC with mutual TLS, applies what the hub
+/// decides in this cluster and reports back. The member name is the Common Name of its
+/// client certificate.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kedge-agent", version)]
+pub struct AgentArgs {
+    /// The hub's QUIC address, HOST:PORT.
+    #[arg(long, env = "KEDGE_AGENT_HUB")]
+    pub hub: String,
+    /// Name to verify in the hub's certificate; defaults to HOST of --hub.
+    #[arg(long, env = "KEDGE_AGENT_HUB_SERVER_NAME")]
+    pub hub_server_name: Option<String>,
+    /// PEM file with this member's client certificate.
+    #[arg(long, env = "KEDGE_AGENT_TLS_CERT")]
+    pub tls_cert: PathBuf,
+    /// PEM file with this member's private key.
+    #[arg(long, env = "KEDGE_AGENT_TLS_KEY")]
+    pub tls_key: PathBuf,
+    /// PEM bundle of the hub CA.
+    #[arg(long, env = "KEDGE_AGENT_TLS_CA")]
+    pub tls_ca: PathBuf,
+    /// TCP address of the ops endpoint (/metrics, /healthz, /readyz).
+    #[arg(long, env = "KEDGE_AGENT_OPS_LISTEN", default_value = "0.0.0.0:8081")]
+    pub ops_listen: SocketAddr,
+    /// Namespaces the agent may act in (comma-separated); empty means all.
+    #[arg(long, env = "KEDGE_AGENT_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// First reconnect delay; doubles (with jitter) up to --reconnect-max.
+    #[arg(long, env = "KEDGE_AGENT_RECONNECT_INITIAL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub reconnect_initial: Duration,
+    /// Longest reconnect delay.
+    #[arg(long, env = "KEDGE_AGENT_RECONNECT_MAX", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub reconnect_max: Duration,
+    /// Missed heartbeat answers after which the hub is considered gone.
+    #[arg(long, env = "KEDGE_AGENT_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub heartbeat_tolerance: u32,
+    /// Log format: text or json.
+    #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl AgentArgs {
+    /// The TLS server name to verify: --hub-server-name, else the host part of --hub.
+    pub fn server_name(&self) -> String {
+        if let Some(name) = &self.hub_server_name {
+            return name.clone();
+        }
+        let host = self
+            .hub
+            .rsplit_once(':')
+            .map_or(self.hub.as_str(), |(host, _)| host);
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(hub: &str) -> AgentArgs {
+        AgentArgs::parse_from([
+            "kedge-agent",
+            "--hub",
+            hub,
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-ca",
+            "ca",
+        ])
+    }
+
+    #[test]
+    fn server_name_defaults_to_the_hub_host() {
+        assert_eq!(args("hub.example:7443").server_name(), "hub.example");
+        assert_eq!(args("127.0.0.1:7443").server_name(), "127.0.0.1");
+        assert_eq!(args("[::1]:7443").server_name(), "::1");
+        let mut a = args("10.0.0.1:7443");
+        a.hub_server_name = Some("kedge-hub.kedge-system.svc".into());
+        assert_eq!(a.server_name(), "kedge-hub.kedge-system.svc");
+    }
+}

@@ -1,0 +1,296 @@
+//! One session with the hub: connect, `Hello` → `Welcome`, heartbeats on their own stream,
+//! desired state on the control stream, until the connection is lost or the agent stops.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kedge_net::ops::Readiness;
+use kedge_protocol::{
+    AgentMessage, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION, Welcome, close_code,
+};
+use quinn::{Connection, RecvStream, SendStream, VarInt};
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::metrics::AgentMetrics;
+use crate::{Error, Result};
+
+type Stream = FramedStream<RecvStream, SendStream, HubMessage, AgentMessage>;
+
+/// How long the hub may take to complete the handshake or answer `Hello`.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shortest heartbeat interval the agent honours, whatever the hub asks.
+const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
+
+/// What every session needs.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionParams {
+    pub(crate) server_name: String,
+    pub(crate) namespaces: Vec<String>,
+    pub(crate) heartbeat_tolerance: u32,
+    pub(crate) metrics: AgentMetrics,
+    pub(crate) readiness: Readiness,
+}
+
+/// How a session ended.
+#[derive(Debug)]
+pub(crate) enum SessionEnd {
+    /// The agent is shutting down.
+    Shutdown,
+    /// The connection was lost; `established` when a `Welcome` had been received.
+    Lost { reason: String, established: bool },
+}
+
+async fn resolve(hub: &str) -> Result<SocketAddr> {
+    let mut addrs = tokio::net::lookup_host(hub)
+        .await
+        .map_err(|e| Error::Resolve {
+            hub: hub.to_owned(),
+            reason: e.to_string(),
+        })?;
+    addrs.next().ok_or_else(|| Error::Resolve {
+        hub: hub.to_owned(),
+        reason: "no address".into(),
+    })
+}
+
+fn endpoint_for(
+    addr: SocketAddr,
+    config: &quinn::ClientConfig,
+    cached: &mut Option<quinn::Endpoint>,
+) -> Result<quinn::Endpoint> {
+    let same_family = |ep: &quinn::Endpoint| {
+        ep.local_addr()
+            .map(|local| local.is_ipv4() == addr.is_ipv4())
+            .unwrap_or(false)
+    };
+    if let Some(ep) = cached.as_ref().filter(|ep| same_family(ep)) {
+        return Ok(ep.clone());
+    }
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .map_err(|_| Error::Endpoint(std::io::Error::other("unparseable bind address")))?;
+    let mut endpoint = quinn::Endpoint::client(bind).map_err(Error::Endpoint)?;
+    endpoint.set_default_client_config(config.clone());
+    *cached = Some(endpoint.clone());
+    Ok(endpoint)
+}
+
+/// Connects once and serves the session until it ends.
+pub(crate) async fn connect_and_serve(
+    hub: &str,
+    config: &quinn::ClientConfig,
+    params: &SessionParams,
+    endpoint: &mut Option<quinn::Endpoint>,
+    shutdown: &CancellationToken,
+) -> Result<SessionEnd> {
+    let addr = resolve(hub).await?;
+    let connecting = endpoint_for(addr, config, endpoint)?.connect(addr, &params.server_name)?;
+    let connection = tokio::select! {
+        _ = shutdown.cancelled() => return Ok(SessionEnd::Shutdown),
+        connected = timeout(HANDSHAKE_TIMEOUT, connecting) => match connected {
+            Err(_) => {
+                params.metrics.connect_result("timeout");
+                return Err(Error::Timeout("the TLS handshake"));
+            }
+            Ok(Err(e)) => {
+                params.metrics.connect_result("handshake_failed");
+                return Err(e.into());
+            }
+            Ok(Ok(connection)) => connection,
+        },
+    };
+    let span = info_span!("session", hub = %addr);
+    let outcome = serve(connection, params, shutdown).instrument(span).await;
+    params.metrics.connect_result(match &outcome {
+        Ok(_) => "established",
+        Err(Error::Refused { .. }) => "refused",
+        Err(_) => "failed",
+    });
+    outcome
+}
+
+fn lost_reason(connection: &Connection, fallback: impl std::fmt::Display) -> String {
+    match connection.close_reason() {
+        Some(quinn::ConnectionError::ApplicationClosed(c)) => format!(
+            "hub closed the connection ({}: {})",
+            close_code::name(c.error_code.into_inner()),
+            String::from_utf8_lossy(&c.reason)
+        ),
+        Some(other) => other.to_string(),
+        None => fallback.to_string(),
+    }
+}
+
+async fn handshake(connection: &Connection, params: &SessionParams) -> Result<(Stream, Welcome)> {
+    let (send, recv) = connection.open_bi().await?;
+    let mut control = Stream::new(recv, send);
+    control
+        .send(&AgentMessage::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            kubernetes_version: String::new(),
+            last_applied_revision: 0,
+            namespaces: params.namespaces.clone(),
+        }))
+        .await?;
+    match timeout(HANDSHAKE_TIMEOUT, control.recv()).await {
+        Err(_) => Err(Error::Timeout("Welcome")),
+        Ok(Err(e)) => Err(e.into()),
+        Ok(Ok(None)) => Err(Error::Stream(lost_reason(
+            connection,
+            "hub closed the control stream before Welcome",
+        ))),
+        Ok(Ok(Some(HubMessage::Welcome(welcome)))) => Ok((control, welcome)),
+        Ok(Ok(Some(HubMessage::Refused(refusal)))) => {
+            connection.close(VarInt::from_u32(close_code::REFUSED), b"refusal received");
+            Err(Error::Refused {
+                code: refusal.code,
+                message: refusal.message,
+            })
+        }
+        Ok(Ok(Some(_))) => Err(Error::Unexpected("expected Welcome or Refused")),
+    }
+}
+
+async fn serve(
+    connection: Connection,
+    params: &SessionParams,
+    shutdown: &CancellationToken,
+) -> Result<SessionEnd> {
+    let (mut control, welcome) = handshake(&connection, params).await?;
+    let interval = Duration::from_millis(welcome.heartbeat_interval_ms).max(MIN_HEARTBEAT_INTERVAL);
+    info!(session_id = %welcome.session_id, member = %welcome.member, hub_version = %welcome.hub_version,
+        heartbeat = ?interval, "session established");
+    params.readiness.set(true);
+    params.metrics.connected.set(1);
+
+    let (send, recv) = connection.open_bi().await?;
+    let mut heartbeats = tokio::spawn(
+        heartbeat_loop(
+            Stream::new(recv, send),
+            interval,
+            params.heartbeat_tolerance,
+            connection.clone(),
+            params.metrics.clone(),
+        )
+        .in_current_span(),
+    );
+    let lost = |reason: String| {
+        Ok(SessionEnd::Lost {
+            reason,
+            established: true,
+        })
+    };
+    loop {
+        tokio::select! {
+            // Heartbeats before control: when both end, the heartbeat reason is the real one.
+            biased;
+            _ = shutdown.cancelled() => {
+                connection.close(VarInt::from_u32(close_code::SHUTDOWN), b"agent shutting down");
+                heartbeats.abort();
+                return Ok(SessionEnd::Shutdown);
+            }
+            reason = &mut heartbeats => {
+                return lost(reason.unwrap_or_else(|e| format!("heartbeat task failed: {e}")));
+            }
+            message = control.recv() => match message {
+                Ok(Some(HubMessage::DesiredState(state))) => {
+                    debug!(revision = state.revision, workloads = state.workloads.len(),
+                        create_jobs = state.create_jobs.len(), delete_jobs = state.delete_jobs.len(),
+                        "desired state received");
+                }
+                Ok(Some(_)) => {
+                    let reason = "hub sent a handshake message mid-session";
+                    connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
+                    heartbeats.abort();
+                    return lost(reason.to_owned());
+                }
+                Ok(None) => {
+                    heartbeats.abort();
+                    return lost(lost_reason(&connection, "hub finished the control stream"));
+                }
+                // The heartbeat task closed the connection: its reason is the real one.
+                Err(_) if heartbeats.is_finished() => {
+                    return lost((&mut heartbeats).await.unwrap_or_else(|e| format!("heartbeat task failed: {e}")));
+                }
+                Err(e) => {
+                    heartbeats.abort();
+                    if connection.close_reason().is_none() {
+                        warn!(error = %e, "bad frame from hub; closing");
+                        connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), e.to_string().as_bytes());
+                    }
+                    return lost(lost_reason(&connection, e));
+                }
+            },
+        }
+    }
+}
+
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Sends a heartbeat every `interval` and closes the connection when `tolerance` intervals
+/// pass without an answer. Returns why it stopped.
+async fn heartbeat_loop(
+    mut stream: Stream,
+    interval: Duration,
+    tolerance: u32,
+    connection: Connection,
+    metrics: AgentMetrics,
+) -> String {
+    let deadline = interval.saturating_mul(tolerance);
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_answer = Instant::now();
+    let mut in_flight: VecDeque<(u64, Instant)> = VecDeque::new();
+    let mut seq = 0u64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if last_answer.elapsed() > deadline {
+                    let reason = format!("hub answered no heartbeat for {deadline:?}");
+                    connection.close(VarInt::from_u32(close_code::HEARTBEAT_TIMEOUT), reason.as_bytes());
+                    return reason;
+                }
+                seq += 1;
+                let beat = AgentMessage::Heartbeat(Heartbeat { seq, sent_unix_ms: unix_ms() });
+                if let Err(e) = stream.send(&beat).await {
+                    return lost_reason(&connection, e);
+                }
+                in_flight.push_back((seq, Instant::now()));
+                // Answers older than the tolerance no longer matter for RTT.
+                while in_flight.len() > tolerance as usize + 1 {
+                    in_flight.pop_front();
+                }
+            }
+            answer = stream.recv() => match answer {
+                Ok(Some(HubMessage::HeartbeatAck(ack))) => {
+                    last_answer = Instant::now();
+                    if let Some(&(_, sent)) = in_flight.iter().find(|(s, _)| *s == ack.seq) {
+                        metrics.heartbeat_rtt_ms.set(sent.elapsed().as_millis() as i64);
+                    }
+                    in_flight.retain(|(s, _)| *s > ack.seq);
+                }
+                Ok(Some(_)) => {
+                    let reason = "hub sent a non-heartbeat message on the heartbeat stream";
+                    connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
+                    return reason.to_owned();
+                }
+                Ok(None) => return lost_reason(&connection, "hub finished the heartbeat stream"),
+                Err(e) => return lost_reason(&connection, e),
+            },
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The member identity: the Common Name of the client certificate, never a message field.
+
+use rustls_pki_types::CertificateDer;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::{Error, Result};
+
+/// What the hub knows about a peer from its verified certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// The member name (certificate Common Name).
+    pub member: String,
+    /// Certificate expiry, Unix seconds.
+    pub not_after_unix: i64,
+    /// Certificate serial number, hex, for revocation and logs.
+    pub serial: String,
+}
+
+/// Whether `name` is a valid member name: an RFC 1123 DNS label, like a Kubernetes object name.
+pub fn is_valid_member_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// Reads the member identity from the leaf of a verified client certificate chain.
+pub fn peer_identity(chain: &[CertificateDer<'_>]) -> Result<PeerIdentity> {
+    let leaf = chain
+        .first()
+        .ok_or_else(|| Error::Identity("no client certificate".into()))?;
+    let (_, cert) = X509Certificate::from_der(leaf.as_ref())
+        .map_err(|e| Error::Identity(format!("unparseable certificate: {e}")))?;
+    let member = cert
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .ok_or_else(|| Error::Identity("certificate has no Common Name".into()))?
+        .to_owned();
+    if !is_valid_member_name(&member) {
+        return Err(Error::Identity(format!(
+            "Common Name {member:?} is not a valid member name (lowercase RFC 1123 label)"
+        )));
+    }
+    Ok(PeerIdentity {
+        member,
+        not_after_unix: cert.validity().not_after.timestamp(),
+        serial: cert.raw_serial_as_string(),
+    })
+}
+
+/// Extracts the identity of a quinn connection's peer, if it presented a certificate.
+pub fn connection_identity(connection: &quinn::Connection) -> Result<PeerIdentity> {
+    let chain = connection
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or_else(|| Error::Identity("peer presented no certificate".into()))?;
+    peer_identity(&chain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_names_follow_rfc1123_labels() {
+        for ok in ["a", "member-1", "edge-eu-west-3", "x1"] {
+            assert!(is_valid_member_name(ok), "{ok}");
+        }
+        let too_long = "a".repeat(64);
+        for bad in ["", "-a", "a-", "Member", "a.b", "a_b", too_long.as_str()] {
+            assert!(!is_valid_member_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn garbage_certificates_are_errors() {
+        assert!(peer_identity(&[]).is_err());
+        let junk = CertificateDer::from(vec![0x30, 0x03, 0x01, 0x02, 0x03]);
+        let err = peer_identity(&[junk]).unwrap_err();
+        assert!(err.to_string().contains("unparseable"), "{err}");
+    }
+}

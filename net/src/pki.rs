@@ -1,0 +1,327 @@
+//! Certificates for the hub and its members, issued by the hub's CA with rcgen.
+//!
+//! Member certificates carry the member name as Common Name and only the `clientAuth` extended
+//! key usage; hub certificates carry the hub's DNS names/IPs and only `serverAuth`, so neither
+//! can stand in for the other.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
+};
+use time::{Duration, OffsetDateTime};
+
+use crate::identity::is_valid_member_name;
+use crate::{Error, Result};
+
+/// A certificate and its private key, PEM-encoded.
+#[derive(Clone)]
+pub struct IssuedCert {
+    /// The certificate.
+    pub cert_pem: String,
+    /// The private key (PKCS#8).
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for IssuedCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedCert")
+            .field("key_pem", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+/// The validity window of a certificate to issue.
+#[derive(Debug, Clone, Copy)]
+pub struct Validity {
+    /// Start of validity.
+    pub not_before: OffsetDateTime,
+    /// End of validity.
+    pub not_after: OffsetDateTime,
+}
+
+impl Validity {
+    /// Valid from a minute before `now` (clock skew) for `lifetime`.
+    pub fn starting(now: OffsetDateTime, lifetime: Duration) -> Self {
+        Self {
+            not_before: now - Duration::minutes(1),
+            not_after: now + lifetime,
+        }
+    }
+}
+
+/// The hub's certificate authority.
+pub struct CertificateAuthority {
+    cert_pem: String,
+    key_pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for CertificateAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertificateAuthority")
+            .finish_non_exhaustive()
+    }
+}
+
+fn serial(now: OffsetDateTime, salt: &str) -> SerialNumber {
+    // Unique enough for a private CA: issue time in nanoseconds plus a digest of the subject.
+    let mut bytes = now.unix_timestamp_nanos().to_be_bytes().to_vec();
+    let digest = salt.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    bytes.extend_from_slice(&digest.to_be_bytes());
+    // Positive, as RFC 5280 requires.
+    bytes[0] &= 0x7f;
+    SerialNumber::from_slice(&bytes)
+}
+
+impl CertificateAuthority {
+    /// Generates a new self-signed CA.
+    pub fn generate(common_name: &str, validity: Validity) -> Result<Self> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "kedge");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.not_before = validity.not_before;
+        params.not_after = validity.not_after;
+        params.serial_number = Some(serial(validity.not_before, common_name));
+        let cert = params.self_signed(&key)?;
+        let cert_pem = cert.pem();
+        let key_pem = key.serialize_pem();
+        Ok(Self {
+            cert_pem,
+            key_pem,
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// Loads a CA from its PEM certificate and key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self> {
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, KeyPair::from_pem(key_pem)?)?;
+        Ok(Self {
+            cert_pem: cert_pem.to_owned(),
+            key_pem: key_pem.to_owned(),
+            issuer,
+        })
+    }
+
+    /// The CA certificate (the bundle agents verify the hub against).
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// The CA private key.
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    /// Issues the hub's server certificate for the given DNS names and IP addresses.
+    pub fn issue_server(&self, names: &[String], validity: Validity) -> Result<IssuedCert> {
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kedge-hub");
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        self.issue(params, validity, "kedge-hub")
+    }
+
+    /// Issues a member's client certificate with a fresh key (development and tests; in
+    /// production the agent generates its key and sends a CSR).
+    pub fn issue_member(&self, member: &str, validity: Validity) -> Result<IssuedCert> {
+        if !is_valid_member_name(member) {
+            return Err(Error::Identity(format!(
+                "{member:?} is not a valid member name (lowercase RFC 1123 label)"
+            )));
+        }
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, member);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "kedge:members");
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        self.issue(params, validity, member)
+    }
+
+    fn issue(
+        &self,
+        mut params: CertificateParams,
+        validity: Validity,
+        subject: &str,
+    ) -> Result<IssuedCert> {
+        params.not_before = validity.not_before;
+        params.not_after = validity.not_after;
+        params.serial_number = Some(serial(OffsetDateTime::now_utc(), subject));
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(IssuedCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+}
+
+/// File names of a development PKI laid out in one directory by [`write_dev_pki`].
+#[derive(Debug, Clone)]
+pub struct DevPkiPaths {
+    /// Directory holding everything.
+    pub dir: PathBuf,
+}
+
+impl DevPkiPaths {
+    /// CA certificate.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+    /// CA key.
+    pub fn ca_key(&self) -> PathBuf {
+        self.dir.join("ca-key.pem")
+    }
+    /// Hub server certificate.
+    pub fn hub_cert(&self) -> PathBuf {
+        self.dir.join("hub.pem")
+    }
+    /// Hub server key.
+    pub fn hub_key(&self) -> PathBuf {
+        self.dir.join("hub-key.pem")
+    }
+    /// A member's client certificate.
+    pub fn member_cert(&self, member: &str) -> PathBuf {
+        self.dir.join(format!("member-{member}.pem"))
+    }
+    /// A member's client key.
+    pub fn member_key(&self, member: &str) -> PathBuf {
+        self.dir.join(format!("member-{member}-key.pem"))
+    }
+}
+
+/// Writes a file readable only by its owner where the platform allows (private keys).
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
+    let to_err = |source| Error::WriteFile {
+        path: path.to_owned(),
+        source,
+    };
+    fs::write(path, contents).map_err(to_err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(to_err)?;
+    }
+    Ok(())
+}
+
+fn write_public(path: &Path, contents: &str) -> Result<()> {
+    fs::write(path, contents).map_err(|source| Error::WriteFile {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Creates (or reuses) a CA in `dir` and issues a hub certificate for `hub_names` and a
+/// client certificate per member. Existing CA files are reused so that re-running adds
+/// members without invalidating certificates already handed out.
+pub fn write_dev_pki(
+    dir: &Path,
+    hub_names: &[String],
+    members: &[String],
+    lifetime: Duration,
+) -> Result<DevPkiPaths> {
+    fs::create_dir_all(dir).map_err(|source| Error::WriteFile {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let paths = DevPkiPaths {
+        dir: dir.to_owned(),
+    };
+    let now = OffsetDateTime::now_utc();
+    let ca = match (
+        fs::read_to_string(paths.ca_cert()),
+        fs::read_to_string(paths.ca_key()),
+    ) {
+        (Ok(cert), Ok(key)) => CertificateAuthority::from_pem(&cert, &key)?,
+        _ => {
+            let ca = CertificateAuthority::generate(
+                "kedge development CA",
+                Validity::starting(now, Duration::days(3650)),
+            )?;
+            write_public(&paths.ca_cert(), ca.cert_pem())?;
+            write_private(&paths.ca_key(), ca.key_pem())?;
+            ca
+        }
+    };
+    let hub = ca.issue_server(hub_names, Validity::starting(now, lifetime))?;
+    write_public(&paths.hub_cert(), &hub.cert_pem)?;
+    write_private(&paths.hub_key(), &hub.key_pem)?;
+    for member in members {
+        let issued = ca.issue_member(member, Validity::starting(now, lifetime))?;
+        write_public(&paths.member_cert(member), &issued.cert_pem)?;
+        write_private(&paths.member_key(member), &issued.key_pem)?;
+    }
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::peer_identity;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    #[test]
+    fn member_certificates_carry_the_member_name() {
+        let now = OffsetDateTime::now_utc();
+        let ca =
+            CertificateAuthority::generate("test CA", Validity::starting(now, Duration::days(1)))
+                .unwrap();
+        let issued = ca
+            .issue_member("edge-1", Validity::starting(now, Duration::hours(2)))
+            .unwrap();
+        let der = CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap();
+        let id = peer_identity(&[der]).unwrap();
+        assert_eq!(id.member, "edge-1");
+        assert!((id.not_after_unix - (now + Duration::hours(2)).unix_timestamp()).abs() <= 1);
+    }
+
+    #[test]
+    fn invalid_member_names_are_refused() {
+        let now = OffsetDateTime::now_utc();
+        let ca =
+            CertificateAuthority::generate("test CA", Validity::starting(now, Duration::days(1)))
+                .unwrap();
+        let err = ca
+            .issue_member("Bad_Name", Validity::starting(now, Duration::hours(1)))
+            .unwrap_err();
+        assert!(err.to_string().contains("not a valid member name"), "{err}");
+    }
+
+    #[test]
+    fn a_ca_round_trips_through_pem() {
+        let now = OffsetDateTime::now_utc();
+        let ca =
+            CertificateAuthority::generate("test CA", Validity::starting(now, Duration::days(1)))
+                .unwrap();
+        let again = CertificateAuthority::from_pem(ca.cert_pem(), ca.key_pem()).unwrap();
+        again
+            .issue_server(
+                &["localhost".into()],
+                Validity::starting(now, Duration::hours(1)),
+            )
+            .unwrap();
+        assert!(CertificateAuthority::from_pem("garbage", "garbage").is_err());
+    }
+}

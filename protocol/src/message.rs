@@ -1,0 +1,313 @@
+//! Every message that crosses the wire, one enum per direction.
+//!
+//! Durations are milliseconds (`*_ms`), instants are Unix milliseconds (`*_unix_ms`), so that
+//! both sides agree without sharing a clock type.
+
+use serde::{Deserialize, Serialize};
+
+/// Messages the agent sends to the hub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AgentMessage {
+    /// First message on the control stream.
+    Hello(Hello),
+    /// Liveness probe on the heartbeat stream.
+    Heartbeat(Heartbeat),
+    /// Outcome of applying one desired-state revision.
+    Ack(Ack),
+    /// What the agent observes in its cluster.
+    Report(StatusReport),
+}
+
+/// Messages the hub sends to the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HubMessage {
+    /// The hub accepted the session.
+    Welcome(Welcome),
+    /// The hub refused the session; the stream is closed afterwards.
+    Refused(Refusal),
+    /// Answer to a [`Heartbeat`].
+    HeartbeatAck(HeartbeatAck),
+    /// What the member should run.
+    DesiredState(DesiredState),
+}
+
+/// Opens a session. The member's identity is *not* here: it comes from its certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Protocol version the agent speaks.
+    pub protocol_version: u16,
+    /// Agent build version (semver).
+    pub agent_version: String,
+    /// `gitVersion` of the member's kube-apiserver, or empty when unknown.
+    pub kubernetes_version: String,
+    /// Highest desired-state revision the agent has applied, 0 if none.
+    pub last_applied_revision: u64,
+    /// Namespaces the agent is configured to manage; empty means every namespace.
+    pub namespaces: Vec<String>,
+}
+
+/// Accepts a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// Protocol version the hub will speak on this session.
+    pub protocol_version: u16,
+    /// Hub build version.
+    pub hub_version: String,
+    /// Unique id of this session, for logs on both sides.
+    pub session_id: String,
+    /// The member name the hub read from the agent's certificate.
+    pub member: String,
+    /// How often the agent must send a heartbeat.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// Why the hub refused a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefusalCode {
+    /// The agent speaks a protocol version the hub does not support.
+    UnsupportedVersion,
+    /// The member was deleted or its certificate revoked.
+    Revoked,
+    /// The first message was not a `Hello`.
+    UnexpectedMessage,
+    /// The hub is shutting down or at its session limit; retry later.
+    Unavailable,
+}
+
+/// Refuses a session with a reason a person can read in either side's log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// Machine-readable reason.
+    pub code: RefusalCode,
+    /// Human-readable explanation, including what to do about it.
+    pub message: String,
+    /// Oldest protocol version the hub accepts.
+    pub min_protocol_version: u16,
+    /// Newest protocol version the hub accepts.
+    pub max_protocol_version: u16,
+}
+
+/// Liveness probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Increases by one per heartbeat within a session.
+    pub seq: u64,
+    /// Agent wall clock when sent, for skew diagnostics only.
+    pub sent_unix_ms: i64,
+}
+
+/// Answer to a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatAck {
+    /// The `seq` being answered.
+    pub seq: u64,
+}
+
+/// A workload kind with a `/scale` subresource in the member cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WorkloadRef {
+    /// `apiVersion` of the target, e.g. `apps/v1`.
+    pub api_version: String,
+    /// `kind` of the target, e.g. `Deployment`.
+    pub kind: String,
+    /// Namespace in the member cluster.
+    pub namespace: String,
+    /// Name in the member cluster.
+    pub name: String,
+}
+
+/// "Workload W should run R replicas", on behalf of one hub object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadReplicas {
+    /// The target in the member cluster.
+    pub workload: WorkloadRef,
+    /// Desired replicas.
+    pub replicas: i32,
+    /// The hub object this comes from, `namespace/name` of the DistributedScaledObject.
+    pub owner: String,
+}
+
+/// A Job to create, with a deterministic name so that re-sending it is harmless.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCreate {
+    /// Namespace in the member cluster.
+    pub namespace: String,
+    /// Deterministic Job name.
+    pub name: String,
+    /// `namespace/name` of the DistributedScaledJob.
+    pub owner: String,
+    /// The complete `batch/v1` Job as JSON.
+    pub manifest_json: Vec<u8>,
+}
+
+/// A Job to delete (history cleanup or scale-in).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDelete {
+    /// Namespace in the member cluster.
+    pub namespace: String,
+    /// Job name.
+    pub name: String,
+    /// `namespace/name` of the DistributedScaledJob.
+    pub owner: String,
+}
+
+/// The complete desired state of one member at one revision. Level-triggered: the agent
+/// converges to the latest one it received and nothing depends on earlier messages.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredState {
+    /// Strictly increasing per member across hub restarts.
+    pub revision: u64,
+    /// Replica counts of every workload the hub manages in this member.
+    pub workloads: Vec<WorkloadReplicas>,
+    /// Jobs that should exist.
+    pub create_jobs: Vec<JobCreate>,
+    /// Jobs that should no longer exist.
+    pub delete_jobs: Vec<JobDelete>,
+}
+
+/// Whether a failed command may succeed if retried unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Retry {
+    /// Retrying may succeed (API unavailable, conflict, timeout).
+    Transient,
+    /// Retrying unchanged will fail again (forbidden namespace, invalid manifest, missing
+    /// workload).
+    Permanent,
+}
+
+/// What kind of failure a command met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureCode {
+    /// The agent is not configured to manage the target namespace.
+    NamespaceNotAllowed,
+    /// The target workload does not exist in the member cluster.
+    NotFound,
+    /// The member kube-apiserver refused the agent (RBAC).
+    Forbidden,
+    /// The manifest or request is invalid.
+    Invalid,
+    /// The member kube-apiserver could not be reached or timed out.
+    ApiUnavailable,
+    /// An optimistic-concurrency conflict.
+    Conflict,
+    /// Any other failure.
+    Other,
+}
+
+/// A typed command failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Retry classification.
+    pub retry: Retry,
+    /// Failure class.
+    pub code: FailureCode,
+    /// Details for people.
+    pub message: String,
+}
+
+/// What a command acted on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandTarget {
+    /// A replica command.
+    Workload(WorkloadRef),
+    /// A Job create or delete, `namespace/name`.
+    Job(String),
+}
+
+/// The outcome of one command of a desired-state revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult {
+    /// What the command acted on.
+    pub target: CommandTarget,
+    /// `None` when applied, the failure otherwise.
+    pub failure: Option<Failure>,
+}
+
+/// Acknowledges a desired-state revision with the outcome of each of its commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// The revision acknowledged.
+    pub revision: u64,
+    /// One result per command; commands not listed were no-ops.
+    pub results: Vec<CommandResult>,
+}
+
+/// Observed state of one managed workload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadStatus {
+    /// The workload.
+    pub workload: WorkloadRef,
+    /// Whether the workload exists in the member cluster.
+    pub exists: bool,
+    /// `.spec.replicas`.
+    pub spec_replicas: i32,
+    /// `.status.readyReplicas`.
+    pub ready_replicas: i32,
+    /// `.status.availableReplicas`.
+    pub available_replicas: i32,
+    /// Pods of the workload not yet scheduled.
+    pub pending_pods: i32,
+    /// Pods the scheduler reported `Unschedulable`.
+    pub unschedulable_pods: i32,
+    /// How long the oldest unschedulable pod has been so, 0 if none.
+    pub unschedulable_for_ms: u64,
+}
+
+/// Phase of a managed Job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobPhase {
+    /// Created; no pod running yet.
+    Pending,
+    /// At least one pod running.
+    Running,
+    /// Completed successfully.
+    Succeeded,
+    /// Failed (backoff limit or deadline exceeded).
+    Failed,
+}
+
+/// Observed state of one managed Job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// Namespace in the member cluster.
+    pub namespace: String,
+    /// Job name.
+    pub name: String,
+    /// `namespace/name` of the DistributedScaledJob.
+    pub owner: String,
+    /// Current phase.
+    pub phase: JobPhase,
+    /// When the Job finished, for history cleanup.
+    pub finished_unix_ms: Option<i64>,
+}
+
+/// Free and total schedulable capacity of the member cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterCapacity {
+    /// Nodes in the cluster.
+    pub nodes: u32,
+    /// Nodes that are Ready and schedulable.
+    pub ready_nodes: u32,
+    /// Sum of allocatable CPU of ready nodes, millicores.
+    pub allocatable_cpu_millis: u64,
+    /// Sum of allocatable memory of ready nodes, bytes.
+    pub allocatable_memory_bytes: u64,
+    /// CPU requested by scheduled, non-terminated pods, millicores.
+    pub requested_cpu_millis: u64,
+    /// Memory requested by scheduled, non-terminated pods, bytes.
+    pub requested_memory_bytes: u64,
+}
+
+/// What the agent observes. A `full` report replaces everything the hub knew of this member
+/// (sent after every (re)connect); otherwise it updates only the entries it carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Whether this report is complete.
+    pub full: bool,
+    /// Managed workloads.
+    pub workloads: Vec<WorkloadStatus>,
+    /// Managed Jobs.
+    pub jobs: Vec<JobStatus>,
+    /// Cluster capacity, when it changed or in a full report.
+    pub capacity: Option<ClusterCapacity>,
+}

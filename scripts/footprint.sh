@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Measures the agent's footprint: release binary size and resident memory of an idle agent
+# connected to a hub on loopback (after a settle time). Prints a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p kedge-hub -p kedge-agent --bins >/dev/null
+B=target/release
+dir=$(mktemp -d)
+trap 'kill $hub $agent 2>/dev/null || true; rm -rf "$dir"' EXIT
+"$B/kubectl-kedge" dev-certs --dir "$dir" --members footprint >/dev/null
+port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+"$B/kedge-hub" --listen "127.0.0.1:$port" --ops-listen 127.0.0.1:0 \
+  --tls-cert "$dir/hub.pem" --tls-key "$dir/hub-key.pem" --tls-ca "$dir/ca.pem" 2>/dev/null & hub=$!
+sleep 0.5
+"$B/kedge-agent" --hub "127.0.0.1:$port" --hub-server-name localhost --ops-listen 127.0.0.1:0 \
+  --tls-cert "$dir/member-footprint.pem" --tls-key "$dir/member-footprint-key.pem" --tls-ca "$dir/ca.pem" 2>/dev/null & agent=$!
+settle=${SETTLE_SECONDS:-20}
+sleep "$settle"
+rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status")
+hwm_kib=$(awk '/VmHWM/ {print $2}' "/proc/$agent/status")
+echo "| what | value |"
+echo "|---|---|"
+echo "| kedge-agent binary (release, stripped) | $(( $(stat -c %s "$B/kedge-agent") / 1024 )) KiB |"
+echo "| kedge-agent idle RSS after ${settle}s connected | ${rss_kib} KiB (peak ${hwm_kib} KiB) |"
+echo "| machine | $(nproc) cores, $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(rustc --version) |"

@@ -1,0 +1,237 @@
+//! Shared harness of the end-to-end tests: real binaries, real sockets, loopback only.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+/// Path of a workspace binary next to the running test (target/<profile>/NAME).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile> directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`; `make test` does)",
+        path.display()
+    );
+    path
+}
+
+/// A free UDP port on 127.0.0.1.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process whose stderr goes to a log file; killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(program: &Path, args: &[String], log: PathBuf) -> Proc {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(program)
+            .args(args)
+            .env("RUST_LOG", "info,kedge_hub=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        Proc { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id().expect("process still running") as i32
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+/// A development PKI written by the real `kubectl-kedge dev-certs`.
+pub struct Pki {
+    pub dir: PathBuf,
+}
+
+impl Pki {
+    pub async fn create(dir: &Path, members: &[&str]) -> Pki {
+        let out = Command::new(bin("kubectl-kedge"))
+            .args(["dev-certs", "--dir"])
+            .arg(dir)
+            .args(["--members", &members.join(",")])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "dev-certs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Pki {
+            dir: dir.to_owned(),
+        }
+    }
+
+    pub fn path(&self, file: &str) -> String {
+        self.dir.join(file).display().to_string()
+    }
+}
+
+/// Ports and settings of one hub.
+#[derive(Clone, Copy)]
+pub struct HubPorts {
+    pub quic: u16,
+    pub ops: u16,
+}
+
+impl HubPorts {
+    pub fn new() -> Self {
+        HubPorts {
+            quic: free_udp_port(),
+            ops: free_tcp_port(),
+        }
+    }
+
+    pub fn quic_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.quic))
+    }
+
+    pub fn ops_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ops)
+    }
+}
+
+pub fn start_hub(pki: &Pki, ports: HubPorts, heartbeat: &str, log: PathBuf) -> Proc {
+    let args = [
+        "--listen".into(),
+        format!("127.0.0.1:{}", ports.quic),
+        "--ops-listen".into(),
+        format!("127.0.0.1:{}", ports.ops),
+        "--tls-cert".into(),
+        pki.path("hub.pem"),
+        "--tls-key".into(),
+        pki.path("hub-key.pem"),
+        "--tls-ca".into(),
+        pki.path("ca.pem"),
+        "--heartbeat-interval".into(),
+        heartbeat.into(),
+        "--heartbeat-tolerance".into(),
+        "3".into(),
+    ];
+    Proc::spawn(&bin("kedge-hub"), &args, log)
+}
+
+pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Proc {
+    let args = [
+        "--hub".into(),
+        format!("127.0.0.1:{}", ports.quic),
+        "--hub-server-name".into(),
+        "localhost".into(),
+        "--tls-cert".into(),
+        pki.path(&format!("member-{member}.pem")),
+        "--tls-key".into(),
+        pki.path(&format!("member-{member}-key.pem")),
+        "--tls-ca".into(),
+        pki.path("ca.pem"),
+        "--ops-listen".into(),
+        "127.0.0.1:0".into(),
+        "--reconnect-initial".into(),
+        "100ms".into(),
+        "--reconnect-max".into(),
+        "1s".into(),
+    ];
+    Proc::spawn(&bin("kedge-agent"), &args, log)
+}
+
+/// The hub's sessions, read with the real `kubectl kedge sessions -o json`.
+/// `None` while the hub does not answer.
+pub async fn sessions(ports: HubPorts) -> Option<Vec<Value>> {
+    let out = Command::new(bin("kubectl-kedge"))
+        .args(["sessions", "-o", "json", "--hub", &ports.ops_url()])
+        .output()
+        .await
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// The state of one member, if the hub knows it.
+pub fn state_of<'a>(sessions: &'a [Value], member: &str) -> Option<&'a Value> {
+    sessions.iter().find(|s| s["member"] == member)
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after `limit` with `what`.
+pub async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every listed member is in `state` on the hub; returns the sessions.
+pub async fn wait_for_states(
+    ports: HubPorts,
+    members: &[&str],
+    state: &str,
+    limit: Duration,
+) -> Vec<Value> {
+    wait_for(limit, &format!("{members:?} to be {state}"), || async {
+        let sessions = sessions(ports).await?;
+        members
+            .iter()
+            .all(|m| state_of(&sessions, m).is_some_and(|s| s["state"] == state))
+            .then_some(sessions)
+    })
+    .await
+}
