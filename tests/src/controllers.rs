@@ -213,8 +213,20 @@ fn garbage_collect(store: &mut Store, now: i64) {
     }
 }
 
-/// Terminating namespaces: delete their content, then the namespace.
+/// Terminating namespaces: delete their content, then the namespace. Active
+/// namespaces get their `default` ServiceAccount, like the real controller.
 fn namespaces(store: &mut Store, now: i64) {
+    let active: Vec<String> = store
+        .list(NAMESPACES, None)
+        .filter(|n| !deleting(n))
+        .map(|n| name_of(n))
+        .collect();
+    for ns in active {
+        if store.get("/serviceaccounts", &ns, "default").is_none() {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
+            let _ = store.create_internal("/serviceaccounts", sa, now);
+        }
+    }
     let terminating: Vec<String> = store
         .list(NAMESPACES, None)
         .filter(|n| deleting(n))

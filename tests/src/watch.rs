@@ -234,6 +234,20 @@ impl WatchState {
             k if now_matches => k,
             _ => return None,
         };
+        let same_version =
+            ev.obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+        if !self.table && same_version {
+            let obj = ev
+                .json
+                .get_or_init(|| serde_json::to_vec(&*ev.obj).unwrap_or_default());
+            let mut out = Vec::with_capacity(obj.len() + 32);
+            out.extend_from_slice(b"{\"type\":\"");
+            out.extend_from_slice(kind.as_str().as_bytes());
+            out.extend_from_slice(b"\",\"object\":");
+            out.extend_from_slice(obj);
+            out.extend_from_slice(b"}\n");
+            return Some(Bytes::from(out));
+        }
         self.render(kind.as_str(), &ev.obj)
     }
 
