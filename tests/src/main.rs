@@ -1,1 +1,99 @@
-fn main() {}
+//! `kedge-sim serve --clusters a,b --dir DIR`: hosts virtual clusters until stopped.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kedge_sim::{Sim, SimConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kedge-sim",
+    version,
+    about = "Kubernetes API simulator hosting many virtual clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Serve virtual clusters and write DIR/NAME.kubeconfig for each.
+    Serve(Serve),
+}
+
+#[derive(clap::Args, Debug)]
+struct Serve {
+    /// Cluster names, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    clusters: Vec<String>,
+    /// Directory for the kubeconfig files.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Ready nodes per cluster.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// CPU capacity per node.
+    #[arg(long, default_value = "8")]
+    node_cpu: String,
+    /// Memory capacity per node.
+    #[arg(long, default_value = "32Gi")]
+    node_memory: String,
+    /// Pod capacity per node.
+    #[arg(long, default_value_t = 110)]
+    node_pods: u32,
+    /// Simulated milliseconds from binding until a pod is Ready.
+    #[arg(long, default_value_t = 1000)]
+    pod_start_delay_ms: u64,
+    /// Simulated run time of Job pods in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    job_duration_ms: u64,
+    /// Job pods fail instead of succeeding (per Job: annotation sim.kedge.dev/outcome).
+    #[arg(long)]
+    job_pods_fail: bool,
+    /// Simulated time speed factor.
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+    /// First port (cluster i gets port-base + i); 0 picks free ports.
+    #[arg(long, default_value_t = 0)]
+    port_base: u16,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let Cmd::Serve(args) = Cli::parse().cmd;
+    let config = SimConfig {
+        nodes: args.nodes,
+        node_cpu: args.node_cpu,
+        node_memory: args.node_memory,
+        node_pods: args.node_pods,
+        pod_start_delay: Duration::from_millis(args.pod_start_delay_ms),
+        job_duration: Duration::from_millis(args.job_duration_ms),
+        job_pods_fail: args.job_pods_fail,
+        speed: args.speed,
+        port_base: args.port_base,
+        ..SimConfig::default()
+    };
+    let sim = Sim::start(&args.clusters, config, Some(&args.dir)).await?;
+    for c in sim.clusters() {
+        println!(
+            "cluster {} {} {}",
+            c.name(),
+            c.url(),
+            args.dir.join(format!("{}.kubeconfig", c.name())).display()
+        );
+    }
+    println!("kedge-sim ready: {} clusters", sim.clusters().len());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    sim.shutdown().await;
+    Ok(())
+}

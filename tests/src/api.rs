@@ -1,0 +1,954 @@
+//! The HTTP face of one virtual cluster: discovery, CRUD, patch, watch.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::cluster::ClusterShared;
+use crate::error::{Error, Result};
+use crate::interim::{FieldSel, LabelSel, object_labels};
+use crate::resources::{ResourceDef, group_order};
+use crate::store::{Propagation, WriteScope};
+use crate::util::{hex_decode, hex_encode, meta_mut, meta_str, parse_query};
+
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The router of one cluster: every path goes through [`handle`].
+pub fn router(cluster: Arc<ClusterShared>) -> Router {
+    Router::new().fallback(handle).with_state(cluster)
+}
+
+/// A parsed request.
+#[derive(Debug)]
+pub(crate) struct Req {
+    pub method: Method,
+    pub segs: Vec<String>,
+    pub query: Vec<(String, String)>,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Req {
+    pub(crate) fn q(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, key: &str) -> bool {
+        matches!(self.q(key), Some("true" | "1"))
+    }
+
+    fn accept(&self) -> &str {
+        self.headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    fn content_type(&self) -> &str {
+        self.headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+    }
+
+    fn wants_table(&self) -> bool {
+        self.accept().contains("as=Table")
+    }
+}
+
+async fn handle(State(c): State<Arc<ClusterShared>>, req: Request) -> Response {
+    let faults = c.faults();
+    if faults.unavailable {
+        return error_response(&Error::Unavailable(
+            "the server is currently unable to handle the request".into(),
+        ));
+    }
+    if !faults.latency.is_zero() {
+        tokio::time::sleep(faults.latency).await;
+    }
+    if faults.error_rate > 0.0
+        && (crate::util::random_u64() as f64 / u64::MAX as f64) < faults.error_rate
+    {
+        return error_response(&Error::Internal("injected failure".into()));
+    }
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return error_response(&Error::BadRequest(format!("reading body: {e}")));
+        }
+    };
+    let query = match parse_query(parts.uri.query()) {
+        Ok(q) => q,
+        Err(e) => return error_response(&e),
+    };
+    let segs = parts
+        .uri
+        .path()
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| crate::util::percent_decode(s).unwrap_or_else(|_| s.to_string()))
+        .collect();
+    let r = Req {
+        method: parts.method,
+        segs,
+        query,
+        headers: parts.headers,
+        body,
+    };
+    match route(&c, &r) {
+        Ok(resp) => resp,
+        Err(e) => error_response(&e),
+    }
+}
+
+pub(crate) fn error_response(e: &Error) -> Response {
+    json_response(
+        StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.status(),
+    )
+}
+
+pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn ok(v: &Value) -> Result<Response> {
+    Ok(json_response(StatusCode::OK, v))
+}
+
+fn route(c: &Arc<ClusterShared>, r: &Req) -> Result<Response> {
+    let s: Vec<&str> = r.segs.iter().map(String::as_str).collect();
+    match (&r.method, s.as_slice()) {
+        (&Method::GET, ["version"]) => ok(&json!({
+            "major": "1", "minor": "33", "gitVersion": "v1.33.0-kedge-sim",
+            "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
+            "platform": "linux/amd64",
+        })),
+        (&Method::GET, ["healthz" | "livez" | "readyz"]) => {
+            Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], "ok").into_response())
+        }
+        (&Method::GET, ["api"]) => ok(&json!({
+            "kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": c.addr.to_string()}],
+        })),
+        (&Method::GET, ["apis"]) => ok(&group_list(c)),
+        (&Method::GET, ["apis", group]) => group_doc(c, group),
+        (&Method::GET, ["api", "v1"]) => resource_list(c, "", "v1"),
+        (&Method::GET, ["apis", crate::keda::METRICS_GROUP, "v1beta1"]) => {
+            ok(&crate::keda::metrics_discovery())
+        }
+        (
+            &Method::GET,
+            [
+                "apis",
+                crate::keda::METRICS_GROUP,
+                "v1beta1",
+                "namespaces",
+                ns,
+                metric,
+            ],
+        ) => {
+            let sel = r.q("labelSelector").unwrap_or_default();
+            ok(&crate::keda::external_metric(c, ns, metric, sel)?)
+        }
+        (&Method::GET, ["apis", group, version]) => resource_list(c, group, version),
+        (_, ["api", "v1", rest @ ..]) => resource(c, r, "", "v1", rest),
+        (_, ["apis", group, version, rest @ ..]) => resource(c, r, group, version, rest),
+        (&Method::GET, ["openapi", "v3"]) => ok(&crate::openapi::root(&c.store())),
+        (&Method::GET, ["openapi", "v3", "api", version]) => {
+            let doc = crate::openapi::group_version(&c.store(), "", version);
+            ok(&doc.ok_or_else(|| {
+                Error::NotFound("the server could not find the requested resource".into())
+            })?)
+        }
+        (&Method::GET, ["openapi", "v3", "apis", group, version]) => {
+            let doc = crate::openapi::group_version(&c.store(), group, version);
+            ok(&doc.ok_or_else(|| {
+                Error::NotFound("the server could not find the requested resource".into())
+            })?)
+        }
+        _ => Err(Error::NotFound(
+            "the server could not find the requested resource".into(),
+        )),
+    }
+}
+
+fn group_list(c: &ClusterShared) -> Value {
+    let store = c.store();
+    let mut groups: Vec<Value> = group_order(store.defs())
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(g, vs)| group_json(&g, &vs))
+        .collect();
+    groups.push(group_json(
+        crate::keda::METRICS_GROUP,
+        &["v1beta1".to_string()],
+    ));
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn group_json(g: &str, vs: &[String]) -> Value {
+    let versions: Vec<Value> = vs
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .collect();
+    json!({
+        "name": g,
+        "versions": versions,
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+fn group_doc(c: &ClusterShared, group: &str) -> Result<Response> {
+    if group == crate::keda::METRICS_GROUP {
+        let mut g = group_json(group, &["v1beta1".to_string()]);
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        return ok(&g);
+    }
+    let store = c.store();
+    let (g, vs) = group_order(store.defs())
+        .into_iter()
+        .find(|(g, _)| g == group)
+        .ok_or_else(|| {
+            Error::NotFound("the server could not find the requested resource".into())
+        })?;
+    let mut doc = group_json(&g, &vs);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    ok(&doc)
+}
+
+fn resource_list(c: &ClusterShared, group: &str, version: &str) -> Result<Response> {
+    let store = c.store();
+    let resources: Vec<Value> = store
+        .defs()
+        .iter()
+        .filter(|d| d.group == group && d.versions.iter().any(|v| v == version))
+        .flat_map(|d| d.discovery())
+        .collect();
+    if resources.is_empty() {
+        return Err(Error::NotFound(
+            "the server could not find the requested resource".into(),
+        ));
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    ok(
+        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
+}
+
+/// What a resource path addresses.
+struct Target {
+    def: Arc<ResourceDef>,
+    version: String,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn parse_target(c: &ClusterShared, group: &str, version: &str, rest: &[&str]) -> Result<Target> {
+    let store = c.store();
+    let not_found = || Error::NotFound("the server could not find the requested resource".into());
+    let find = |plural: &str| store.find(group, version, plural).ok_or_else(not_found);
+    let t = |def, ns: Option<&str>, name: Option<&str>, sub: Option<&str>| Target {
+        def,
+        version: version.to_string(),
+        ns: ns.map(str::to_string),
+        name: name.map(str::to_string),
+        sub: sub.map(str::to_string),
+    };
+    let namespaced_coll = |plural: &str| {
+        group.is_empty()
+            || store
+                .find(group, version, plural)
+                .is_some_and(|d| d.namespaced)
+    };
+    let target = match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if namespaced_coll(plural)
+                && store
+                    .find(group, version, plural)
+                    .is_some_and(|d| d.namespaced) =>
+        {
+            let def = find(plural)?;
+            match tail {
+                [] => t(def, Some(ns), None, None),
+                [name] => t(def, Some(ns), Some(name), None),
+                [name, sub] => t(def, Some(ns), Some(name), Some(sub)),
+                _ => return Err(not_found()),
+            }
+        }
+        [plural] => t(find(plural)?, None, None, None),
+        [plural, name] => {
+            let def = find(plural)?;
+            if def.namespaced {
+                return Err(not_found());
+            }
+            t(def, None, Some(name), None)
+        }
+        [plural, name, sub] => {
+            let def = find(plural)?;
+            if def.namespaced {
+                return Err(not_found());
+            }
+            t(def, None, Some(name), Some(sub))
+        }
+        _ => return Err(not_found()),
+    };
+    if let Some(sub) = &target.sub {
+        let known = (sub == "status" && target.def.status)
+            || (sub == "scale" && target.def.scale.is_some());
+        if !known {
+            return Err(not_found());
+        }
+    }
+    Ok(target)
+}
+
+fn resource(
+    c: &Arc<ClusterShared>,
+    r: &Req,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+) -> Result<Response> {
+    let t = parse_target(c, group, version, rest)?;
+    match (&r.method, &t.name, t.sub.as_deref()) {
+        (&Method::GET, None, _) if r.flag("watch") => {
+            crate::watch::watch(c, r, &t.def, &t.version, t.ns.clone())
+        }
+        (&Method::GET, None, _) => list(c, r, &t),
+        (&Method::GET, Some(name), None) => get(c, r, &t, name),
+        (&Method::GET, Some(name), Some("status")) => get(c, r, &t, name),
+        (&Method::GET, Some(name), Some("scale")) => {
+            let store = c.store();
+            let obj = load(&store, &t, name)?;
+            ok(&scale_of(&t.def, &obj))
+        }
+        (&Method::POST, None, None) => create(c, r, &t),
+        (&Method::PUT, Some(name), sub) => update(c, r, &t, name, sub),
+        (&Method::PATCH, Some(name), sub) => patch(c, r, &t, name, sub),
+        (&Method::DELETE, Some(name), None) => delete(c, r, &t, name),
+        (&Method::DELETE, None, None) => delete_collection(c, r, &t),
+        (m, _, _) => Err(Error::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource: {m}"
+        ))),
+    }
+}
+
+fn ns_of(t: &Target) -> Result<&str> {
+    if t.def.namespaced {
+        t.ns.as_deref().ok_or_else(|| {
+            Error::NotFound("the server could not find the requested resource".into())
+        })
+    } else {
+        Ok("")
+    }
+}
+
+fn load(store: &crate::store::Store, t: &Target, name: &str) -> Result<crate::store::Obj> {
+    let ns = ns_of(t)?;
+    store
+        .get(&t.def.key, ns, name)
+        .cloned()
+        .ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))
+}
+
+/// The object as served in the requested version (no conversion, apiVersion only).
+fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
+    let want = def.api_version(version);
+    if obj.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()) {
+        return obj.clone();
+    }
+    let mut o = obj.clone();
+    o["apiVersion"] = json!(want);
+    o
+}
+
+fn get(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
+    let store = c.store();
+    let obj = load(&store, t, name)?;
+    let obj = versioned(&t.def, &t.version, &obj);
+    if r.wants_table() {
+        let mut table = crate::interim::to_table(
+            &[&obj],
+            t.def.printer_columns.as_ref(),
+            c.now(),
+            r.q("includeObject") == Some("Object"),
+        );
+        table["metadata"] = json!({"resourceVersion": store.rv.to_string()});
+        return ok(&table);
+    }
+    ok(&obj)
+}
+
+/// Label and field selectors of a request.
+pub(crate) fn selectors(r: &Req) -> Result<(LabelSel, FieldSel)> {
+    let l = LabelSel::parse(r.q("labelSelector").unwrap_or_default())?;
+    let f = FieldSel::parse(r.q("fieldSelector").unwrap_or_default())?;
+    Ok((l, f))
+}
+
+fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
+    let (lsel, fsel) = selectors(r)?;
+    let limit = match r.q("limit") {
+        None | Some("") => None,
+        Some(l) => {
+            let n: i64 = l
+                .parse()
+                .map_err(|_| Error::BadRequest(format!("invalid limit {l:?}")))?;
+            (n > 0).then_some(n as usize)
+        }
+    };
+    let store = c.store();
+    let current = store.rv;
+    let mut list_rv = current;
+    if let (Some(rv), Some("Exact")) = (r.q("resourceVersion"), r.q("resourceVersionMatch")) {
+        let rv: u64 = rv
+            .parse()
+            .map_err(|_| Error::BadRequest(format!("invalid resourceVersion {rv:?}")))?;
+        if rv != current {
+            return Err(Error::Gone(format!(
+                "too old resource version: {rv} ({current})"
+            )));
+        }
+    } else if let Some(rv) = r.q("resourceVersion").filter(|v| !v.is_empty()) {
+        rv.parse::<u64>()
+            .map_err(|_| Error::BadRequest(format!("invalid resourceVersion {rv:?}")))?;
+    }
+    let ns = t.ns.as_deref();
+    let after = match r.q("continue").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(tok) => {
+            let bad = || Error::BadRequest("continue key is not valid".into());
+            let raw = hex_decode(tok).ok_or_else(bad)?;
+            let raw = String::from_utf8(raw).map_err(|_| bad())?;
+            let mut it = raw.splitn(3, '\0');
+            let (rv, n, name) = (it.next(), it.next(), it.next());
+            let rv: u64 = rv.and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+            if rv < store.oldest_rv() {
+                return Err(Error::Gone(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                ));
+            }
+            list_rv = rv;
+            Some((
+                n.unwrap_or_default().to_string(),
+                name.ok_or_else(bad)?.to_string(),
+            ))
+        }
+    };
+    let matches = |o: &&crate::store::Obj| {
+        (lsel.is_empty() || lsel.matches(&object_labels(o))) && fsel.matches(o)
+    };
+    let iter: Box<dyn Iterator<Item = &crate::store::Obj>> = match after {
+        Some(a) => Box::new(store.list_after(&t.def.key, ns, a)),
+        None => Box::new(store.list(&t.def.key, ns)),
+    };
+    let mut items: Vec<&crate::store::Obj> = Vec::new();
+    let mut more = false;
+    for o in iter.filter(matches) {
+        if limit.is_some_and(|l| items.len() >= l) {
+            more = true;
+            break;
+        }
+        items.push(o);
+    }
+    let mut meta = json!({"resourceVersion": list_rv.to_string()});
+    if more && let Some(last) = items.last() {
+        let key = format!(
+            "{list_rv}\0{}\0{}",
+            meta_str(last, "namespace").unwrap_or_default(),
+            meta_str(last, "name").unwrap_or_default()
+        );
+        meta["continue"] = json!(hex_encode(key.as_bytes()));
+    }
+    let items: Vec<Value> = items
+        .iter()
+        .map(|o| versioned(&t.def, &t.version, o))
+        .collect();
+    if r.wants_table() {
+        let refs: Vec<&Value> = items.iter().collect();
+        let mut table = crate::interim::to_table(
+            &refs,
+            t.def.printer_columns.as_ref(),
+            c.now(),
+            r.q("includeObject") == Some("Object"),
+        );
+        table["metadata"] = meta;
+        return ok(&table);
+    }
+    ok(&json!({
+        "kind": format!("{}List", t.def.kind),
+        "apiVersion": t.def.api_version(&t.version),
+        "metadata": meta,
+        "items": items,
+    }))
+}
+
+/// Parses a JSON (or YAML) request body into an object.
+fn body_json(r: &Req) -> Result<Value> {
+    if r.body.is_empty() {
+        return Err(Error::BadRequest("the request body is empty".into()));
+    }
+    let ct = r.content_type();
+    if ct.contains("protobuf") {
+        return crate::protobuf::decode(&r.body);
+    }
+    if ct.contains("cbor") {
+        return Err(Error::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct})"
+        )));
+    }
+    let v: Value = if ct.contains("yaml") {
+        serde_yaml::from_slice(&r.body)
+            .map_err(|e| Error::BadRequest(format!("invalid YAML body: {e}")))?
+    } else {
+        serde_json::from_slice(&r.body)
+            .map_err(|e| Error::BadRequest(format!("invalid JSON body: {e}")))?
+    };
+    Ok(v)
+}
+
+fn check_kind(t: &Target, obj: &Value) -> Result<()> {
+    if let Some(kind) = obj.get("kind").and_then(Value::as_str)
+        && kind != t.def.kind
+        && !(t.sub.as_deref() == Some("scale") && kind == "Scale")
+    {
+        return Err(Error::BadRequest(format!(
+            "the API version in the data ({}) does not match the expected API version ({}) or kind {kind} does not match {}",
+            obj.get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            t.def.api_version(&t.version),
+            t.def.kind
+        )));
+    }
+    Ok(())
+}
+
+fn reject_dry_run(r: &Req) -> Result<()> {
+    if r.q("dryRun").is_some_and(|v| !v.is_empty()) {
+        return Err(Error::BadRequest(
+            "dryRun is not supported by kedge-sim".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn created(c: &ClusterShared, obj: &Value) -> Result<Response> {
+    c.wake.notify_one();
+    Ok(json_response(StatusCode::CREATED, obj))
+}
+
+fn done(c: &ClusterShared, obj: &Value) -> Result<Response> {
+    c.wake.notify_one();
+    ok(obj)
+}
+
+fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
+    reject_dry_run(r)?;
+    let ns = ns_of(t)?.to_string();
+    let mut obj = body_json(r)?;
+    check_kind(t, &obj)?;
+    if !obj.is_object() {
+        return Err(Error::BadRequest("the body must be a JSON object".into()));
+    }
+    if obj.get("apiVersion").is_none() {
+        obj["apiVersion"] = json!(t.def.api_version(&t.version));
+    }
+    let manager = r.q("fieldManager").unwrap_or("unknown").to_string();
+    let now = c.now();
+    record_manager(&mut obj, &manager, "Update", now);
+    let mut store = c.store();
+    let out = store.create(&t.def, &ns, obj, now)?;
+    drop(store);
+    created(c, &versioned(&t.def, &t.version, &out))
+}
+
+fn record_manager(obj: &mut Value, manager: &str, operation: &str, now: i64) {
+    let meta = meta_mut(obj);
+    let mut fields: Vec<Value> = meta
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    fields.retain(|f| {
+        !(f.get("manager").and_then(Value::as_str) == Some(manager)
+            && f.get("operation").and_then(Value::as_str) == Some(operation))
+    });
+    fields.push(json!({
+        "manager": manager, "operation": operation, "time": crate::util::rfc3339(now),
+        "fieldsType": "FieldsV1", "fieldsV1": {},
+    }));
+    meta.insert("managedFields".into(), Value::Array(fields));
+}
+
+fn update(
+    c: &ClusterShared,
+    r: &Req,
+    t: &Target,
+    name: &str,
+    sub: Option<&str>,
+) -> Result<Response> {
+    reject_dry_run(r)?;
+    let ns = ns_of(t)?.to_string();
+    let mut body = body_json(r)?;
+    check_kind(t, &body)?;
+    let now = c.now();
+    let mut store = c.store();
+    let out = match sub {
+        Some("scale") => {
+            let current = load(&store, t, name)?;
+            write_scale(&mut store, t, &ns, name, &current, &body, now)?
+        }
+        _ => {
+            let scope = if sub == Some("status") {
+                WriteScope::Status
+            } else {
+                WriteScope::Main
+            };
+            let manager = r.q("fieldManager").unwrap_or("unknown");
+            record_manager(&mut body, manager, "Update", now);
+            let out = store.update(&t.def, &ns, name, body, scope, now)?;
+            versioned(&t.def, &t.version, &out)
+        }
+    };
+    drop(store);
+    done(c, &out)
+}
+
+/// The `autoscaling/v1` Scale view of an object.
+pub(crate) fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
+    let Some(spec) = &def.scale else {
+        return Value::Null;
+    };
+    let get_i = |p: &str| {
+        crate::util::get_path(obj, p)
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let selector = spec
+        .selector
+        .as_deref()
+        .and_then(|p| crate::util::get_path(obj, p));
+    let selector = match selector {
+        Some(Value::String(s)) => s.clone(),
+        Some(v @ Value::Object(_)) => LabelSel::from_json(v)
+            .map(|s| s.to_string_form())
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    let meta = obj.get("metadata").cloned().unwrap_or(json!({}));
+    let mut m = serde_json::Map::new();
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = meta.get(k) {
+            m.insert(k.into(), v.clone());
+        }
+    }
+    let mut status = json!({"replicas": get_i(&spec.status_replicas)});
+    if !selector.is_empty() {
+        status["selector"] = json!(selector);
+    }
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": m,
+        "spec": {"replicas": get_i(&spec.spec_replicas)},
+        "status": status,
+    })
+}
+
+fn write_scale(
+    store: &mut crate::store::Store,
+    t: &Target,
+    ns: &str,
+    name: &str,
+    current: &Value,
+    scale: &Value,
+    now: i64,
+) -> Result<Value> {
+    let Some(spec) = &t.def.scale else {
+        return Err(Error::NotFound(
+            "the server could not find the requested resource".into(),
+        ));
+    };
+    let replicas = scale
+        .get("spec")
+        .and_then(|s| s.get("replicas"))
+        .map(|v| {
+            v.as_i64().ok_or_else(|| {
+                Error::Invalid("spec.replicas: Invalid value: must be an integer".into())
+            })
+        })
+        .transpose()?
+        .unwrap_or(0);
+    if replicas < 0 {
+        return Err(Error::Invalid(format!(
+            "Scale.autoscaling \"{name}\" is invalid: spec.replicas: Invalid value: {replicas}: must be greater than or equal to 0"
+        )));
+    }
+    let mut obj = current.clone();
+    if let Some(rv) = scale
+        .get("metadata")
+        .and_then(|m| m.get("resourceVersion"))
+        .and_then(Value::as_str)
+        && !rv.is_empty()
+    {
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
+    }
+    crate::util::set_path(&mut obj, &spec.spec_replicas, json!(replicas));
+    let out = store.update(&t.def, ns, name, obj, WriteScope::Main, now)?;
+    Ok(scale_of(&t.def, &out))
+}
+
+fn patch(
+    c: &ClusterShared,
+    r: &Req,
+    t: &Target,
+    name: &str,
+    sub: Option<&str>,
+) -> Result<Response> {
+    reject_dry_run(r)?;
+    let ns = ns_of(t)?.to_string();
+    let ct = r
+        .content_type()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let now = c.now();
+    let manager = r.q("fieldManager").map(str::to_string);
+    let mut store = c.store();
+    let current = store.get(&t.def.key, &ns, name).cloned();
+    if ct == "application/apply-patch+yaml" {
+        let manager = manager.ok_or_else(|| {
+            Error::BadRequest(
+                "PATCH requests with apply content type must provide a fieldManager".into(),
+            )
+        })?;
+        let applied = body_json(r)?;
+        if sub != Some("scale") {
+            check_kind(t, &applied)?;
+        }
+        let Some(current) = current else {
+            if sub.is_some() {
+                return Err(Error::not_found(&t.def.group, &t.def.plural, name));
+            }
+            let mut obj = crate::interim::apply(None, &applied, &manager, now);
+            meta_mut(&mut obj).insert("name".into(), json!(name));
+            let out = store.create(&t.def, &ns, obj, now)?;
+            drop(store);
+            return created(c, &versioned(&t.def, &t.version, &out));
+        };
+        let out = match sub {
+            Some("scale") => {
+                let patched = crate::interim::apply(
+                    Some(&scale_of(&t.def, &current)),
+                    &applied,
+                    &manager,
+                    now,
+                );
+                write_scale(&mut store, t, &ns, name, &current, &patched, now)?
+            }
+            _ => {
+                let mut obj = crate::interim::apply(Some(&current), &applied, &manager, now);
+                // Apply never carries a precondition unless the user sets one.
+                if meta_str(&applied, "resourceVersion").is_none() {
+                    meta_mut(&mut obj).remove("resourceVersion");
+                }
+                let scope = if sub == Some("status") {
+                    WriteScope::Status
+                } else {
+                    WriteScope::Main
+                };
+                let out = store.update(&t.def, &ns, name, obj, scope, now)?;
+                versioned(&t.def, &t.version, &out)
+            }
+        };
+        drop(store);
+        return done(c, &out);
+    }
+    let current = current.ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))?;
+    let base = match sub {
+        Some("scale") => scale_of(&t.def, &current),
+        _ => (*current).clone(),
+    };
+    let mut doc = base.clone();
+    match ct.as_str() {
+        "application/json-patch+json" => {
+            let p: json_patch::Patch = serde_json::from_slice(&r.body)
+                .map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(&mut doc, &p)
+                .map_err(|e| Error::Invalid(format!("the JSON patch could not be applied: {e}")))?;
+        }
+        "application/merge-patch+json" => {
+            let p: Value = serde_json::from_slice(&r.body)
+                .map_err(|e| Error::BadRequest(format!("invalid JSON merge patch: {e}")))?;
+            if !p.is_object() {
+                return Err(Error::BadRequest(
+                    "a merge patch must be a JSON object".into(),
+                ));
+            }
+            json_patch::merge(&mut doc, &p);
+        }
+        "application/strategic-merge-patch+json" => {
+            if t.def.crd {
+                return Err(Error::UnsupportedMediaType(
+                    "strategic merge patch is not supported for custom resources; use a JSON merge patch or apply".into(),
+                ));
+            }
+            let p: Value = serde_json::from_slice(&r.body)
+                .map_err(|e| Error::BadRequest(format!("invalid strategic merge patch: {e}")))?;
+            if !p.is_object() {
+                return Err(Error::BadRequest(
+                    "a strategic merge patch must be a JSON object".into(),
+                ));
+            }
+            crate::interim::strategic_merge(&mut doc, &p, &t.def.kind)?;
+        }
+        other => {
+            return Err(Error::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"
+            )));
+        }
+    }
+    // A patch that does not mention resourceVersion carries no precondition.
+    let patch_rv = meta_str(&doc, "resourceVersion").map(str::to_string);
+    let base_rv = meta_str(&base, "resourceVersion").map(str::to_string);
+    if patch_rv == base_rv {
+        meta_mut(&mut doc).remove("resourceVersion");
+    }
+    let out = match sub {
+        Some("scale") => write_scale(&mut store, t, &ns, name, &current, &doc, now)?,
+        _ => {
+            if let Some(m) = &manager {
+                record_manager(&mut doc, m, "Update", now);
+            }
+            let scope = if sub == Some("status") {
+                WriteScope::Status
+            } else {
+                WriteScope::Main
+            };
+            let out = store.update(&t.def, &ns, name, doc, scope, now)?;
+            versioned(&t.def, &t.version, &out)
+        }
+    };
+    drop(store);
+    done(c, &out)
+}
+
+fn delete_options(r: &Req) -> Result<(Propagation, Option<String>)> {
+    let mut propagation = Propagation::Background;
+    let mut precondition = None;
+    if !r.body.is_empty() {
+        let opts: Value = serde_json::from_slice(&r.body)
+            .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+        if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
+            propagation = Propagation::parse(p)?;
+        } else if opts.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+            propagation = Propagation::Orphan;
+        }
+        precondition = opts
+            .get("preconditions")
+            .and_then(|p| p.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+    }
+    if let Some(p) = r.q("propagationPolicy") {
+        propagation = Propagation::parse(p)?;
+    }
+    Ok((propagation, precondition))
+}
+
+fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
+    reject_dry_run(r)?;
+    let ns = ns_of(t)?.to_string();
+    let (propagation, precondition) = delete_options(r)?;
+    let now = c.now();
+    let mut store = c.store();
+    let existed_before = store.get(&t.def.key, &ns, name).cloned();
+    let out = store.delete(&t.def, &ns, name, propagation, precondition.as_deref(), now)?;
+    let still_there = store.get(&t.def.key, &ns, name).is_some();
+    drop(store);
+    c.wake.notify_one();
+    let _ = existed_before;
+    let code = if still_there {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_response(code, &versioned(&t.def, &t.version, &out)))
+}
+
+fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
+    reject_dry_run(r)?;
+    let (lsel, fsel) = selectors(r)?;
+    let (propagation, _) = delete_options(r)?;
+    let now = c.now();
+    let mut store = c.store();
+    let ns = t.ns.as_deref();
+    let targets: Vec<(String, String)> = store
+        .list(&t.def.key, ns)
+        .filter(|o| lsel.matches(&object_labels(o)) && fsel.matches(o))
+        .map(|o| {
+            (
+                meta_str(o, "namespace").unwrap_or_default().to_string(),
+                meta_str(o, "name").unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let mut items = Vec::new();
+    for (n, name) in targets {
+        if let Ok(o) = store.delete(&t.def, &n, &name, propagation, None, now) {
+            items.push(versioned(&t.def, &t.version, &o));
+        }
+    }
+    let rv = store.rv;
+    drop(store);
+    done(
+        c,
+        &json!({
+            "kind": format!("{}List", t.def.kind),
+            "apiVersion": t.def.api_version(&t.version),
+            "metadata": {"resourceVersion": rv.to_string()},
+            "items": items,
+        }),
+    )
+}
+
+/// A streaming response body.
+pub(crate) fn stream_response(body: Body) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-cache, private"),
+        ],
+        body,
+    )
+        .into_response()
+}

@@ -1,0 +1,458 @@
+//! Virtual clusters, the simulated clock, fault injection and the Rust API for tests.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Simulated time: wall-clock time at start, then running at `speed` and
+/// moved forward by [`Sim::advance`].
+#[derive(Debug)]
+pub struct SimClock {
+    inner: Mutex<ClockInner>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ClockInner {
+    real_base: Instant,
+    sim_base_ms: i64,
+    speed: f64,
+}
+
+impl SimClock {
+    /// A clock starting at the current wall-clock time.
+    pub fn new(speed: f64) -> SimClock {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        SimClock {
+            inner: Mutex::new(ClockInner {
+                real_base: Instant::now(),
+                sim_base_ms: now,
+                speed: speed.max(0.0),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ClockInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Simulated milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> i64 {
+        let c = *self.lock();
+        c.sim_base_ms + (c.real_base.elapsed().as_secs_f64() * 1000.0 * c.speed) as i64
+    }
+
+    /// Current speed factor.
+    pub fn speed(&self) -> f64 {
+        self.lock().speed
+    }
+
+    /// Changes how fast simulated time runs relative to real time.
+    pub fn set_speed(&self, speed: f64) {
+        let now = self.now_ms();
+        let mut c = self.lock();
+        c.sim_base_ms = now;
+        c.real_base = Instant::now();
+        c.speed = speed.max(0.0);
+    }
+
+    /// Jumps simulated time forward.
+    pub fn advance(&self, by: Duration) {
+        self.lock().sim_base_ms += by.as_millis() as i64;
+    }
+}
+
+/// Faults injected into one virtual cluster's API.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    /// Every request gets `503 ServiceUnavailable` and open watches end.
+    pub unavailable: bool,
+    /// Added before every response.
+    pub latency: Duration,
+    /// Fraction (0.0–1.0) of requests answered with `500 InternalError`.
+    pub error_rate: f64,
+}
+
+/// Settings of the simulated clusters.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Ready nodes per cluster.
+    pub nodes: usize,
+    /// CPU capacity per node (quantity).
+    pub node_cpu: String,
+    /// Memory capacity per node (quantity).
+    pub node_memory: String,
+    /// Pod capacity per node.
+    pub node_pods: u32,
+    /// Simulated time from binding until a pod is Running and Ready.
+    pub pod_start_delay: Duration,
+    /// Simulated run time of Job pods (override per Job/Pod with [`ANN_RUN_SECONDS`]).
+    pub job_duration: Duration,
+    /// Whether Job pods fail by default (override with [`ANN_OUTCOME`]).
+    pub job_pods_fail: bool,
+    /// Events kept per cluster for watch resumption; older versions get 410.
+    pub history: usize,
+    /// Capacity of the live event channel; a watch lagging further is ended with 410.
+    pub watch_channel: usize,
+    /// Real time between watch bookmarks.
+    pub bookmark_interval: Duration,
+    /// Initial speed of simulated time.
+    pub speed: f64,
+    /// First port; cluster `i` listens on `port_base + i` (0 = any free port).
+    pub port_base: u16,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            nodes: 3,
+            node_cpu: "8".into(),
+            node_memory: "32Gi".into(),
+            node_pods: 110,
+            pod_start_delay: Duration::from_secs(1),
+            job_duration: Duration::from_secs(5),
+            job_pods_fail: false,
+            history: 1000,
+            watch_channel: 256,
+            bookmark_interval: Duration::from_secs(10),
+            speed: 1.0,
+            port_base: 0,
+        }
+    }
+}
+
+/// Pod or Job annotation: simulated run time of a Job pod in seconds.
+pub const ANN_RUN_SECONDS: &str = "sim.kedge.dev/run-seconds";
+/// Pod or Job annotation: `succeed` or `fail`.
+pub const ANN_OUTCOME: &str = "sim.kedge.dev/outcome";
+
+/// State shared by one cluster's server, watches and controllers.
+#[derive(Debug)]
+pub struct ClusterShared {
+    /// Cluster name.
+    pub name: String,
+    /// Listening address.
+    pub addr: SocketAddr,
+    /// Object storage.
+    pub store: Mutex<Store>,
+    /// Shared simulated clock.
+    pub clock: Arc<SimClock>,
+    /// Settings.
+    pub config: SimConfig,
+    faults: Mutex<Faults>,
+    /// Metric values set by tests: (namespace, ScaledObject, trigger name/index/metric name) → value.
+    pub metrics: Mutex<HashMap<(String, String, String), f64>>,
+    /// Wakes the controllers.
+    pub wake: Notify,
+    watch_cancel: Mutex<CancellationToken>,
+    shutdown: CancellationToken,
+}
+
+impl ClusterShared {
+    /// Locks the store (a poisoned lock is recovered: the store stays consistent per operation).
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Current faults.
+    pub fn faults(&self) -> Faults {
+        self.faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Token cancelled when open watches must end (unavailability, shutdown).
+    pub fn watch_token(&self) -> CancellationToken {
+        self.watch_cancel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Cancelled when the whole simulator stops.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Simulated now.
+    pub fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+/// Handle to one virtual cluster.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    inner: Arc<ClusterShared>,
+    kubeconfig: Option<PathBuf>,
+}
+
+impl Cluster {
+    /// Name of the cluster.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.inner.addr)
+    }
+
+    /// Path of the kubeconfig written for this cluster, if a directory was given.
+    pub fn kubeconfig_path(&self) -> Option<&Path> {
+        self.kubeconfig.as_deref()
+    }
+
+    /// Kubeconfig YAML for this cluster (namespace `default`, no credentials).
+    pub fn kubeconfig(&self) -> String {
+        let n = &self.inner.name;
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {n}\n  cluster:\n    server: {}\ncontexts:\n- name: {n}\n  context:\n    cluster: {n}\n    user: {n}\n    namespace: default\ncurrent-context: {n}\nusers:\n- name: {n}\n  user: {{}}\npreferences: {{}}\n",
+            self.url()
+        )
+    }
+
+    /// kube client configuration for this cluster (default namespace `default`).
+    ///
+    /// Note that kube retries 429/503/504 up to 15 times with exponential
+    /// backoff by default; set `default_retry = false` to see injected 503s at once.
+    pub fn kube_config(&self) -> Result<kube::Config> {
+        let uri: axum::http::Uri = self
+            .url()
+            .parse()
+            .map_err(|e| Error::Internal(format!("cluster url: {e}")))?;
+        let mut config = kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        Ok(config)
+    }
+
+    /// A kube client for this cluster (default namespace `default`).
+    pub fn client(&self) -> Result<kube::Client> {
+        Ok(kube::Client::try_from(self.kube_config()?)?)
+    }
+
+    /// Sets a KEDA trigger value for a ScaledObject. `trigger` is the trigger's
+    /// `name`, its index (`"0"`) or its metric name (`"s0-..."`).
+    pub fn set_metric(&self, namespace: &str, scaled_object: &str, trigger: &str, value: f64) {
+        self.inner
+            .metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                (namespace.into(), scaled_object.into(), trigger.into()),
+                value,
+            );
+        self.inner.wake.notify_one();
+    }
+
+    /// Replaces the injected faults. Making the API unavailable ends open watches.
+    pub fn set_faults(&self, faults: Faults) {
+        if faults.unavailable {
+            let mut tok = self
+                .inner
+                .watch_cancel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            tok.cancel();
+            *tok = self.inner.shutdown.child_token();
+        }
+        *self.inner.faults.lock().unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    /// Current faults.
+    pub fn faults(&self) -> Faults {
+        self.inner.faults()
+    }
+
+    /// Reads an object straight from the store (`api_version` like `apps/v1`).
+    pub fn object(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let store = self.inner.store();
+        let def = store.def_for_kind(api_version, kind)?;
+        let ns = if def.namespaced { namespace } else { "" };
+        store.get(&def.key, ns, name).map(|o| (**o).clone())
+    }
+
+    /// Creates or replaces an object straight in the store, bypassing the API
+    /// (and its faults). Status is kept as given.
+    pub fn put_object(&self, obj: Value) -> Result<Value> {
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let now = self.inner.now();
+        let mut store = self.inner.store();
+        let def = store
+            .def_for_kind(api_version, kind)
+            .ok_or_else(|| Error::NotFound(format!("no resource for {api_version} {kind}")))?;
+        let ns = crate::util::meta_str(&obj, "namespace")
+            .unwrap_or("default")
+            .to_string();
+        let name = crate::util::meta_str(&obj, "name")
+            .unwrap_or_default()
+            .to_string();
+        let ns = if def.namespaced { ns } else { String::new() };
+        let out = if store.get(&def.key, &ns, &name).is_some() {
+            let mut obj = obj;
+            crate::util::meta_mut(&mut obj).remove("resourceVersion");
+            store.update(
+                &def,
+                &ns,
+                &name,
+                obj,
+                crate::store::WriteScope::Internal,
+                now,
+            )?
+        } else {
+            let mut obj = obj;
+            if def.namespaced {
+                crate::util::meta_mut(&mut obj).insert("namespace".into(), json!(ns));
+            }
+            store.create_internal(&def.key, obj, now)?
+        };
+        drop(store);
+        self.inner.wake.notify_one();
+        Ok((*out).clone())
+    }
+
+    /// Shared state (for the server and controllers).
+    pub fn shared(&self) -> &Arc<ClusterShared> {
+        &self.inner
+    }
+}
+
+/// A running simulator: many virtual clusters in one process.
+#[derive(Debug)]
+pub struct Sim {
+    clock: Arc<SimClock>,
+    clusters: Vec<Cluster>,
+    shutdown: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Sim {
+    /// Starts one virtual cluster per name; writes `DIR/NAME.kubeconfig` when `dir` is given.
+    pub async fn start(names: &[String], config: SimConfig, dir: Option<&Path>) -> Result<Sim> {
+        let clock = Arc::new(SimClock::new(config.speed));
+        let shutdown = CancellationToken::new();
+        if let Some(d) = dir {
+            tokio::fs::create_dir_all(d).await?;
+        }
+        let mut clusters = Vec::with_capacity(names.len());
+        let mut tasks = Vec::with_capacity(names.len() * 2);
+        for (i, name) in names.iter().enumerate() {
+            let port = if config.port_base == 0 {
+                0
+            } else {
+                config.port_base.saturating_add(i as u16)
+            };
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+            let addr = listener.local_addr()?;
+            let now = clock.now_ms();
+            let mut store = Store::new(config.history, config.watch_channel, now);
+            crate::controllers::add_nodes(&mut store, &config, now);
+            let shared = Arc::new(ClusterShared {
+                name: name.clone(),
+                addr,
+                store: Mutex::new(store),
+                clock: clock.clone(),
+                config: config.clone(),
+                faults: Mutex::new(Faults::default()),
+                metrics: Mutex::new(HashMap::new()),
+                wake: Notify::new(),
+                watch_cancel: Mutex::new(shutdown.child_token()),
+                shutdown: shutdown.clone(),
+            });
+            let router = crate::api::router(shared.clone());
+            let stop = shutdown.clone();
+            tasks.push(tokio::spawn(async move {
+                let serve = axum::serve(listener, router)
+                    .with_graceful_shutdown(async move { stop.cancelled().await });
+                if let Err(e) = serve.await {
+                    tracing::warn!(error = %e, "cluster server ended");
+                }
+            }));
+            tasks.push(tokio::spawn(crate::controllers::run(shared.clone())));
+            let kubeconfig = dir.map(|d| d.join(format!("{name}.kubeconfig")));
+            let cluster = Cluster {
+                inner: shared,
+                kubeconfig: kubeconfig.clone(),
+            };
+            if let Some(path) = kubeconfig {
+                tokio::fs::write(&path, cluster.kubeconfig()).await?;
+            }
+            clusters.push(cluster);
+        }
+        Ok(Sim {
+            clock,
+            clusters,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// All clusters in start order.
+    pub fn clusters(&self) -> &[Cluster] {
+        &self.clusters
+    }
+
+    /// A cluster by name.
+    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
+        self.clusters.iter().find(|c| c.name() == name)
+    }
+
+    /// Simulated milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Moves simulated time forward and lets controllers react.
+    pub fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+        self.wake_all();
+    }
+
+    /// Runs simulated time `speed` times faster than real time.
+    pub fn set_speed(&self, speed: f64) {
+        self.clock.set_speed(speed);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        for c in &self.clusters {
+            c.inner.wake.notify_one();
+        }
+    }
+
+    /// Stops every server, watch and controller, and waits for them.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        for t in std::mem::take(&mut self.tasks) {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

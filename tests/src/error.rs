@@ -1,0 +1,127 @@
+//! The crate's one error type. API errors carry what a `metav1.Status` needs.
+
+use serde_json::{Value, json};
+
+/// Everything that can go wrong in kedge-sim.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 404: the object or resource does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409 AlreadyExists: create of a name that is taken.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// 409 Conflict: stale resourceVersion or server-side apply conflict.
+    #[error("{0}")]
+    Conflict(String),
+    /// 400: malformed request (bad JSON, bad query parameter, bad selector).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 422: the object is syntactically fine but semantically invalid.
+    #[error("{0}")]
+    Invalid(String),
+    /// 403: refused (terminating namespace, RBAC).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 405: the verb is not allowed on this resource.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// 415: unsupported patch or body content type.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 410: the requested resourceVersion is older than the retained history.
+    #[error("{0}")]
+    Gone(String),
+    /// 500: injected failure or internal inconsistency.
+    #[error("{0}")]
+    Internal(String),
+    /// 503: injected unavailability.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Starting a cluster or writing its kubeconfig failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Building a kube client failed.
+    #[error("kube client: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Result alias for the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// HTTP status code of this error.
+    pub fn code(&self) -> u16 {
+        match self {
+            Error::NotFound(_) => 404,
+            Error::AlreadyExists(_) | Error::Conflict(_) => 409,
+            Error::BadRequest(_) => 400,
+            Error::Invalid(_) => 422,
+            Error::Forbidden(_) => 403,
+            Error::MethodNotAllowed(_) => 405,
+            Error::UnsupportedMediaType(_) => 415,
+            Error::Gone(_) => 410,
+            Error::Unavailable(_) => 503,
+            Error::Internal(_) | Error::Io(_) | Error::Kube(_) => 500,
+        }
+    }
+
+    /// The `reason` field of the `Status` object.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NotFound(_) => "NotFound",
+            Error::AlreadyExists(_) => "AlreadyExists",
+            Error::Conflict(_) => "Conflict",
+            Error::BadRequest(_) => "BadRequest",
+            Error::Invalid(_) => "Invalid",
+            Error::Forbidden(_) => "Forbidden",
+            Error::MethodNotAllowed(_) => "MethodNotAllowed",
+            Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Error::Gone(_) => "Expired",
+            Error::Unavailable(_) => "ServiceUnavailable",
+            Error::Internal(_) | Error::Io(_) | Error::Kube(_) => "InternalError",
+        }
+    }
+
+    /// A `metav1.Status` object describing this error.
+    pub fn status(&self) -> Value {
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code(),
+        })
+    }
+
+    /// 404 for an object, worded like the real API server.
+    pub(crate) fn not_found(group: &str, plural: &str, name: &str) -> Error {
+        Error::NotFound(format!("{} \"{name}\" not found", qualified(group, plural)))
+    }
+
+    /// 409 for a name that is taken.
+    pub(crate) fn already_exists(group: &str, plural: &str, name: &str) -> Error {
+        Error::AlreadyExists(format!(
+            "{} \"{name}\" already exists",
+            qualified(group, plural)
+        ))
+    }
+
+    /// 409 for a stale resourceVersion.
+    pub(crate) fn stale(group: &str, plural: &str, name: &str) -> Error {
+        Error::Conflict(format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+            qualified(group, plural)
+        ))
+    }
+}
+
+fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
+}

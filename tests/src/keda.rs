@@ -1,0 +1,392 @@
+//! KEDA emulation: an HPA-like loop per `keda.sh/v1alpha1` ScaledObject that
+//! writes the target's `/scale`, and the external metrics API serving the
+//! trigger values like KEDA's metrics server.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use crate::cluster::ClusterShared;
+use crate::controllers::Timers;
+use crate::error::{Error, Result};
+use crate::interim::LabelSel;
+use crate::store::{Store, WriteScope};
+use crate::util::{get_path, meta_mut, meta_str, rfc3339, set_path};
+
+/// API group of the external metrics API.
+pub const METRICS_GROUP: &str = "external.metrics.k8s.io";
+const SCALED_OBJECTS: &str = "keda.sh/scaledobjects";
+/// Label KEDA's metrics server selects ScaledObjects by.
+pub const SO_LABEL: &str = "scaledobject.keda.sh/name";
+
+/// Test-set trigger values: (namespace, ScaledObject, trigger key) → value.
+pub type MetricOverrides = HashMap<(String, String, String), f64>;
+
+/// Per-cluster KEDA loop state.
+#[derive(Debug, Default)]
+pub struct KedaState {
+    last_poll: HashMap<String, i64>,
+    last_overrides: MetricOverrides,
+}
+
+impl KedaState {
+    /// Whether any ScaledObject is being polled (keeps the loop ticking).
+    pub fn has_work(&self) -> bool {
+        !self.last_poll.is_empty()
+    }
+}
+
+/// One trigger's current reading.
+#[derive(Debug, Clone)]
+pub struct TriggerValue {
+    /// Metric name, `s{index}-{type}[-{resourceName}]`.
+    pub metric: String,
+    /// Current value, if it could be read.
+    pub value: Option<f64>,
+    /// Target (average) value per replica.
+    pub target: Option<f64>,
+    /// Activation threshold.
+    pub activation: f64,
+}
+
+/// Reads every trigger of a ScaledObject.
+pub fn trigger_values(store: &Store, so: &Value, overrides: &MetricOverrides) -> Vec<TriggerValue> {
+    let ns = meta_str(so, "namespace").unwrap_or_default();
+    let name = meta_str(so, "name").unwrap_or_default();
+    let triggers = get_path(so, "spec.triggers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    triggers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let ty = t.get("type").and_then(Value::as_str).unwrap_or("unknown");
+            let md = t.get("metadata").cloned().unwrap_or(json!({}));
+            let mdv = |k: &str| {
+                md.get(k).and_then(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .or_else(|| v.as_f64().map(|f| f.to_string()))
+                })
+            };
+            let metric = match (ty, mdv("resourceName")) {
+                ("kubernetes-resource", Some(r)) => format!("s{i}-{ty}-{r}"),
+                _ => format!("s{i}-{ty}"),
+            };
+            let key = |k: &str| (ns.to_string(), name.to_string(), k.to_string());
+            let trigger_name = t.get("name").and_then(Value::as_str);
+            let overridden = trigger_name
+                .and_then(|n| overrides.get(&key(n)))
+                .or_else(|| overrides.get(&key(&i.to_string())))
+                .or_else(|| overrides.get(&key(&metric)))
+                .copied();
+            let value = overridden.or_else(|| {
+                if ty != "kubernetes-resource" {
+                    return None;
+                }
+                let kind = mdv("resourceKind").unwrap_or_else(|| "ConfigMap".into());
+                let key = if kind == "Secret" {
+                    "/secrets"
+                } else {
+                    "/configmaps"
+                };
+                let obj = store.get(key, ns, &mdv("resourceName")?)?;
+                let raw = obj.get("data")?.get(mdv("key")?)?.as_str()?;
+                raw.trim().parse::<f64>().ok()
+            });
+            let num = |k: &str| mdv(k).and_then(|s| s.trim().parse::<f64>().ok());
+            TriggerValue {
+                metric,
+                value,
+                target: num("targetValue")
+                    .or_else(|| num("value"))
+                    .or_else(|| num("threshold"))
+                    .filter(|t| *t > 0.0),
+                activation: num("activationTargetValue")
+                    .or_else(|| num("activationValue"))
+                    .or_else(|| num("activationThreshold"))
+                    .unwrap_or(0.0),
+            }
+        })
+        .collect()
+}
+
+/// Polls ScaledObjects whose polling interval has passed and writes `/scale` of their targets.
+pub(crate) fn reconcile(
+    store: &mut Store,
+    st: &mut KedaState,
+    overrides: &MetricOverrides,
+    now: i64,
+    timers: &mut Timers,
+) {
+    if store.def(SCALED_OBJECTS).is_none() {
+        st.last_poll.clear();
+        return;
+    }
+    let sos: Vec<_> = store.list(SCALED_OBJECTS, None).cloned().collect();
+    // A value set by a test applies on the next loop, not after a full interval.
+    let overrides_changed = st.last_overrides != *overrides;
+    if overrides_changed {
+        st.last_overrides = overrides.clone();
+    }
+    st.last_poll
+        .retain(|uid, _| sos.iter().any(|s| meta_str(s, "uid") == Some(uid.as_str())));
+    for so in sos {
+        if so
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some()
+        {
+            continue;
+        }
+        let uid = meta_str(&so, "uid").unwrap_or_default().to_string();
+        let interval = get_path(&so, "spec.pollingInterval")
+            .and_then(Value::as_i64)
+            .unwrap_or(30)
+            .max(1)
+            * 1000;
+        let generation = get_path(&so, "metadata.generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let observed = get_path(&so, "status.observedGeneration").and_then(Value::as_i64);
+        let due = st.last_poll.get(&uid).is_none_or(|t| now >= t + interval)
+            || observed != Some(generation)
+            || overrides_changed;
+        if !due {
+            if let Some(t) = st.last_poll.get(&uid) {
+                timers.at(t + interval);
+            }
+            continue;
+        }
+        st.last_poll.insert(uid, now);
+        timers.at(now + interval);
+        poll(store, &so, overrides, now);
+    }
+}
+
+fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
+    let ns = meta_str(so, "namespace").unwrap_or_default().to_string();
+    let values = trigger_values(store, so, overrides);
+    let min = get_path(so, "spec.minReplicaCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let max = get_path(so, "spec.maxReplicaCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(100);
+    let readable: Vec<&TriggerValue> = values
+        .iter()
+        .filter(|v| v.value.is_some() && v.target.is_some())
+        .collect();
+    let active = readable
+        .iter()
+        .any(|v| v.value.unwrap_or(0.0) > v.activation);
+    let desired = if active {
+        let want = readable
+            .iter()
+            .map(|v| (v.value.unwrap_or(0.0) / v.target.unwrap_or(1.0)).ceil() as i64)
+            .max()
+            .unwrap_or(0);
+        want.clamp(min.max(1), max.max(min.max(1)))
+    } else {
+        get_path(so, "spec.idleReplicaCount")
+            .and_then(Value::as_i64)
+            .unwrap_or(min)
+    };
+    let target_ref = get_path(so, "spec.scaleTargetRef")
+        .cloned()
+        .unwrap_or(json!({}));
+    let api_version = target_ref
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("apps/v1");
+    let kind = target_ref
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Deployment");
+    let target_name = target_ref
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut ready = (
+        true,
+        "ScaledObjectReady",
+        "ScaledObject is defined correctly and is ready for scaling".to_string(),
+    );
+    let mut original = None;
+    match store.def_for_kind(api_version, kind) {
+        Some(def) if def.scale.is_some() => match store.get(&def.key, &ns, target_name).cloned() {
+            Some(target) => {
+                let path = def
+                    .scale
+                    .as_ref()
+                    .map(|s| s.spec_replicas.clone())
+                    .unwrap_or_default();
+                let current = get_path(&target, &path).and_then(Value::as_i64);
+                original = current;
+                let readable_any = !readable.is_empty() || values.is_empty();
+                if readable_any && current != Some(desired) {
+                    let mut new = (*target).clone();
+                    set_path(&mut new, &path, json!(desired));
+                    meta_mut(&mut new).remove("resourceVersion");
+                    let _ = store.update(&def, &ns, target_name, new, WriteScope::Main, now);
+                }
+                if !readable_any {
+                    ready = (
+                        false,
+                        "KEDAScalerFailed",
+                        "no trigger value could be read".into(),
+                    );
+                }
+            }
+            None => {
+                ready = (
+                    false,
+                    "ScaledObjectCheckFailed",
+                    format!(
+                        "ScaledObject doesn't have correct scaleTargetRef specification: {kind} {target_name} not found"
+                    ),
+                )
+            }
+        },
+        _ => {
+            ready = (
+                false,
+                "ScaledObjectCheckFailed",
+                format!(
+                    "ScaledObject doesn't have correct scaleTargetRef specification: {api_version} {kind} has no /scale subresource"
+                ),
+            )
+        }
+    }
+    let old = so.get("status").cloned().unwrap_or(json!({}));
+    let cond = |t: &str, ok: bool, reason: &str, msg: &str| {
+        let status = if ok { "True" } else { "False" };
+        json!({"type": t, "status": status, "reason": reason, "message": msg})
+    };
+    let mut status = old.clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    status["conditions"] = json!([
+        cond("Ready", ready.0, ready.1, &ready.2),
+        cond(
+            "Active",
+            active,
+            if active {
+                "ScalerActive"
+            } else {
+                "ScalerNotActive"
+            },
+            if active {
+                "Scaling is performed because triggers are active"
+            } else {
+                "Scaling is not performed because triggers are not active"
+            }
+        ),
+        cond(
+            "Fallback",
+            false,
+            "NoFallbackFound",
+            "No fallbacks are active on this scaled object"
+        ),
+        cond(
+            "Paused",
+            false,
+            "ScaledObjectUnpaused",
+            "ScaledObject is not paused"
+        ),
+    ]);
+    status["externalMetricNames"] =
+        json!(values.iter().map(|v| v.metric.clone()).collect::<Vec<_>>());
+    status["scaleTargetKind"] = json!(format!("{api_version}.{kind}"));
+    status["hpaName"] = json!(format!(
+        "keda-hpa-{}",
+        meta_str(so, "name").unwrap_or_default()
+    ));
+    status["observedGeneration"] = get_path(so, "metadata.generation")
+        .cloned()
+        .unwrap_or(json!(1));
+    if old.get("originalReplicaCount").is_none()
+        && let Some(o) = original
+    {
+        status["originalReplicaCount"] = json!(o);
+    }
+    if active {
+        status["lastActiveTime"] = json!(rfc3339(now));
+    }
+    if status == old {
+        return;
+    }
+    if let Some(def) = store.def(SCALED_OBJECTS) {
+        let mut new = so.clone();
+        new["status"] = status;
+        meta_mut(&mut new).remove("resourceVersion");
+        let name = meta_str(so, "name").unwrap_or_default().to_string();
+        let _ = store.update(&def, &ns, &name, new, WriteScope::Internal, now);
+    }
+}
+
+/// Discovery document of `external.metrics.k8s.io/v1beta1`.
+pub fn metrics_discovery() -> Value {
+    json!({
+        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{METRICS_GROUP}/v1beta1"),
+        "resources": [{"name": "externalmetrics", "singularName": "", "namespaced": true, "kind": "ExternalMetricValueList", "verbs": ["get"]}],
+    })
+}
+
+/// `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/METRIC?labelSelector=scaledobject.keda.sh/name=X`.
+pub fn external_metric(c: &ClusterShared, ns: &str, metric: &str, selector: &str) -> Result<Value> {
+    let sel = LabelSel::parse(selector)?;
+    let overrides = c.metrics.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let store = c.store();
+    let sos: Vec<_> = store
+        .list(SCALED_OBJECTS, Some(ns))
+        .filter(|so| {
+            let name = meta_str(so, "name").unwrap_or_default();
+            let labels = [(SO_LABEL.to_string(), name.to_string())]
+                .into_iter()
+                .collect();
+            sel.matches(&labels)
+        })
+        .cloned()
+        .collect();
+    if sos.is_empty() {
+        return Err(Error::NotFound(format!(
+            "unable to get external metric {ns}/{metric}/&LabelSelector{{{selector}}}: no ScaledObject matches"
+        )));
+    }
+    let mut items = Vec::new();
+    for so in &sos {
+        for v in trigger_values(&store, so, &overrides) {
+            if v.metric == metric {
+                let value = v
+                    .value
+                    .ok_or_else(|| Error::Internal(format!("unable to read metric {metric}")))?;
+                items.push(json!({
+                    "metricName": metric, "metricLabels": null,
+                    "timestamp": rfc3339(c.now()),
+                    "value": quantity(value),
+                }));
+            }
+        }
+    }
+    if items.is_empty() {
+        return Err(Error::NotFound(format!(
+            "no metric {metric} for the selected ScaledObject"
+        )));
+    }
+    Ok(
+        json!({"kind": "ExternalMetricValueList", "apiVersion": format!("{METRICS_GROUP}/v1beta1"), "metadata": {}, "items": items}),
+    )
+}
+
+/// Formats a value like a Kubernetes quantity (`5`, `5500m`).
+fn quantity(v: f64) -> String {
+    let milli = (v * 1000.0).round() as i64;
+    if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
+}

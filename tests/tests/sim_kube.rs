@@ -1,0 +1,450 @@
+//! kube-rs clients, reflectors and controllers against kedge-sim.
+
+mod sim_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kedge_sim::{Faults, Sim};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use serde_json::json;
+use sim_support::{eventually, fast};
+
+async fn sim(name: &str) -> Sim {
+    Sim::start(&[name.to_string()], fast(), None)
+        .await
+        .expect("start sim")
+}
+
+fn widget_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.kedge.dev", "v1alpha1", "Widget"),
+        "widgets",
+    )
+}
+
+async fn install_crd(client: &kube::Client, file: &str) {
+    let text = std::fs::read_to_string(sim_support::fixture(file)).expect("fixture");
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_yaml::from_str(&text).expect("crd yaml");
+    let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    api.create(&PostParams::default(), &crd)
+        .await
+        .expect("create crd");
+    let cond = kube::runtime::conditions::is_crd_established();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        kube::runtime::wait::await_condition(api, &name, cond),
+    )
+    .await
+    .expect("crd established in time")
+    .expect("await crd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflector_follows_configmaps() {
+    let sim = sim("r1").await;
+    let client = sim.clusters()[0].client().expect("client");
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    for i in 0..3 {
+        let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("cm-{i}"), "labels": {"set": "a"}}, "data": {"i": i.to_string()}})).expect("cm");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    for streaming in [false, true] {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let mut cfg = watcher::Config::default().labels("set=a").page_size(2);
+        if streaming {
+            cfg = cfg.streaming_lists();
+        }
+        let stream = reflector(writer, watcher(api.clone(), cfg)).applied_objects();
+        let task = tokio::spawn(stream.for_each(|_| async {}));
+        tokio::time::timeout(Duration::from_secs(10), reader.wait_until_ready())
+            .await
+            .expect("ready in time")
+            .expect("ready");
+        assert_eq!(reader.state().len(), 3, "streaming={streaming}");
+        api.delete("cm-1", &Default::default())
+            .await
+            .expect("delete");
+        let extra: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("late-{streaming}"), "labels": {"set": "a"}}}),
+        )
+        .expect("cm");
+        api.create(&PostParams::default(), &extra)
+            .await
+            .expect("create");
+        eventually(10, || {
+            let n = reader.state().len();
+            let has_late = reader
+                .state()
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some(&format!("late-{streaming}")));
+            async move { (n == 3 && has_late).then_some(()) }
+        })
+        .await;
+        // Re-create cm-1 for the next round.
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "cm-1", "labels": {"set": "a"}}}))
+                .expect("cm");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("recreate");
+        api.delete(&format!("late-{streaming}"), &Default::default())
+            .await
+            .expect("delete late");
+        task.abort();
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_writes_status_of_custom_resources() {
+    let sim = sim("c1").await;
+    let client = sim.clusters()[0].client().expect("client");
+    install_crd(&client, "widget-crd.yaml").await;
+    let ar = widget_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+
+    struct Ctx {
+        api: Api<DynamicObject>,
+    }
+    async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+        let generation = obj.metadata.generation.unwrap_or(0);
+        let replicas = obj.data["spec"]["replicas"].as_i64().unwrap_or(0);
+        let patch = json!({"status": {"observedGeneration": generation, "replicas": replicas, "selector": "app=none"}});
+        ctx.api
+            .patch_status(
+                obj.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(Action::await_change())
+    }
+    fn error_policy(_: Arc<DynamicObject>, _: &kube::Error, _: Arc<Ctx>) -> Action {
+        Action::requeue(Duration::from_millis(200))
+    }
+    let ctrl = Controller::new_with(api.clone(), watcher::Config::default(), ar.clone())
+        .run(reconcile, error_policy, Arc::new(Ctx { api: api.clone() }))
+        .for_each(|_| async {});
+    let task = tokio::spawn(ctrl);
+
+    let w: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.kedge.dev/v1alpha1", "kind": "Widget",
+        "metadata": {"name": "w1"}, "spec": {"replicas": 2}, "status": {"replicas": 99},
+    }))
+    .expect("widget");
+    let created = api
+        .create(&PostParams::default(), &w)
+        .await
+        .expect("create");
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(
+        created.data.get("status").is_none(),
+        "status is ignored on create"
+    );
+
+    eventually(10, || {
+        let api = api.clone();
+        async move {
+            let o = api.get("w1").await.ok()?;
+            (o.data["status"]["observedGeneration"] == 1 && o.data["status"]["replicas"] == 2)
+                .then_some(())
+        }
+    })
+    .await;
+
+    // Scale subresource: changes spec, bumps generation; the controller follows.
+    let scale = api.get_scale("w1").await.expect("get scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(2));
+    assert_eq!(
+        scale.status.and_then(|s| s.selector).as_deref(),
+        Some("app=none")
+    );
+    api.patch_scale(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": 7}})),
+    )
+    .await
+    .expect("patch scale");
+    eventually(10, || {
+        let api = api.clone();
+        async move {
+            let o = api.get("w1").await.ok()?;
+            (o.metadata.generation == Some(2)
+                && o.data["status"]["observedGeneration"] == 2
+                && o.data["status"]["replicas"] == 7)
+                .then_some(())
+        }
+    })
+    .await;
+
+    // A status write does not bump generation; a metadata change neither.
+    api.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {"x": "y"}}})),
+    )
+    .await
+    .expect("label");
+    let o = api.get("w1").await.expect("get");
+    assert_eq!(o.metadata.generation, Some(2));
+
+    // Server-side apply through kube-rs.
+    let applied = json!({"apiVersion": "example.kedge.dev/v1alpha1", "kind": "Widget", "metadata": {"name": "w2"}, "spec": {"replicas": 1}});
+    let o = api
+        .patch(
+            "w2",
+            &PatchParams::apply("kedge-test"),
+            &Patch::Apply(&applied),
+        )
+        .await
+        .expect("apply creates");
+    assert_eq!(o.data["spec"]["replicas"], 1);
+    task.abort();
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_get_pods_and_status() {
+    let sim = sim("d1").await;
+    let client = sim.clusters()[0].client().expect("client");
+    let deploys: Api<Deployment> = Api::default_namespaced(client.clone());
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "a"}},
+            "template": {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "1"}}}]}}},
+    }))
+    .expect("deployment");
+    deploys
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    let st = eventually(10, || {
+        let deploys = deploys.clone();
+        async move {
+            let d = deploys.get("app").await.ok()?;
+            let s = d.status?;
+            (s.ready_replicas == Some(3)
+                && s.available_replicas == Some(3)
+                && s.observed_generation == Some(1))
+            .then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(st.replicas, Some(3));
+
+    // 3 nodes x 8 CPU: 30 pods of 1 CPU cannot all fit.
+    deploys
+        .patch_scale(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 30}})),
+        )
+        .await
+        .expect("scale up");
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pending = eventually(10, || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(&ListParams::default().labels("app=a"))
+                .await
+                .ok()?;
+            let pending: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| {
+                                c.type_ == "PodScheduled"
+                                    && c.status == "False"
+                                    && c.reason.as_deref() == Some("Unschedulable")
+                            })
+                        })
+                })
+                .collect();
+            (pending.len() == 6).then_some(pending)
+        }
+    })
+    .await;
+    let msg = pending[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c[0].message.clone())
+        .unwrap_or_default();
+    assert!(msg.contains("Insufficient cpu"), "{msg}");
+    let d = eventually(10, || {
+        let deploys = deploys.clone();
+        async move {
+            let d = deploys.get("app").await.ok()?;
+            (d.status.as_ref()?.ready_replicas == Some(24)).then_some(d)
+        }
+    })
+    .await;
+    assert_eq!(d.metadata.generation, Some(2));
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keda_scales_targets_and_serves_external_metrics() {
+    let sim = sim("keda").await;
+    let cluster = &sim.clusters()[0];
+    let client = cluster.client().expect("client");
+    install_crd(&client, "scaledobject-crd.yaml").await;
+    let deploys: Api<Deployment> = Api::default_namespaced(client.clone());
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "nginx"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "n"}},
+            "template": {"metadata": {"labels": {"app": "n"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}},
+    }))
+    .expect("deployment");
+    deploys
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("create deploy");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "mock-metric"}, "data": {"metric-value": "23"}}),
+    )
+    .expect("cm");
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .expect("create cm");
+
+    let so_res = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let sos: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &so_res);
+    let so: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": "nginx"},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "nginx"}, "minReplicaCount": 1, "maxReplicaCount": 10, "pollingInterval": 1,
+            "triggers": [{"type": "kubernetes-resource", "metadata": {"resourceKind": "ConfigMap", "resourceName": "mock-metric", "key": "metric-value", "targetValue": "5"}}]},
+    }))
+    .expect("so");
+    sos.create(&PostParams::default(), &so)
+        .await
+        .expect("create so");
+    let replicas = |want: i32| {
+        let deploys = deploys.clone();
+        async move {
+            eventually(10, || {
+                let deploys = deploys.clone();
+                async move {
+                    (deploys.get("nginx").await.ok()?.spec?.replicas == Some(want)).then_some(())
+                }
+            })
+            .await
+        }
+    };
+    // ceil(23 / 5) = 5
+    replicas(5).await;
+    cms.patch(
+        "mock-metric",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"metric-value": "200"}})),
+    )
+    .await
+    .expect("patch cm");
+    replicas(10).await; // capped at maxReplicaCount
+
+    // A value set through the Rust API overrides the ConfigMap.
+    cluster.set_metric("default", "nginx", "0", 12.0);
+    replicas(3).await;
+
+    let so = sos.get("nginx").await.expect("get so");
+    let metric = so.data["status"]["externalMetricNames"][0]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(metric, "s0-kubernetes-resource-mock-metric");
+    let req = axum::http::Request::get(format!(
+        "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{metric}?labelSelector=scaledobject.keda.sh%2Fname%3Dnginx"
+    ))
+    .body(Vec::new())
+    .expect("request");
+    let text = client.request_text(req).await.expect("external metric");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(v["kind"], "ExternalMetricValueList");
+    assert_eq!(v["items"][0]["value"], "12");
+    assert_eq!(v["items"][0]["metricName"], metric.as_str());
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_faults() {
+    let sim = sim("f1").await;
+    let cluster = &sim.clusters()[0];
+    let mut config = cluster.kube_config().expect("config");
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).expect("client");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.list(&ListParams::default())
+        .await
+        .expect("healthy list");
+
+    // An open watch ends when the API becomes unavailable.
+    let mut stream = cms
+        .watch(&Default::default(), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    cluster.set_faults(Faults {
+        unavailable: true,
+        ..Faults::default()
+    });
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(ev) = stream.next().await {
+            if ev.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "watch must end on unavailability");
+    match cms.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 503),
+        other => panic!("expected 503, got {other:?}"),
+    }
+
+    cluster.set_faults(Faults {
+        error_rate: 1.0,
+        ..Faults::default()
+    });
+    match cms.list(&ListParams::default()).await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 500),
+        other => panic!("expected 500, got {other:?}"),
+    }
+
+    cluster.set_faults(Faults {
+        latency: Duration::from_millis(300),
+        ..Faults::default()
+    });
+    let start = std::time::Instant::now();
+    cms.list(&ListParams::default()).await.expect("slow list");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+
+    cluster.set_faults(Faults::default());
+    cms.list(&ListParams::default())
+        .await
+        .expect("healthy again");
+    sim.shutdown().await;
+}

@@ -1,0 +1,324 @@
+//! The real kubectl against kedge-sim.
+
+mod sim_support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use sim_support::{fast, fixture, kubectl, kubectl_ok, start};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const DEPLOY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: REPLICAS
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx
+        resources:
+          requests: {cpu: 100m, memory: 64Mi}
+"#;
+
+fn write_deploy(dir: &std::path::Path, replicas: u32) -> String {
+    let p = dir.join(format!("deploy-{replicas}.yaml"));
+    std::fs::write(&p, DEPLOY.replace("REPLICAS", &replicas.to_string())).expect("write manifest");
+    p.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_lifecycle_with_kubectl() {
+    let (sim, kc) = start("k1", fast()).await;
+    let dir = kc.parent().expect("dir").to_path_buf();
+    let d2 = write_deploy(&dir, 2);
+    let d3 = write_deploy(&dir, 3);
+
+    let out = kubectl_ok(&kc, &["apply", "-f", &d2]).await;
+    assert!(out.contains("deployment.apps/web created"), "{out}");
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Available",
+            "deploy/web",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+    )
+    .await;
+    assert_eq!(out, "2");
+
+    // Client-side apply of a change patches (strategic merge) and reports "configured".
+    let out = kubectl_ok(&kc, &["apply", "-f", &d3]).await;
+    assert!(out.contains("deployment.apps/web configured"), "{out}");
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.metadata.generation}",
+        ],
+    )
+    .await;
+    assert_eq!(out, "3 2");
+    let out = kubectl_ok(&kc, &["apply", "-f", &d3]).await;
+    assert!(out.contains("deployment.apps/web unchanged"), "{out}");
+
+    let out = kubectl_ok(&kc, &["scale", "deploy/web", "--replicas=4"]).await;
+    assert!(out.contains("deployment.apps/web scaled"), "{out}");
+    sim_support::eventually(20, || {
+        let kc = kc.clone();
+        async move {
+            let out = kubectl(&kc, &["get", "pods", "-l", "app=web", "-o", "name"]).await;
+            (out.stdout.lines().count() == 4).then_some(())
+        }
+    })
+    .await;
+
+    kubectl_ok(&kc, &["annotate", "deploy", "web", "kedge.dev/note=hello"]).await;
+    let out = kubectl_ok(&kc, &["get", "deploy", "web", "-o", "yaml"]).await;
+    assert!(out.contains("kedge.dev/note: hello"), "{out}");
+    kubectl_ok(&kc, &["annotate", "deploy", "web", "kedge.dev/note-"]).await;
+    let out = kubectl_ok(&kc, &["get", "deploy", "web", "-o", "yaml"]).await;
+    assert!(!out.contains("kedge.dev/note"), "{out}");
+
+    kubectl_ok(&kc, &["label", "deploy", "web", "tier=frontend"]).await;
+    let out = kubectl_ok(&kc, &["get", "deploy", "-l", "tier=frontend", "-o", "name"]).await;
+    assert_eq!(out.trim(), "deployment.apps/web");
+    let out = kubectl_ok(&kc, &["get", "deploy", "-l", "tier=backend", "-o", "name"]).await;
+    assert_eq!(out.trim(), "");
+
+    let out = kubectl_ok(&kc, &["describe", "deploy", "web"]).await;
+    assert!(
+        out.contains("Replicas:") && out.contains("4 desired"),
+        "{out}"
+    );
+    assert!(out.contains("NewReplicaSet:"), "{out}");
+    let out = kubectl_ok(&kc, &["describe", "nodes"]).await;
+    assert!(
+        out.contains("node-0") && out.contains("Allocatable:"),
+        "{out}"
+    );
+
+    // Server-side apply takes ownership of replicas again.
+    let out = kubectl_ok(
+        &kc,
+        &["apply", "--server-side", "--force-conflicts", "-f", &d2],
+    )
+    .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let out = kubectl_ok(
+        &kc,
+        &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+    )
+    .await;
+    assert_eq!(out, "2");
+
+    let out = kubectl_ok(&kc, &["delete", "deploy", "web"]).await;
+    assert!(out.contains("deployment.apps \"web\" deleted"), "{out}");
+    // The garbage collector removes the ReplicaSet and its pods.
+    sim_support::eventually(20, || {
+        let kc = kc.clone();
+        async move {
+            let out = kubectl(&kc, &["get", "rs,pods", "-o", "name"]).await;
+            out.stdout.trim().is_empty().then_some(())
+        }
+    })
+    .await;
+    let out = kubectl(&kc, &["get", "deploy", "web"]).await;
+    assert!(!out.ok && out.stderr.contains("NotFound"), "{}", out.stderr);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_with_kubectl() {
+    let (sim, kc) = start("k2", fast()).await;
+    kubectl_ok(&kc, &["apply", "-f", &fixture("widget-crd.yaml")]).await;
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.kedge.dev",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let out = kubectl_ok(&kc, &["apply", "-f", &fixture("widget.yaml")]).await;
+    assert!(out.contains("widget.example.kedge.dev/w1 created"), "{out}");
+
+    // Short name, printer columns.
+    let out = kubectl_ok(&kc, &["get", "wdg"]).await;
+    let header = out.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("DESIRED") && header.contains("CURRENT") && header.contains("AGE"),
+        "{out}"
+    );
+    assert!(
+        out.lines().nth(1).unwrap_or_default().starts_with("w1"),
+        "{out}"
+    );
+
+    // Scale goes through /scale and leaves status alone.
+    let out = kubectl_ok(&kc, &["scale", "wdg/w1", "--replicas=5"]).await;
+    assert!(out.contains("scaled"), "{out}");
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "widget",
+            "w1",
+            "-o",
+            "jsonpath={.spec.replicas}/{.status}/{.metadata.generation}",
+        ],
+    )
+    .await;
+    assert_eq!(out, "5//2");
+
+    kubectl_ok(&kc, &["label", "wdg", "w1", "team-"]).await;
+    let out = kubectl_ok(&kc, &["get", "wdg", "-l", "team=a", "-o", "name"]).await;
+    assert_eq!(out.trim(), "");
+
+    let out = kubectl_ok(
+        &kc,
+        &["apply", "--server-side", "-f", &fixture("widget.yaml")],
+    )
+    .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let out = kubectl_ok(&kc, &["get", "wdg", "w1", "-o", "yaml"]).await;
+    assert!(
+        out.contains("color: blue") && out.contains("team: a"),
+        "{out}"
+    );
+
+    let out = kubectl_ok(&kc, &["get", "kedge"]).await;
+    assert!(out.contains("w1"), "category lookup: {out}");
+    let out = kubectl_ok(&kc, &["describe", "wdg", "w1"]).await;
+    assert!(
+        out.contains("Kind:         Widget") || out.contains("Widget"),
+        "{out}"
+    );
+
+    kubectl_ok(&kc, &["delete", "-f", &fixture("widget.yaml")]).await;
+    kubectl_ok(&kc, &["delete", "crd", "widgets.example.kedge.dev"]).await;
+    let out = kubectl(&kc, &["get", "wdg"]).await;
+    assert!(
+        !out.ok,
+        "resource must be gone with its CRD: {}",
+        out.stdout
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_secrets_and_watch_with_kubectl() {
+    let (sim, kc) = start("k3", fast()).await;
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "creds",
+            "--from-literal=user=admin",
+            "--from-literal=pw=s3cret",
+        ],
+    )
+    .await;
+    assert!(out.contains("secret/creds created"), "{out}");
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "secret",
+            "creds",
+            "-o",
+            "jsonpath={.data.user} {.type}",
+        ],
+    )
+    .await;
+    assert_eq!(out, "YWRtaW4= Opaque");
+
+    kubectl_ok(&kc, &["apply", "-f", &fixture("job.yaml")]).await;
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=complete",
+            "job/work",
+            "--timeout=30s",
+        ],
+    )
+    .await;
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "job",
+            "work",
+            "-o",
+            "jsonpath={.status.succeeded} {.status.completionTime}",
+        ],
+    )
+    .await;
+    assert!(out.starts_with("2 20"), "{out}");
+    let out = kubectl_ok(&kc, &["describe", "job", "work"]).await;
+    assert!(out.contains("2 Succeeded"), "{out}");
+
+    // get -w prints changes as they happen.
+    let mut child = tokio::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["get", "configmaps", "-w", "-o", "name"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn kubectl");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kubectl_ok(
+        &kc,
+        &["create", "configmap", "watched", "--from-literal=a=b"],
+    )
+    .await;
+    let seen = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("configmap/watched") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(seen, "kubectl get -w did not print the new configmap");
+    let _ = child.kill().await;
+
+    kubectl_ok(&kc, &["delete", "job", "work"]).await;
+    let out = kubectl_ok(&kc, &["get", "jobs", "-o", "name"]).await;
+    assert!(out.trim().is_empty(), "{out}");
+    sim.shutdown().await;
+}
