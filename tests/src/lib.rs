@@ -1,1 +1,6 @@
-//! placeholder
+//! kedge-sim: an in-memory Kubernetes API simulator hosting many virtual clusters.
+//!
+//! The modules below are pure building blocks of the API server (no I/O, except
+//! the UDP relay), each unit-tested against the Kubernetes API semantics they reproduce.
+
+pub mod selector;
