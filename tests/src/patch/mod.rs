@@ -1,6 +1,7 @@
 //! The patch types the API server accepts: strategic merge ([`strategic`]), JSON merge
 //! (RFC 7386), JSON patch (RFC 6902) and server-side apply ([`apply`]).
 
+pub mod apply;
 pub mod strategic;
 
 pub use strategic::{strategic_merge, supports_strategic};

@@ -61,8 +61,10 @@ pub fn supports_strategic(kind: &str) -> bool {
 
 /// The Go type a JSON position corresponds to, as far as patch strategies matter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ty {
+pub(crate) enum Ty {
     Root(&'static str),
+    /// A custom resource: only its `metadata` has known strategies.
+    CustomRoot,
     ObjectMeta,
     WorkloadSpec,
     CronJobSpec,
@@ -78,7 +80,7 @@ enum Ty {
 
 /// How a list field merges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListStrategy {
+pub(crate) enum ListStrategy {
     /// No strategy tag: the patch list replaces the live one.
     Atomic,
     /// `patchStrategy:"merge"` on a list of primitives: set union.
@@ -87,16 +89,16 @@ enum ListStrategy {
     Keyed(&'static str, Ty),
 }
 
-fn root_ty(kind: &str) -> Ty {
+pub(crate) fn root_ty(kind: &str) -> Ty {
     match STRATEGIC_KINDS.iter().find(|k| **k == kind) {
         Some(k) => Ty::Root(k),
-        None => Ty::Other,
+        None => Ty::CustomRoot,
     }
 }
 
-fn child_ty(parent: Ty, field: &str) -> Ty {
+pub(crate) fn child_ty(parent: Ty, field: &str) -> Ty {
     match (parent, field) {
-        (Ty::Root(_), "metadata") => Ty::ObjectMeta,
+        (Ty::Root(_) | Ty::CustomRoot, "metadata") => Ty::ObjectMeta,
         (Ty::Root(_), "status") => Ty::Status,
         (Ty::Root("Pod"), "spec") => Ty::PodSpec,
         (Ty::Root("PodTemplate"), "template") => Ty::PodTemplateSpec,
@@ -116,7 +118,7 @@ fn child_ty(parent: Ty, field: &str) -> Ty {
     }
 }
 
-fn list_strategy(parent: Ty, field: &str) -> ListStrategy {
+pub(crate) fn list_strategy(parent: Ty, field: &str) -> ListStrategy {
     use ListStrategy::{Atomic, Keyed, Set};
     match (parent, field) {
         (Ty::ObjectMeta, "ownerReferences") => Keyed("uid", Ty::Other),
