@@ -5,4 +5,5 @@
 
 pub mod patch;
 pub mod quantity;
+pub mod rbac;
 pub mod selector;
