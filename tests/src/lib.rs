@@ -7,5 +7,6 @@ pub mod jsonpath;
 pub mod patch;
 pub mod quantity;
 pub mod rbac;
+pub mod relay;
 pub mod selector;
 pub mod table;
