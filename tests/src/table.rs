@@ -76,6 +76,12 @@ pub fn to_table_with(
         .map(|o| {
             let mut row = Map::new();
             row.insert("cells".into(), Value::Array(cells(o)));
+            if printer_columns.is_none()
+                && resource == "pods"
+                && let Some(c) = pod_row_conditions(o)
+            {
+                row.insert("conditions".into(), c);
+            }
             match include {
                 IncludeObject::None => {}
                 IncludeObject::Metadata => {
@@ -295,6 +301,7 @@ fn containers_images(o: &Value, spec: &str) -> (Value, Value) {
     )
 }
 
+/// `metav1.FormatLabelSelector`: `<none>` for a missing or empty selector.
 fn selector_string(sel: Option<&Value>) -> Value {
     let Some(sel) = sel else {
         return Value::String("<none>".into());
@@ -303,6 +310,15 @@ fn selector_string(sel: Option<&Value>) -> Value {
         Ok(ls) if ls.is_everything() => Value::String("<none>".into()),
         Ok(ls) => Value::String(ls.to_string()),
         Err(_) => Value::String("<error>".into()),
+    }
+}
+
+/// What `printDeployment` shows: the selector's string, empty if there is none.
+fn deployment_selector(sel: Option<&Value>) -> Value {
+    let sel = sel.unwrap_or(&Value::Null);
+    match crate::selector::LabelSelector::from_label_selector_json(sel) {
+        Ok(ls) => Value::String(ls.to_string()),
+        Err(_) => Value::String("<invalid>".into()),
     }
 }
 
@@ -358,13 +374,13 @@ fn builtin(resource: &str, now: SystemTime) -> (Vec<Value>, Cells) {
                 col("Ready", "string", 0, "Number of the pod with ready state"),
                 col(
                     "Up-to-date",
-                    "integer",
+                    "string",
                     0,
                     "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
                 ),
                 col(
                     "Available",
-                    "integer",
+                    "string",
                     0,
                     "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
                 ),
@@ -397,7 +413,7 @@ fn builtin(resource: &str, now: SystemTime) -> (Vec<Value>, Cells) {
                     age_cell(o, now),
                     c,
                     im,
-                    selector_string(o.pointer("/spec/selector")),
+                    deployment_selector(o.pointer("/spec/selector")),
                 ]
             }),
         ),
@@ -579,11 +595,11 @@ fn builtin(resource: &str, now: SystemTime) -> (Vec<Value>, Cells) {
             vec![
                 col("Name", "string", 0, NAME_DOC),
                 col("Type", "string", 0, "The type of the secret"),
-                col("Data", "integer", 0, "The number of entries in the secret"),
+                col("Data", "string", 0, "The number of entries in the secret"),
                 col("Age", "string", 0, AGE_DOC),
             ],
             Box::new(move |o| {
-                let n = map_len(o, "/data") + map_len(o, "/stringData");
+                let n = map_len(o, "/data");
                 vec![name(o), json!(s(o, "/type")), json!(n), age_cell(o, now)]
             }),
         ),
@@ -780,87 +796,118 @@ fn map_len(o: &Value, pointer: &str) -> usize {
         .map_or(0, Map::len)
 }
 
-fn pod_cells(o: &Value, now: SystemTime) -> Vec<Value> {
-    let total = arr(o, "/spec/containers").len();
-    let mut reason = s(o, "/status/phase").to_owned();
-    if !s(o, "/status/reason").is_empty() {
-        reason = s(o, "/status/reason").to_owned();
+fn terminated_reason(c: &Value, prefix: &str) -> String {
+    let t = "/state/terminated";
+    if !s(c, &format!("{t}/reason")).is_empty() {
+        format!("{prefix}{}", s(c, &format!("{t}/reason")))
+    } else if i(c, &format!("{t}/signal")) != 0 {
+        format!("{prefix}Signal:{}", i(c, &format!("{t}/signal")))
+    } else {
+        format!("{prefix}ExitCode:{}", i(c, &format!("{t}/exitCode")))
     }
-    let mut restarts = 0;
-    let mut ready = 0;
-    let mut last_restart: Option<SystemTime> = None;
-    let mut note_restart = |c: &Value, restarts: &mut i64| {
-        *restarts = restarts.saturating_add(i(c, "/restartCount"));
-        if let Some(t) = parse_rfc3339(s(c, "/lastState/terminated/finishedAt"))
-            && last_restart.is_none_or(|l| t > l)
-        {
-            last_restart = Some(t);
-        }
+}
+
+/// `printPod`: READY, STATUS and RESTARTS as kubectl shows them.
+fn pod_cells(o: &Value, now: SystemTime) -> Vec<Value> {
+    let init_specs = arr(o, "/spec/initContainers");
+    let restartable = |name: &str| {
+        init_specs
+            .iter()
+            .any(|c| s(c, "/name") == name && s(c, "/restartPolicy") == "Always")
     };
-    let init_statuses = arr(o, "/status/initContainerStatuses");
-    let init_total = arr(o, "/spec/initContainers").len();
+    let total = arr(o, "/spec/containers").len()
+        + init_specs
+            .iter()
+            .filter(|c| s(c, "/restartPolicy") == "Always")
+            .count();
+    let phase = s(o, "/status/phase");
+    let mut reason = match s(o, "/status/reason") {
+        "" => phase.to_owned(),
+        r => r.to_owned(),
+    };
+    let conditions = arr(o, "/status/conditions");
+    if conditions
+        .iter()
+        .any(|c| s(c, "/type") == "PodScheduled" && s(c, "/reason") == "SchedulingGated")
+    {
+        reason = "SchedulingGated".into();
+    }
+    let finished = |c: &Value| parse_rfc3339(s(c, "/lastState/terminated/finishedAt"));
+    let later = |a: Option<SystemTime>, b: Option<SystemTime>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let mut restarts: i64 = 0;
+    let mut sidecar_restarts: i64 = 0;
+    let mut last_restart = None;
+    let mut sidecar_last_restart = None;
+    let mut ready = 0;
     let mut initializing = false;
-    for (idx, c) in init_statuses.iter().enumerate() {
-        note_restart(c, &mut restarts);
-        if c.pointer("/state/terminated").is_some() && i(c, "/state/terminated/exitCode") == 0 {
+    for (idx, c) in arr(o, "/status/initContainerStatuses").iter().enumerate() {
+        restarts = restarts.saturating_add(i(c, "/restartCount"));
+        last_restart = later(last_restart, finished(c));
+        let sidecar = restartable(s(c, "/name"));
+        if sidecar {
+            sidecar_restarts = sidecar_restarts.saturating_add(i(c, "/restartCount"));
+            sidecar_last_restart = later(sidecar_last_restart, finished(c));
+        }
+        let terminated = c.pointer("/state/terminated").is_some_and(|t| !t.is_null());
+        if terminated && i(c, "/state/terminated/exitCode") == 0 {
+            continue;
+        }
+        if sidecar && c.get("started") == Some(&Value::Bool(true)) {
+            if c.get("ready") == Some(&Value::Bool(true)) {
+                ready += 1;
+            }
             continue;
         }
         initializing = true;
-        reason = if c.pointer("/state/terminated").is_some() {
-            let t = "/state/terminated";
-            if !s(c, &format!("{t}/reason")).is_empty() {
-                format!("Init:{}", s(c, &format!("{t}/reason")))
-            } else if i(c, &format!("{t}/signal")) != 0 {
-                format!("Init:Signal:{}", i(c, &format!("{t}/signal")))
-            } else {
-                format!("Init:ExitCode:{}", i(c, &format!("{t}/exitCode")))
-            }
-        } else if !s(c, "/state/waiting/reason").is_empty()
-            && s(c, "/state/waiting/reason") != "PodInitializing"
-        {
-            format!("Init:{}", s(c, "/state/waiting/reason"))
+        let waiting = s(c, "/state/waiting/reason");
+        reason = if terminated {
+            terminated_reason(c, "Init:")
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            format!("Init:{waiting}")
         } else {
-            format!("Init:{idx}/{init_total}")
+            format!("Init:{idx}/{}", init_specs.len())
         };
         break;
     }
-    if !initializing {
-        restarts = 0;
+    let initialized = conditions
+        .iter()
+        .any(|c| s(c, "/type") == "Initialized" && s(c, "/status") == "True");
+    if !initializing || initialized {
+        restarts = sidecar_restarts;
+        last_restart = sidecar_last_restart;
         let mut has_running = false;
         for c in arr(o, "/status/containerStatuses").iter().rev() {
-            note_restart(c, &mut restarts);
+            restarts = restarts.saturating_add(i(c, "/restartCount"));
+            last_restart = later(last_restart, finished(c));
+            let terminated = c.pointer("/state/terminated").is_some_and(|t| !t.is_null());
             if !s(c, "/state/waiting/reason").is_empty() {
                 reason = s(c, "/state/waiting/reason").to_owned();
-            } else if !s(c, "/state/terminated/reason").is_empty() {
-                reason = s(c, "/state/terminated/reason").to_owned();
-            } else if c.pointer("/state/terminated").is_some() {
-                reason = if i(c, "/state/terminated/signal") != 0 {
-                    format!("Signal:{}", i(c, "/state/terminated/signal"))
-                } else {
-                    format!("ExitCode:{}", i(c, "/state/terminated/exitCode"))
-                };
+            } else if terminated {
+                reason = terminated_reason(c, "");
             } else if c.get("ready") == Some(&Value::Bool(true))
-                && c.pointer("/state/running").is_some()
+                && c.pointer("/state/running").is_some_and(|r| !r.is_null())
             {
                 has_running = true;
                 ready += 1;
             }
         }
         if reason == "Completed" && has_running {
-            let pod_ready = arr(o, "/status/conditions")
+            let pod_ready = conditions
                 .iter()
                 .any(|c| s(c, "/type") == "Ready" && s(c, "/status") == "True");
             reason = if pod_ready { "Running" } else { "NotReady" }.into();
         }
     }
-    if o.pointer("/metadata/deletionTimestamp")
-        .is_some_and(|v| !v.is_null())
-    {
-        reason = if s(o, "/status/reason") == "NodeLost" {
-            "Unknown".into()
-        } else {
-            "Terminating".into()
-        };
+    let deleting = o
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null());
+    if deleting && s(o, "/status/reason") == "NodeLost" {
+        reason = "Unknown".into();
+    } else if deleting && phase != "Succeeded" && phase != "Failed" {
+        reason = "Terminating".into();
     }
     let restarts_cell = match last_restart {
         Some(t) if restarts != 0 => {
@@ -878,9 +925,10 @@ fn pod_cells(o: &Value, now: SystemTime) -> Vec<Value> {
         let true_count = gates
             .iter()
             .filter(|g| {
-                arr(o, "/status/conditions")
+                conditions
                     .iter()
-                    .any(|c| s(c, "/type") == s(g, "/conditionType") && s(c, "/status") == "True")
+                    .find(|c| s(c, "/type") == s(g, "/conditionType"))
+                    .is_some_and(|c| s(c, "/status") == "True")
             })
             .count();
         format!("{true_count}/{}", gates.len())
@@ -891,17 +939,30 @@ fn pod_cells(o: &Value, now: SystemTime) -> Vec<Value> {
         json!(reason),
         json!(restarts_cell),
         age_cell(o, now),
-        none_if_empty(s(o, "/status/podIP")),
+        none_if_empty(s(o, "/status/podIPs/0/ip")),
         none_if_empty(s(o, "/spec/nodeName")),
         none_if_empty(s(o, "/status/nominatedNodeName")),
         json!(gates_cell),
     ]
 }
 
+/// `printPod`'s row conditions: completed pods are marked so clients can hide them.
+fn pod_row_conditions(o: &Value) -> Option<Value> {
+    match s(o, "/status/phase") {
+        "Succeeded" => Some(json!([{"type": "Completed", "status": "True",
+            "reason": "Succeeded", "message": "The pod has completed successfully."}])),
+        "Failed" => Some(json!([{"type": "Completed", "status": "True",
+            "reason": "Failed", "message": "The pod failed."}])),
+        _ => None,
+    }
+}
+
+/// `hasJobCondition`: the first condition of that type decides.
 fn condition_true(o: &Value, ty: &str) -> bool {
     arr(o, "/status/conditions")
         .iter()
-        .any(|c| s(c, "/type") == ty && s(c, "/status") == "True")
+        .find(|c| s(c, "/type") == ty)
+        .is_some_and(|c| s(c, "/status") == "True")
 }
 
 fn job_cells(o: &Value, now: SystemTime) -> Vec<Value> {
@@ -933,14 +994,10 @@ fn job_cells(o: &Value, now: SystemTime) -> Vec<Value> {
         .is_some_and(|v| !v.is_null())
     {
         "Terminating"
-    } else if condition_true(o, "SuccessCriteriaMet") {
-        "SuccessCriteriaMet"
+    } else if condition_true(o, "Suspended") {
+        "Suspended"
     } else if condition_true(o, "FailureTarget") {
         "FailureTarget"
-    } else if o.pointer("/spec/suspend") == Some(&Value::Bool(true))
-        || condition_true(o, "Suspended")
-    {
-        "Suspended"
     } else {
         "Running"
     };
@@ -958,31 +1015,27 @@ fn job_cells(o: &Value, now: SystemTime) -> Vec<Value> {
 }
 
 fn node_cells(o: &Value, now: SystemTime) -> Vec<Value> {
-    let mut status: Vec<String> = Vec::new();
-    match arr(o, "/status/conditions")
+    let mut status: Vec<&str> = vec![match arr(o, "/status/conditions")
         .iter()
         .find(|c| s(c, "/type") == "Ready")
     {
-        Some(c) if s(c, "/status") == "True" => status.push("Ready".into()),
-        Some(_) => status.push("NotReady".into()),
-        None => status.push("Unknown".into()),
-    }
+        Some(c) if s(c, "/status") == "True" => "Ready",
+        Some(_) => "NotReady",
+        None => "Unknown",
+    }];
     if o.pointer("/spec/unschedulable") == Some(&Value::Bool(true)) {
-        status.push("SchedulingDisabled".into());
+        status.push("SchedulingDisabled");
     }
+    // `findNodeRoles`: node-role.kubernetes.io/<role> keys and kubernetes.io/role values.
     let mut roles: Vec<String> = o
         .pointer("/metadata/labels")
         .and_then(Value::as_object)
         .map(|l| {
             l.iter()
-                .filter_map(|(k, v)| {
-                    if let Some(r) = k.strip_prefix("node-role.kubernetes.io/") {
-                        Some(r.to_owned())
-                    } else if k == "kubernetes.io/role" {
-                        v.as_str().map(str::to_owned)
-                    } else {
-                        None
-                    }
+                .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+                    Some(r) => Some(r.to_owned()),
+                    None if k == "kubernetes.io/role" => v.as_str().map(str::to_owned),
+                    None => None,
                 })
                 .filter(|r| !r.is_empty())
                 .collect()
@@ -991,14 +1044,16 @@ fn node_cells(o: &Value, now: SystemTime) -> Vec<Value> {
     roles.sort();
     roles.dedup();
     let address = |ty: &str| {
-        let v: Vec<&str> = arr(o, "/status/addresses")
+        let first = arr(o, "/status/addresses")
             .iter()
-            .filter(|a| s(a, "/type") == ty)
-            .map(|a| s(a, "/address"))
-            .collect();
-        none_if_empty(&v.join(","))
+            .find(|a| s(a, "/type") == ty)
+            .map(|a| s(a, "/address"));
+        json!(first.unwrap_or("<none>"))
     };
-    let info = |k: &str| none_if_empty(s(o, &format!("/status/nodeInfo/{k}")));
+    let info = |k: &str| match s(o, &format!("/status/nodeInfo/{k}")) {
+        "" => json!("<unknown>"),
+        v => json!(v),
+    };
     vec![
         name(o),
         json!(status.join(",")),
@@ -1013,45 +1068,78 @@ fn node_cells(o: &Value, now: SystemTime) -> Vec<Value> {
     ]
 }
 
+/// Reads the first non-empty string among `pointers`.
+fn first_str<'a>(o: &'a Value, pointers: &[&str]) -> &'a str {
+    pointers
+        .iter()
+        .map(|p| s(o, p))
+        .find(|v| !v.is_empty())
+        .unwrap_or("")
+}
+
+/// `printEvent`, for core/v1 Events and events.k8s.io/v1 Events alike.
 fn event_cells(o: &Value, now: SystemTime) -> Vec<Value> {
-    let last_seen = if !s(o, "/series/lastObservedTime").is_empty() {
-        age(s(o, "/series/lastObservedTime"), now)
-    } else if !s(o, "/lastTimestamp").is_empty() {
-        age(s(o, "/lastTimestamp"), now)
-    } else {
-        age(s(o, "/eventTime"), now)
+    let first_seen = match first_str(o, &["/firstTimestamp", "/deprecatedFirstTimestamp"]) {
+        "" => age(s(o, "/eventTime"), now),
+        t => age(t, now),
     };
-    let first_seen = if !s(o, "/firstTimestamp").is_empty() {
-        age(s(o, "/firstTimestamp"), now)
-    } else {
-        age(s(o, "/eventTime"), now)
+    let mut last_seen = match first_str(o, &["/lastTimestamp", "/deprecatedLastTimestamp"]) {
+        "" => first_seen.clone(),
+        t => age(t, now),
     };
-    let component = match s(o, "/source/component") {
-        "" => s(o, "/reportingComponent"),
-        c => c,
-    };
-    let source = match s(o, "/source/host") {
-        "" => component.to_owned(),
-        host => format!("{component}, {host}"),
-    };
-    let count = o
-        .pointer("/series/count")
+    let mut count = o
+        .get("count")
+        .or_else(|| o.get("deprecatedCount"))
         .and_then(Value::as_i64)
-        .unwrap_or_else(|| i(o, "/count"));
+        .unwrap_or(0);
+    if o.get("series").is_some_and(Value::is_object) {
+        last_seen = age(s(o, "/series/lastObservedTime"), now);
+        count = i(o, "/series/count");
+    } else if count == 0 {
+        count = 1;
+    }
+    let involved = if o.get("involvedObject").is_some() {
+        "/involvedObject"
+    } else {
+        "/regarding"
+    };
+    let kind = s(o, &format!("{involved}/kind")).to_lowercase();
+    let target = match s(o, &format!("{involved}/name")) {
+        "" => kind,
+        n => format!("{kind}/{n}"),
+    };
+    let component = first_str(
+        o,
+        &[
+            "/source/component",
+            "/deprecatedSource/component",
+            "/reportingComponent",
+            "/reportingController",
+        ],
+    );
+    let instance = first_str(
+        o,
+        &[
+            "/source/host",
+            "/deprecatedSource/host",
+            "/reportingInstance",
+        ],
+    );
+    let source = if instance.is_empty() {
+        component.to_owned()
+    } else {
+        format!("{component}, {instance}")
+    };
     vec![
         json!(last_seen),
         json!(s(o, "/type")),
         json!(s(o, "/reason")),
-        json!(format!(
-            "{}/{}",
-            s(o, "/involvedObject/kind").to_lowercase(),
-            s(o, "/involvedObject/name")
-        )),
-        json!(s(o, "/involvedObject/fieldPath")),
+        json!(target),
+        json!(s(o, &format!("{involved}/fieldPath"))),
         json!(source),
-        json!(s(o, "/message").trim()),
+        json!(first_str(o, &["/message", "/note"]).trim()),
         json!(first_seen),
-        json!(count.to_string()),
+        json!(count),
         name(o),
     ]
 }
@@ -1180,7 +1268,7 @@ mod tests {
         let running = json!({
             "metadata": {"name": "web-1", "creationTimestamp": "2026-03-01T11:55:00Z"},
             "spec": {"nodeName": "node-1", "containers": [{"name": "a"}, {"name": "b"}]},
-            "status": {"phase": "Running", "podIP": "10.0.0.5", "containerStatuses": [
+            "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.5"}], "containerStatuses": [
                 {"name": "a", "ready": true, "restartCount": 2, "state": {"running": {}},
                  "lastState": {"terminated": {"finishedAt": "2026-03-01T11:58:00Z"}}},
                 {"name": "b", "ready": false, "restartCount": 0, "state": {"running": {}}}
@@ -1254,6 +1342,69 @@ mod tests {
             json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                    "metadata": {"name": "web-1", "creationTimestamp": "2026-03-01T11:55:00Z"}})
         );
+        assert_eq!(
+            t["rows"][3]["conditions"],
+            json!([{"type": "Completed", "status": "True", "reason": "Succeeded",
+                    "message": "The pod has completed successfully."}])
+        );
+        assert!(t["rows"][0].get("conditions").is_none());
+    }
+
+    #[test]
+    fn pod_status_corner_cases() {
+        let gated = json!({"metadata": {"name": "g"}, "spec": {"containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}});
+        let init_waiting = json!({"metadata": {"name": "w"},
+            "spec": {"initContainers": [{"name": "x"}, {"name": "y"}], "containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"name": "x", "state": {"terminated": {"exitCode": 0}}},
+                {"name": "y", "state": {"running": {}}}]}});
+        let init_failed = json!({"metadata": {"name": "f"},
+            "spec": {"initContainers": [{"name": "x"}], "containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"name": "x", "restartCount": 3, "state": {"terminated": {"exitCode": 2}}}]}});
+        let sidecar = json!({"metadata": {"name": "s"},
+            "spec": {"initContainers": [{"name": "proxy", "restartPolicy": "Always"}],
+                     "containers": [{"name": "a"}]},
+            "status": {"phase": "Running", "initContainerStatuses": [
+                {"name": "proxy", "started": true, "ready": true, "restartCount": 1,
+                 "state": {"running": {}}}],
+                "containerStatuses": [{"name": "a", "ready": true, "state": {"running": {}}}]}});
+        let succeeded_deleting = json!({"metadata": {"name": "d", "deletionTimestamp": "2026-03-01T11:00:00Z"},
+            "spec": {"containers": [{"name": "a"}]}, "status": {"phase": "Succeeded"}});
+        let signal = json!({"metadata": {"name": "k"}, "spec": {"containers": [{"name": "a"}]},
+            "status": {"phase": "Failed", "containerStatuses": [
+                {"name": "a", "state": {"terminated": {"exitCode": 137, "signal": 9}}}]}});
+        let t = to_table(
+            "pods",
+            &[
+                gated,
+                init_waiting,
+                init_failed,
+                sidecar,
+                succeeded_deleting,
+                signal,
+            ],
+            None,
+            now(),
+        );
+        let status: Vec<Value> = (0..6).map(|r| cells(&t, r)[2].clone()).collect();
+        assert_eq!(
+            status,
+            [
+                "SchedulingGated",
+                "Init:1/2",
+                "Init:ExitCode:2",
+                "Running",
+                "Succeeded",
+                "Signal:9"
+            ]
+        );
+        assert_eq!(cells(&t, 2)[3], "3");
+        assert_eq!(cells(&t, 3)[1], "2/2", "a started sidecar counts as ready");
+        assert_eq!(cells(&t, 3)[3], "1");
+        assert_eq!(t["rows"][5]["conditions"][0]["reason"], "Failed");
     }
 
     #[test]
@@ -1361,8 +1512,8 @@ mod tests {
                 json!("10.0.0.1"),
                 json!("<none>"),
                 json!("Sim"),
-                json!("<none>"),
-                json!("<none>")
+                json!("<unknown>"),
+                json!("<unknown>")
             ]
         );
         let ns = json!({"metadata": {"name": "default"}, "status": {"phase": "Active"}});
@@ -1420,10 +1571,90 @@ mod tests {
                 json!("default-scheduler"),
                 json!("0/3 nodes available"),
                 json!("60m"),
-                json!("4"),
+                json!(4),
                 json!("web.1")
             ]
         );
+    }
+
+    #[test]
+    fn events_k8s_io_and_series() {
+        let ev = json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": "e2"}, "type": "Normal", "reason": "Scaled",
+            "regarding": {"kind": "Deployment", "name": "web", "fieldPath": "spec"},
+            "note": "scaled to 3", "reportingController": "kedge-agent", "reportingInstance": "m1",
+            "eventTime": "2026-03-01T11:58:00.000000Z",
+            "series": {"count": 7, "lastObservedTime": "2026-03-01T11:59:50.000000Z"}
+        });
+        let single = json!({"metadata": {"name": "e3"}, "involvedObject": {"kind": "Node"},
+                            "eventTime": "2026-03-01T11:59:00.000000Z"});
+        let t = to_table("events", &[ev, single], None, now());
+        assert_eq!(
+            cells(&t, 0),
+            vec![
+                json!("10s"),
+                json!("Normal"),
+                json!("Scaled"),
+                json!("deployment/web"),
+                json!("spec"),
+                json!("kedge-agent, m1"),
+                json!("scaled to 3"),
+                json!("2m"),
+                json!(7),
+                json!("e2")
+            ]
+        );
+        assert_eq!(cells(&t, 1)[0], "60s", "last seen falls back to first seen");
+        assert_eq!(cells(&t, 1)[3], "node");
+        assert_eq!(cells(&t, 1)[8], 1, "a singleton event counts once");
+    }
+
+    #[test]
+    fn job_status_precedence() {
+        let job = |conds: Value, deleting: bool| {
+            let mut j = json!({"metadata": {"name": "j"}, "status": {"conditions": conds}});
+            if deleting {
+                j["metadata"]["deletionTimestamp"] = json!("2026-03-01T11:00:00Z");
+            }
+            j
+        };
+        let cases = [
+            (
+                job(
+                    json!([{"type": "Failed", "status": "True"}, {"type": "Complete", "status": "True"}]),
+                    true,
+                ),
+                "Complete",
+            ),
+            (
+                job(json!([{"type": "Failed", "status": "True"}]), true),
+                "Failed",
+            ),
+            (
+                job(json!([{"type": "Suspended", "status": "True"}]), true),
+                "Terminating",
+            ),
+            (
+                job(json!([{"type": "Suspended", "status": "True"}]), false),
+                "Suspended",
+            ),
+            (
+                job(json!([{"type": "FailureTarget", "status": "True"}]), false),
+                "FailureTarget",
+            ),
+            (
+                job(json!([{"type": "Complete", "status": "False"}]), false),
+                "Running",
+            ),
+        ];
+        for (j, want) in cases {
+            let t = to_table("jobs", std::slice::from_ref(&j), None, now());
+            assert_eq!(cells(&t, 0)[1], want, "{j}");
+            assert_eq!(cells(&t, 0)[7], "<none>");
+        }
+        let d = json!({"metadata": {"name": "d"}});
+        assert_eq!(cells(&to_table("deployments", &[d], None, now()), 0)[7], "");
     }
 
     #[test]
