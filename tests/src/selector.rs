@@ -757,11 +757,7 @@ impl FieldSelector {
     /// Fails with [`SelectorError::FieldLabelNotSupported`] for the first field `kind` does
     /// not support.
     pub fn check_supported(&self, kind: &str) -> Result<()> {
-        match self
-            .terms
-            .iter()
-            .find(|t| supported_field(kind, &t.field).is_none())
-        {
+        match self.terms.iter().find(|t| !supported_field(kind, &t.field)) {
             Some(t) => Err(SelectorError::FieldLabelNotSupported(t.field.clone())),
             None => Ok(()),
         }
@@ -787,14 +783,15 @@ impl FieldSelector {
     }
 
     /// Whether `object` satisfies every term. Field labels are resolved per the object's
-    /// `kind` (e.g. a Job's `status.successful` reads `status.succeeded`, an Event's
-    /// `source` reads `source.component`), then as a dotted path; a missing field reads as
-    /// the empty string, as the zero value does on the real server.
+    /// `kind` (e.g. a Job's `status.successful` reads `status.succeeded`, a Pod's
+    /// `status.podIP` reads `status.podIPs[0].ip`, an Event's `source` reads
+    /// `source.component`), with the server's zero values for missing fields
+    /// (`spec.nodeName=` matches unscheduled pods, `spec.unschedulable=false` matches
+    /// nodes without the field); other labels are read as dotted paths.
     pub fn matches(&self, object: &Value) -> bool {
         let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
         self.terms.iter().all(|t| {
-            let path = supported_field(kind, &t.field).unwrap_or(t.field.as_str());
-            let got = field_value(object, path);
+            let got = field_value(object, kind, &t.field);
             match t.op {
                 FieldOperator::Equals => got == t.value,
                 FieldOperator::NotEquals => got != t.value,
@@ -819,77 +816,221 @@ impl fmt::Display for FieldSelector {
     }
 }
 
-/// Per-kind field labels (label, JSON path) beyond `metadata.name`/`metadata.namespace`,
-/// from the `fieldLabelConversionFunc`s and `GetAttrs` of kube-apiserver 1.33.
-const KIND_FIELDS: &[(&str, &[(&str, &str)])] = &[
+/// One selectable field: its label, where its value is read (JSON pointers, first present
+/// wins) and the value when none is present (the Go zero value the server would print).
+#[derive(Debug)]
+struct FieldLabel {
+    label: &'static str,
+    pointers: &'static [&'static str],
+    default: &'static str,
+}
+
+const fn fl(
+    label: &'static str,
+    pointers: &'static [&'static str],
+    default: &'static str,
+) -> FieldLabel {
+    FieldLabel {
+        label,
+        pointers,
+        default,
+    }
+}
+
+/// Per-kind field labels beyond `metadata.name`/`metadata.namespace`, from the
+/// `ToSelectableFields`/`GetAttrs` functions of kube-apiserver 1.33. Events accept both
+/// the core/v1 labels and their events.k8s.io/v1 spellings, read from either shape.
+const KIND_FIELDS: &[(&str, &[FieldLabel])] = &[
     (
         "Pod",
         &[
-            ("spec.nodeName", "spec.nodeName"),
-            ("spec.restartPolicy", "spec.restartPolicy"),
-            ("spec.schedulerName", "spec.schedulerName"),
-            ("spec.serviceAccountName", "spec.serviceAccountName"),
-            ("spec.hostNetwork", "spec.hostNetwork"),
-            ("status.phase", "status.phase"),
-            ("status.podIP", "status.podIP"),
-            ("status.nominatedNodeName", "status.nominatedNodeName"),
+            fl("spec.nodeName", &["/spec/nodeName"], ""),
+            fl("spec.restartPolicy", &["/spec/restartPolicy"], ""),
+            fl("spec.schedulerName", &["/spec/schedulerName"], ""),
+            fl("spec.serviceAccountName", &["/spec/serviceAccountName"], ""),
+            fl("spec.hostNetwork", &["/spec/hostNetwork"], "false"),
+            fl("status.phase", &["/status/phase"], ""),
+            fl(
+                "status.podIP",
+                &["/status/podIPs/0/ip", "/status/podIP"],
+                "",
+            ),
+            fl(
+                "status.nominatedNodeName",
+                &["/status/nominatedNodeName"],
+                "",
+            ),
         ],
     ),
     (
         "Event",
         &[
-            ("involvedObject.kind", "involvedObject.kind"),
-            ("involvedObject.namespace", "involvedObject.namespace"),
-            ("involvedObject.name", "involvedObject.name"),
-            ("involvedObject.uid", "involvedObject.uid"),
-            ("involvedObject.apiVersion", "involvedObject.apiVersion"),
-            (
-                "involvedObject.resourceVersion",
-                "involvedObject.resourceVersion",
+            fl(
+                "involvedObject.kind",
+                &["/involvedObject/kind", "/regarding/kind"],
+                "",
             ),
-            ("involvedObject.fieldPath", "involvedObject.fieldPath"),
-            ("reason", "reason"),
-            ("reportingComponent", "reportingComponent"),
-            ("source", "source.component"),
-            ("type", "type"),
+            fl(
+                "involvedObject.namespace",
+                &["/involvedObject/namespace", "/regarding/namespace"],
+                "",
+            ),
+            fl(
+                "involvedObject.name",
+                &["/involvedObject/name", "/regarding/name"],
+                "",
+            ),
+            fl(
+                "involvedObject.uid",
+                &["/involvedObject/uid", "/regarding/uid"],
+                "",
+            ),
+            fl(
+                "involvedObject.apiVersion",
+                &["/involvedObject/apiVersion", "/regarding/apiVersion"],
+                "",
+            ),
+            fl(
+                "involvedObject.resourceVersion",
+                &[
+                    "/involvedObject/resourceVersion",
+                    "/regarding/resourceVersion",
+                ],
+                "",
+            ),
+            fl(
+                "involvedObject.fieldPath",
+                &["/involvedObject/fieldPath", "/regarding/fieldPath"],
+                "",
+            ),
+            fl(
+                "regarding.kind",
+                &["/regarding/kind", "/involvedObject/kind"],
+                "",
+            ),
+            fl(
+                "regarding.namespace",
+                &["/regarding/namespace", "/involvedObject/namespace"],
+                "",
+            ),
+            fl(
+                "regarding.name",
+                &["/regarding/name", "/involvedObject/name"],
+                "",
+            ),
+            fl(
+                "regarding.uid",
+                &["/regarding/uid", "/involvedObject/uid"],
+                "",
+            ),
+            fl(
+                "regarding.apiVersion",
+                &["/regarding/apiVersion", "/involvedObject/apiVersion"],
+                "",
+            ),
+            fl(
+                "regarding.resourceVersion",
+                &[
+                    "/regarding/resourceVersion",
+                    "/involvedObject/resourceVersion",
+                ],
+                "",
+            ),
+            fl(
+                "regarding.fieldPath",
+                &["/regarding/fieldPath", "/involvedObject/fieldPath"],
+                "",
+            ),
+            fl("reason", &["/reason"], ""),
+            fl(
+                "reportingComponent",
+                &["/reportingComponent", "/reportingController"],
+                "",
+            ),
+            fl(
+                "reportingController",
+                &["/reportingController", "/reportingComponent"],
+                "",
+            ),
+            fl(
+                "source",
+                &[
+                    "/source/component",
+                    "/deprecatedSource/component",
+                    "/reportingComponent",
+                    "/reportingController",
+                ],
+                "",
+            ),
+            fl(
+                "deprecatedSource",
+                &[
+                    "/deprecatedSource/component",
+                    "/source/component",
+                    "/reportingController",
+                    "/reportingComponent",
+                ],
+                "",
+            ),
+            fl("type", &["/type"], ""),
         ],
     ),
-    ("Secret", &[("type", "type")]),
-    ("Node", &[("spec.unschedulable", "spec.unschedulable")]),
-    ("Namespace", &[("status.phase", "status.phase")]),
-    ("ReplicaSet", &[("status.replicas", "status.replicas")]),
-    ("Job", &[("status.successful", "status.succeeded")]),
+    ("Secret", &[fl("type", &["/type"], "")]),
+    (
+        "Node",
+        &[fl("spec.unschedulable", &["/spec/unschedulable"], "false")],
+    ),
+    ("Namespace", &[fl("status.phase", &["/status/phase"], "")]),
+    (
+        "ReplicaSet",
+        &[fl("status.replicas", &["/status/replicas"], "0")],
+    ),
+    (
+        "Job",
+        &[fl("status.successful", &["/status/succeeded"], "0")],
+    ),
 ];
 
-/// The JSON path a field label reads for `kind` (`Pod`, `Event`, ...), or `None` when the
-/// real server would answer `field label not supported`. Every kind supports
-/// `metadata.name` and `metadata.namespace`.
-pub fn supported_field<'a>(kind: &str, field: &'a str) -> Option<&'a str> {
-    if field == "metadata.name" || field == "metadata.namespace" {
-        return Some(field);
-    }
+fn kind_field(kind: &str, field: &str) -> Option<&'static FieldLabel> {
     KIND_FIELDS
         .iter()
         .find(|(k, _)| *k == kind)
-        .and_then(|(_, fields)| fields.iter().find(|(label, _)| *label == field))
-        .map(|(_, path)| *path)
+        .and_then(|(_, fields)| fields.iter().find(|f| f.label == field))
 }
 
-fn field_value(object: &Value, path: &str) -> String {
+/// Whether the real server lets `field` select objects of `kind` (`Pod`, `Event`, ...);
+/// when it does not, it answers `field label not supported`. Every kind supports
+/// `metadata.name` and `metadata.namespace`.
+pub fn supported_field(kind: &str, field: &str) -> bool {
+    field == "metadata.name" || field == "metadata.namespace" || kind_field(kind, field).is_some()
+}
+
+/// The value a field label has on `object` of `kind`, as the server's field set holds it
+/// (a missing string is `""`, a missing boolean `false`, a missing count `0`). Unknown
+/// labels are read as a dotted path.
+fn field_value(object: &Value, kind: &str, field: &str) -> String {
+    let scalar = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
+    };
+    if let Some(f) = kind_field(kind, field) {
+        return f
+            .pointers
+            .iter()
+            .filter_map(|p| object.pointer(p).and_then(scalar))
+            .find(|v| !v.is_empty())
+            .unwrap_or_else(|| f.default.to_owned());
+    }
     let mut cur = object;
-    for seg in path.split('.') {
+    for seg in field.split('.') {
         match cur.get(seg) {
             Some(v) => cur = v,
             None => return String::new(),
         }
     }
-    match cur {
-        Value::String(s) => s.clone(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        // A missing boolean is `false` on the real server, a missing string "".
-        Value::Null | Value::Array(_) | Value::Object(_) => String::new(),
-    }
+    scalar(cur).unwrap_or_default()
 }
 
 fn split_unescaped_commas(s: &str) -> Vec<&str> {
@@ -1197,6 +1338,19 @@ mod tests {
         assert!(fsel("status.successful=3").matches(&job));
         let secret = json!({"kind": "Secret", "type": "kubernetes.io/tls"});
         assert!(fsel("type=kubernetes.io/tls").matches(&secret));
+        // Zero values of missing fields, as in the server's field sets.
+        assert!(fsel("status.successful=0").matches(&json!({"kind": "Job"})));
+        assert!(fsel("spec.unschedulable=false").matches(&json!({"kind": "Node"})));
+        assert!(fsel("spec.hostNetwork=false").matches(&json!({"kind": "Pod"})));
+        assert!(fsel("status.replicas=0").matches(&json!({"kind": "ReplicaSet"})));
+        let pod = json!({"kind": "Pod", "status": {"podIPs": [{"ip": "10.1.0.7"}]}});
+        assert!(fsel("status.podIP=10.1.0.7").matches(&pod));
+        // events.k8s.io/v1 shape and labels.
+        let ev2 = json!({"kind": "Event", "regarding": {"kind": "Deployment", "name": "web"},
+            "reportingController": "kedge-agent", "reason": "Scaled"});
+        assert!(fsel("involvedObject.name=web,regarding.kind=Deployment").matches(&ev2));
+        assert!(fsel("source=kedge-agent,reportingComponent=kedge-agent").matches(&ev2));
+        assert!(FieldSelector::parse_for_kind("regarding.name=web", "Event").is_ok());
 
         assert!(FieldSelector::parse_for_kind("spec.nodeName=x", "Pod").is_ok());
         assert!(FieldSelector::parse_for_kind("involvedObject.name=x", "Event").is_ok());
