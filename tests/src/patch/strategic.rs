@@ -2,16 +2,17 @@
 //! kedge and kubectl touch.
 //!
 //! The Go implementation reads `patchStrategy`/`patchMergeKey` struct tags; here the tags
-//! of the types we serve are written down as a small schema ([`Ty`]). Supported: merge
+//! of the types we serve are written down as a small schema (`Ty`). Supported: merge
 //! keys (containers by `name`, env by `name`, ports by `containerPort`, volumeMounts by
 //! `mountPath`, conditions by `type`, ownerReferences by `uid`, ...), primitive sets
 //! (`finalizers`), `$patch: replace|delete|merge`, `$retainKeys`,
 //! `$deleteFromPrimitiveList/<field>`, `$setElementOrder/<field>` and `null` deletes.
 //! Lists without a strategy tag (`tolerations`, `taints`, RBAC `rules`) are replaced.
 //!
-//! Limits: `$setElementOrder` puts the listed elements first in the given order and keeps
-//! server-only elements after them in their previous order (Go interleaves them at their
-//! old positions); `$patch: merge` on a map is accepted as the default (Go rejects it).
+//! Limits: only the fields in the schema below merge by key, any other list is replaced
+//! (fine for the kinds listed, wrong for fields of types we do not serve); `$patch: merge`
+//! on a map is accepted as the default (Go rejects it); errors the Go code leaves as 500s
+//! (e.g. a list element without its merge key) are 400 here.
 
 use serde_json::{Map, Value};
 
@@ -207,8 +208,8 @@ fn merge_map(
                 "invalid patch: $retainKeys must be a list of strings".into(),
             ));
         };
-        for k in patch.keys() {
-            if !k.starts_with('$') && !keys.contains(k) {
+        for (k, v) in patch {
+            if !k.starts_with('$') && !v.is_null() && !keys.contains(k) {
                 return Err(PatchError::Invalid(
                     "content of the patch does not match the $retainKeys list".into(),
                 ));
@@ -229,6 +230,16 @@ fn merge_map(
             }
         }
     }
+
+    // The live order of lists that a `$setElementOrder` directive reorders.
+    let server_orders: Vec<(&str, Vec<Value>)> = patch
+        .keys()
+        .filter_map(|k| k.strip_prefix(SET_ELEMENT_ORDER))
+        .map(|field| match original.get(field) {
+            Some(Value::Array(live)) => (field, live.clone()),
+            _ => (field, Vec::new()),
+        })
+        .collect();
 
     for (k, v) in patch {
         if k.starts_with('$') {
@@ -255,7 +266,11 @@ fn merge_map(
                     ListStrategy::Keyed(key, _) => Some(key),
                     _ => None,
                 };
-                apply_element_order(list, order, key);
+                let server_order = server_orders
+                    .iter()
+                    .find(|(f, _)| *f == field)
+                    .map_or(&[][..], |(_, live)| live.as_slice());
+                apply_element_order(list, order, server_order, key);
             }
         }
     }
@@ -378,23 +393,49 @@ fn no_merge_key(e: &Value, key: &str) -> PatchError {
     ))
 }
 
-/// Reorders `list` to follow `order` (`$setElementOrder`): listed elements first, in the
-/// listed order, then the rest in their previous order.
-fn apply_element_order(list: &mut Vec<Value>, order: &[Value], key: Option<&str>) {
+/// Reorders a merged list per `$setElementOrder` like apimachinery's
+/// `normalizeElementOrder`: the items named in `order` follow that order, the others
+/// (server-only) keep their live order, and the two sequences are interleaved by their
+/// positions in the live list (`server_order`).
+fn apply_element_order(
+    list: &mut Vec<Value>,
+    order: &[Value],
+    server_order: &[Value],
+    key: Option<&str>,
+) {
     let identity = |e: &Value| -> Value {
         match key {
             Some(k) => e.get(k).cloned().unwrap_or(Value::Null),
             None => e.clone(),
         }
     };
-    let mut rest = std::mem::take(list);
-    for o in order {
-        let want = identity(o);
-        if let Some(pos) = rest.iter().position(|e| identity(e) == want) {
-            list.push(rest.remove(pos));
-        }
+    let position = |within: &[Value], e: &Value| {
+        let id = identity(e);
+        within.iter().position(|o| identity(o) == id)
+    };
+    let (mut patch_items, mut server_only): (Vec<Value>, Vec<Value>) = std::mem::take(list)
+        .into_iter()
+        .partition(|e| position(order, e).is_some());
+    patch_items.sort_by_key(|e| position(order, e).unwrap_or(usize::MAX));
+    server_only.sort_by_key(|e| position(server_order, e).unwrap_or(usize::MAX));
+
+    // mergeSortedSlice: take the server-only item first only when both are in the live
+    // list and it came first there.
+    let mut left = server_only.into_iter().peekable();
+    let mut right = patch_items.into_iter().peekable();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (position(server_order, l), position(server_order, r)),
+                (Some(li), Some(ri)) if li < ri
+            ),
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        list.extend(next);
     }
-    list.extend(rest);
 }
 
 #[cfg(test)]
@@ -664,6 +705,38 @@ mod tests {
             "Secret",
         );
         assert_eq!(out["metadata"]["finalizers"], json!(["b", "a"]));
+    }
+
+    #[test]
+    fn element_order_interleaves_server_only_items() {
+        let pod = |names: &[&str]| {
+            let cs: Vec<Value> = names.iter().map(|n| json!({"name": n})).collect();
+            json!({"spec": {"containers": cs}})
+        };
+        let names = |v: &Value| -> Vec<String> {
+            v["spec"]["containers"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|c| c["name"].as_str().unwrap_or("").to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let out = smp(
+            pod(&["a", "s1", "b", "s2"]),
+            json!({"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}],
+                            "containers": [{"name": "b", "image": "x"}]}}),
+            "Pod",
+        );
+        assert_eq!(names(&out), ["s1", "b", "a", "s2"]);
+        let out = smp(
+            pod(&["a", "s"]),
+            json!({"spec": {"$setElementOrder/containers": [{"name": "c"}, {"name": "a"}],
+                            "containers": [{"name": "c"}]}}),
+            "Pod",
+        );
+        assert_eq!(names(&out), ["c", "a", "s"]);
     }
 
     #[test]
