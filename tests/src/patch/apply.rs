@@ -16,8 +16,8 @@
 //!
 //! Limits (an honest approximation): the schema is the built-in patch-strategy table of
 //! [`super::strategic`], so lists of custom resources are atomic whatever their CRD's
-//! `x-kubernetes-list-type` says, and `ports` are keyed by `containerPort` alone (the real
-//! key adds `protocol`); only maps known to be free-form (labels, annotations, data,
+//! `x-kubernetes-list-type` says (ports are keyed by port and protocol, `protocol`
+//! defaulting to `TCP` as server defaulting would); only maps known to be free-form (labels, annotations, data,
 //! selectors) and list items carry the `.` self-marker; a field removed by an applier
 //! leaves its now-empty parent map in place; resourceVersion preconditions, defaulting and
 //! validation are the caller's job; a main-resource apply ignores `status` and a
@@ -296,10 +296,29 @@ fn is_free_form_map(field: &str) -> bool {
     )
 }
 
-/// The key of a list element under `key`, if the element has it.
+/// One key field of a list element, canonical JSON. `protocol` defaults to `TCP`, as the
+/// server's defaulting does before structured-merge-diff sees ports.
+fn key_field(elem: &Value, field: &str) -> Option<String> {
+    match elem.get(field) {
+        Some(v) if !v.is_null() => Some(canonical(v)),
+        _ if field == "protocol" => Some("\"TCP\"".to_owned()),
+        _ => None,
+    }
+}
+
+/// The key of a list element whose strategic merge key is `key`, if the element has it.
+/// Ports are keyed by port and protocol, as their `x-kubernetes-list-map-keys` say.
 fn element_key(elem: &Value, key: &str) -> Option<Pe> {
-    elem.get(key)
-        .map(|v| Pe::Key(vec![(key.to_owned(), canonical(v))]))
+    let fields: &[&str] = match key {
+        "containerPort" => &["containerPort", "protocol"],
+        "port" => &["port", "protocol"],
+        _ => std::slice::from_ref(&key),
+    };
+    let mut pairs = Vec::with_capacity(fields.len());
+    for f in fields {
+        pairs.push(((*f).to_owned(), key_field(elem, f)?));
+    }
+    Some(Pe::Key(pairs))
 }
 
 /// Collects the member paths of `v` (the value at `prefix`, of schema type `ty`).
@@ -375,7 +394,7 @@ fn element_matches(elem: &Value, pe: &Pe) -> bool {
     match pe {
         Pe::Key(kv) => kv
             .iter()
-            .all(|(k, v)| elem.get(k).is_some_and(|got| canonical(got) == *v)),
+            .all(|(k, v)| key_field(elem, k).is_some_and(|got| got == *v)),
         Pe::Value(v) => canonical(elem) == *v,
         Pe::Field(_) => false,
     }
@@ -996,6 +1015,44 @@ mod tests {
     }
 
     #[test]
+    fn ports_are_keyed_by_port_and_protocol() {
+        let mut cfg = deploy(1, "app:1");
+        cfg["spec"]["template"]["spec"]["containers"][0]["ports"] =
+            json!([{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]);
+        let live = ok(apply(None, &cfg, "kubectl", false, T0));
+        let c = &live["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:template"]["f:spec"]
+            ["f:containers"]["k:{\"name\":\"app\"}"]["f:ports"];
+        assert!(
+            c.get("k:{\"containerPort\":80,\"protocol\":\"TCP\"}")
+                .is_some(),
+            "{c}"
+        );
+        assert!(
+            c.get("k:{\"containerPort\":53,\"protocol\":\"UDP\"}")
+                .is_some(),
+            "{c}"
+        );
+        // A second manager changing port 80's name conflicts with a readable path.
+        let mut other = cfg.clone();
+        other["spec"]["template"]["spec"]["containers"][0]["ports"] =
+            json!([{"containerPort": 80, "protocol": "TCP", "name": "web"}]);
+        other["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:1");
+        let shared = ok(apply(Some(&live), &other, "ports", false, T1));
+        let ports = &shared["spec"]["template"]["spec"]["containers"][0]["ports"];
+        assert_eq!(ports.as_array().map(Vec::len), Some(2));
+        assert_eq!(ports[0]["name"], "web");
+        other["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"] = json!("http");
+        let err = apply(Some(&shared), &other, "third", false, T1);
+        let Err(ApplyError::Conflict(c)) = err else {
+            panic!("expected a conflict, got {err:?}");
+        };
+        assert_eq!(
+            c.causes[0].field,
+            ".spec.template.spec.containers[name=\"app\"].ports[containerPort=80,protocol=\"TCP\"].name"
+        );
+    }
+
+    #[test]
     fn finalizers_are_a_set_and_atomic_lists_replace() {
         let mut cfg = deploy(1, "app:1");
         cfg["metadata"]["finalizers"] = json!(["a"]);
@@ -1107,6 +1164,50 @@ mod tests {
         }
     }
 
+    fn arb_obj() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (0i64..3).prop_map(|n| json!(n)),
+            "[a-c]{0,2}".prop_map(Value::String),
+        ];
+        let tree = leaf.prop_recursive(5, 48, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("spec".to_string()),
+                        Just("template".to_string()),
+                        Just("containers".to_string()),
+                        Just("ports".to_string()),
+                        Just("containerPort".to_string()),
+                        Just("name".to_string()),
+                        Just("metadata".to_string()),
+                        Just("labels".to_string()),
+                        Just("finalizers".to_string()),
+                        Just("managedFields".to_string()),
+                        Just("status".to_string()),
+                        Just("conditions".to_string()),
+                        Just("type".to_string()),
+                    ],
+                    inner,
+                    0..4,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        prop::collection::btree_map(
+            prop_oneof![
+                Just("metadata".to_string()),
+                Just("spec".to_string()),
+                Just("status".to_string())
+            ],
+            tree,
+            0..3,
+        )
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
     proptest! {
         #[test]
         fn fields_v1_round_trips(labels in prop::collection::btree_map("[a-z]{1,5}", "[a-z0-9]{0,5}", 0..5),
@@ -1118,6 +1219,20 @@ mod tests {
                 "spec": {"replicas": replicas, "template": {"spec": {"containers": containers}}}});
             let set = field_set(&obj, "Deployment", Scope::Main);
             prop_assert_eq!(from_fields_v1(&to_fields_v1(&set)), set);
+        }
+
+        #[test]
+        fn arbitrary_objects_never_panic(live in arb_obj(), applied in arb_obj(), force in any::<bool>()) {
+            let mut applied = applied;
+            if let Value::Object(m) = &mut applied {
+                m.insert("apiVersion".into(), json!("apps/v1"));
+                m.insert("kind".into(), json!("Deployment"));
+            }
+            if let Ok(out) = apply(Some(&live), &applied, "a", force, T0) {
+                let again = apply(Some(&out), &applied, "b", force, T1);
+                let _ = again.map(|o| record_update(&out, &o, "c", "Update", None, T1));
+            }
+            let _ = record_update(&live, &applied, "u", "Update", Some("status"), T0);
         }
 
         #[test]
