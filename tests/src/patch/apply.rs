@@ -599,6 +599,15 @@ fn leaf_differs(a: Option<&Value>, b: Option<&Value>) -> bool {
     }
 }
 
+/// Whether `p` is a key field of an associative-list item (`...[name="x"].name`): it
+/// lives as long as its item does.
+fn is_key_field(p: &[Pe]) -> bool {
+    match p {
+        [.., Pe::Key(pairs), Pe::Field(f)] => pairs.iter().any(|(k, _)| k == f),
+        _ => false,
+    }
+}
+
 fn has_descendant(set: &FieldSet, p: &[Pe]) -> bool {
     set.iter().any(|q| q.len() > p.len() && q.starts_with(p))
 }
@@ -749,7 +758,11 @@ pub fn apply_subresource(
     merge_applied(&mut result, applied, root_ty(kind), true, scope);
     // Ancestors first: removing a list item by its key must happen before its key field goes.
     for p in old_set.difference(&new_set) {
-        if others.contains(p) || has_descendant(&others, p) || has_descendant(&new_set, p) {
+        if others.contains(p)
+            || has_descendant(&others, p)
+            || has_descendant(&new_set, p)
+            || is_key_field(p)
+        {
             continue;
         }
         remove_at(&mut result, p);
@@ -1050,6 +1063,27 @@ mod tests {
             c.causes[0].field,
             ".spec.template.spec.containers[name=\"app\"].ports[containerPort=80,protocol=\"TCP\"].name"
         );
+    }
+
+    #[test]
+    fn items_another_manager_still_uses_keep_their_key() {
+        let mut two = deploy(1, "app:1");
+        two["spec"]["template"]["spec"]["containers"] =
+            json!([{"name": "app", "image": "app:1"}, {"name": "side", "image": "s:1"}]);
+        let live = ok(apply(None, &two, "kubectl", false, T0));
+        let mut updated = live.clone();
+        updated["spec"]["template"]["spec"]["containers"][1]["resources"] = json!({"cpu": "1"});
+        let live = record_update(&live, &updated, "ctrl", "Update", None, T0);
+        // kubectl drops the sidecar, but ctrl still owns a field in it.
+        let live = ok(apply(
+            Some(&live),
+            &deploy(1, "app:1"),
+            "kubectl",
+            false,
+            T1,
+        ));
+        let cs = &live["spec"]["template"]["spec"]["containers"];
+        assert_eq!(cs[1], json!({"name": "side", "resources": {"cpu": "1"}}));
     }
 
     #[test]
