@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test build fmt-check lint footprint
+.PHONY: demo test build fmt-check lint footprint crds
 
 ## The main job: a local simulated fleet on loopback.
 demo:
@@ -25,3 +25,7 @@ lint:
 ## Agent binary size and idle RSS (README "Footprint").
 footprint:
 	bash scripts/footprint.sh
+
+## Regenerate deploy/crds from the Rust types (a test fails when they drift).
+crds:
+	$(CARGO) run -q -p kedge-hub --bin kubectl-kedge -- crds > deploy/crds/kedge.dev.yaml

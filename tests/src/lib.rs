@@ -3,6 +3,10 @@
 //! Each virtual cluster is an in-memory API server on its own loopback port
 //! (plain HTTP) with simulated controllers (scheduler, kubelet, ReplicaSet,
 //! Deployment, StatefulSet, Job, garbage collector, KEDA). See `README.md`.
+//!
+//! The pure building blocks (selectors, quantities, patches, server-side apply, RBAC,
+//! tables, JSONPath) do no I/O and are unit-tested against the Kubernetes API semantics
+//! they reproduce; `relay` is a UDP fault-injection relay for the agent-to-hub path.
 
 pub mod api;
 pub mod cluster;
@@ -10,11 +14,18 @@ pub mod controllers;
 pub mod defaults;
 pub mod error;
 pub mod interim;
+pub mod jsonpath;
 pub mod keda;
 pub mod openapi;
+pub mod patch;
 pub mod protobuf;
+pub mod quantity;
+pub mod rbac;
+pub mod relay;
 pub mod resources;
+pub mod selector;
 pub mod store;
+pub mod table;
 pub mod util;
 mod watch;
 

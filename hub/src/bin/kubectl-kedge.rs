@@ -1,7 +1,7 @@
 //! `kubectl kedge`: the kedge kubectl plugin.
 
 use clap::{Parser, Subcommand};
-use kedge_hub::cli::{dev_certs, sessions};
+use kedge_hub::cli::{crds, dev_certs, sessions};
 
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-kedge", version, about = "kubectl plugin for kedge")]
@@ -12,6 +12,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Print kedge's CustomResourceDefinitions (pipe to `kubectl apply -f -`).
+    Crds,
     /// Create a development CA, hub server certificate and member client certificates.
     DevCerts(dev_certs::DevCertsArgs),
     /// List agent sessions as the hub sees them.
@@ -22,6 +24,10 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
+        Command::Crds => {
+            print!("{}", crds::render()?);
+            Ok(())
+        }
         Command::DevCerts(args) => dev_certs::run(&args),
         Command::Sessions(args) => sessions::run(&args).await,
     }

@@ -1,4 +1,5 @@
 //! Subcommands of the `kubectl-kedge` plugin.
 
+pub mod crds;
 pub mod dev_certs;
 pub mod sessions;
