@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cluster::{ANN_OUTCOME, ANN_RUN_SECONDS, ClusterShared, SimConfig};
-use crate::interim::{LabelSel, object_labels, parse_quantity};
+use crate::quantity::parse_quantity;
 use crate::resources::ResourceDef;
+use crate::selector::{LabelSelector, labels_of};
 use crate::store::{FOREGROUND, Obj, Propagation, Store, WriteScope, finalizers, owner_uids};
 use crate::util::{get_path, meta_mut, meta_str, parse_rfc3339, rfc3339};
 
@@ -853,7 +854,7 @@ fn schedule(store: &mut Store, now: i64) {
                 not_ready += 1;
                 continue;
             }
-            let labels = object_labels(n);
+            let labels = labels_of(n);
             if let Some(sel) = node_selector
                 && !sel
                     .iter()
@@ -1083,6 +1084,6 @@ fn kubelet(store: &mut Store, cfg: &SimConfig, now: i64, timers: &mut Timers) {
 }
 
 /// Label selector of a workload's `spec.selector`, for tests and describe.
-pub fn workload_selector(obj: &Value) -> Option<LabelSel> {
-    LabelSel::from_json(get_path(obj, "spec.selector")?).ok()
+pub fn workload_selector(obj: &Value) -> Option<LabelSelector> {
+    LabelSelector::from_label_selector_json(get_path(obj, "spec.selector")?).ok()
 }

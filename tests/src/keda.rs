@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::cluster::ClusterShared;
 use crate::controllers::Timers;
 use crate::error::{Error, Result};
-use crate::interim::LabelSel;
+use crate::selector::LabelSelector;
 use crate::store::{Store, WriteScope};
 use crate::util::{get_path, meta_mut, meta_str, rfc3339, set_path};
 
@@ -337,7 +337,7 @@ pub fn metrics_discovery() -> Value {
 
 /// `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/METRIC?labelSelector=scaledobject.keda.sh/name=X`.
 pub fn external_metric(c: &ClusterShared, ns: &str, metric: &str, selector: &str) -> Result<Value> {
-    let sel = LabelSel::parse(selector)?;
+    let sel = LabelSelector::parse(selector)?;
     let overrides = c.metrics.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let store = c.store();
     let sos: Vec<_> = store

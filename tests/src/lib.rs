@@ -13,7 +13,6 @@ pub mod cluster;
 pub mod controllers;
 pub mod defaults;
 pub mod error;
-pub mod interim;
 pub mod jsonpath;
 pub mod keda;
 pub mod openapi;

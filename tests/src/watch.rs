@@ -16,21 +16,21 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{Req, selectors, stream_response};
 use crate::cluster::ClusterShared;
 use crate::error::{Error, Result};
-use crate::interim::{FieldSel, LabelSel, object_labels};
 use crate::resources::ResourceDef;
+use crate::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::store::{Event, EventKind, Obj};
 
 /// Which objects a watch sees.
 struct Filter {
     res: Arc<str>,
     ns: Option<String>,
-    labels: LabelSel,
-    fields: FieldSel,
+    labels: LabelSelector,
+    fields: FieldSelector,
 }
 
 impl Filter {
     fn matches(&self, obj: &Value) -> bool {
-        (self.labels.is_empty() || self.labels.matches(&object_labels(obj)))
+        (self.labels.is_everything() || self.labels.matches(&labels_of(obj)))
             && self.fields.matches(obj)
     }
 }
@@ -60,7 +60,7 @@ pub(crate) fn watch(
     version: &str,
     ns: Option<String>,
 ) -> Result<Response> {
-    let (labels, fields) = selectors(r)?;
+    let (labels, fields) = selectors(r, &def.kind)?;
     let bookmarks = matches!(r.q("allowWatchBookmarks"), Some("true" | "1"));
     let send_initial = match r.q("sendInitialEvents") {
         Some("true" | "1") => true,
@@ -257,11 +257,11 @@ impl WatchState {
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
         if self.table {
-            let mut t = crate::interim::to_table(
-                &[obj],
+            let mut t = crate::table::to_table(
+                &self.def.plural,
+                std::slice::from_ref(obj),
                 self.def.printer_columns.as_ref(),
-                self.c.now(),
-                false,
+                crate::api::system_time(self.c.now()),
             );
             if self.table_header_sent {
                 t["columnDefinitions"] = json!([]);
