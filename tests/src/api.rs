@@ -31,6 +31,8 @@ pub(crate) struct Req {
     pub query: Vec<(String, String)>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The authenticated user; `None` for unauthenticated (admin) test access.
+    pub user: Option<crate::rbac::UserInfo>,
 }
 
 impl Req {
@@ -97,12 +99,28 @@ async fn handle(State(c): State<Arc<ClusterShared>>, req: Request) -> Response {
         .filter(|s| !s.is_empty())
         .map(|s| crate::util::percent_decode(s).unwrap_or_else(|_| s.to_string()))
         .collect();
+    let user = match parts.headers.get(header::AUTHORIZATION) {
+        None => None,
+        Some(v) => {
+            let token = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.strip_prefix("Bearer "))
+                .map(str::trim)
+                .unwrap_or_default();
+            match c.user_for_token(token) {
+                Some(u) => Some(u),
+                None => return error_response(&Error::Unauthorized("Unauthorized".into())),
+            }
+        }
+    };
     let r = Req {
         method: parts.method,
         segs,
         query,
         headers: parts.headers,
         body,
+        user,
     };
     match route(&c, &r) {
         Ok(resp) => resp,
@@ -313,7 +331,8 @@ fn parse_target(c: &ClusterShared, group: &str, version: &str, rest: &[&str]) ->
     };
     if let Some(sub) = &target.sub {
         let known = (sub == "status" && target.def.status)
-            || (sub == "scale" && target.def.scale.is_some());
+            || (sub == "scale" && target.def.scale.is_some())
+            || (sub == "token" && &*target.def.key == "/serviceaccounts");
         if !known {
             return Err(not_found());
         }
@@ -329,6 +348,21 @@ fn resource(
     rest: &[&str],
 ) -> Result<Response> {
     let t = parse_target(c, group, version, rest)?;
+    if let Some(user) = &r.user {
+        let verb = crate::auth::verb(&r.method, t.name.is_some(), r.flag("watch"));
+        let attrs = crate::rbac::RequestAttributes::resource(
+            verb,
+            &t.def.group,
+            &t.def.plural,
+            t.ns.as_deref().unwrap_or_default(),
+        )
+        .named(t.name.as_deref().unwrap_or_default())
+        .subresource(t.sub.as_deref().unwrap_or_default());
+        crate::auth::check(&c.store(), user, &attrs)?;
+    }
+    if t.sub.as_deref() == Some("token") {
+        return token_request(c, r, &t);
+    }
     match (&r.method, &t.name, t.sub.as_deref()) {
         (&Method::GET, None, _) if r.flag("watch") => {
             crate::watch::watch(c, r, &t.def, &t.version, t.ns.clone())
@@ -972,6 +1006,33 @@ fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response>
             "items": items,
         }),
     )
+}
+
+/// `POST .../serviceaccounts/NAME/token` (TokenRequest, e.g. `kubectl create token`):
+/// issues a bearer token for the ServiceAccount. The request body is not needed.
+fn token_request(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
+    if r.method != Method::POST {
+        return Err(Error::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource: {}",
+            r.method
+        )));
+    }
+    let ns = ns_of(t)?.to_string();
+    let name = t.name.clone().unwrap_or_default();
+    if c.store().get(&t.def.key, &ns, &name).is_none() {
+        return Err(Error::not_found("", "serviceaccounts", &name));
+    }
+    let token = c.issue_token(crate::rbac::UserInfo::service_account(&ns, &name));
+    let expires = crate::util::rfc3339(c.now() + 3_600_000);
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+            "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+            "status": {"token": token, "expirationTimestamp": expires},
+        }),
+    ))
 }
 
 /// A streaming response body.

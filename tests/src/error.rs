@@ -20,6 +20,9 @@ pub enum Error {
     /// 422: the object is syntactically fine but semantically invalid.
     #[error("{0}")]
     Invalid(String),
+    /// 401: the bearer token is unknown.
+    #[error("{0}")]
+    Unauthorized(String),
     /// 403: refused (terminating namespace, RBAC).
     #[error("{0}")]
     Forbidden(String),
@@ -60,6 +63,7 @@ impl Error {
             Error::AlreadyExists(_) | Error::Conflict(_) | Error::ApplyConflict(_) => 409,
             Error::BadRequest(_) => 400,
             Error::Invalid(_) => 422,
+            Error::Unauthorized(_) => 401,
             Error::Forbidden(_) => 403,
             Error::MethodNotAllowed(_) => 405,
             Error::UnsupportedMediaType(_) => 415,
@@ -77,6 +81,7 @@ impl Error {
             Error::Conflict(_) | Error::ApplyConflict(_) => "Conflict",
             Error::BadRequest(_) => "BadRequest",
             Error::Invalid(_) => "Invalid",
+            Error::Unauthorized(_) => "Unauthorized",
             Error::Forbidden(_) => "Forbidden",
             Error::MethodNotAllowed(_) => "MethodNotAllowed",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",

@@ -9,6 +9,7 @@
 //! they reproduce; `relay` is a UDP fault-injection relay for the agent-to-hub path.
 
 pub mod api;
+pub mod auth;
 pub mod cluster;
 pub mod controllers;
 pub mod defaults;
