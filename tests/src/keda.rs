@@ -228,6 +228,15 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
                 if readable_any && current != Some(desired) {
                     let mut new = (*target).clone();
                     set_path(&mut new, &path, json!(desired));
+                    // The HPA writes through /scale as kube-controller-manager.
+                    let mut new = crate::patch::apply::record_update(
+                        &target,
+                        &new,
+                        "kube-controller-manager",
+                        "Update",
+                        Some("scale"),
+                        &rfc3339(now),
+                    );
                     meta_mut(&mut new).remove("resourceVersion");
                     let _ = store.update(&def, &ns, target_name, new, WriteScope::Main, now);
                 }
