@@ -24,6 +24,8 @@ const DEPLOYMENTS: &str = "apps/deployments";
 const REPLICASETS: &str = "apps/replicasets";
 const STATEFULSETS: &str = "apps/statefulsets";
 const JOBS: &str = "batch/jobs";
+/// Pods one controller creates for one workload per reconcile pass.
+const MAX_CREATES_PER_PASS: usize = 500;
 
 /// Adds the configured Ready nodes to a fresh store.
 pub fn add_nodes(store: &mut Store, cfg: &SimConfig, now: i64) {
@@ -484,7 +486,8 @@ fn replicasets(store: &mut Store, now: i64) {
             .collect();
         let want = int(&rs, "spec.replicas").max(0) as usize;
         let template = get_path(&rs, "spec.template").cloned().unwrap_or(json!({}));
-        for _ in mine.len()..want {
+        // Bounded per pass so a huge replica count cannot stall the cluster.
+        for _ in mine.len()..want.min(mine.len() + MAX_CREATES_PER_PASS) {
             let name = format!("{}-{}", name_of(&rs), crate::util::name_suffix(5));
             let pod = new_pod("ReplicaSet", "apps/v1", &rs, &template, name, &[]);
             let _ = store.create_internal(PODS, pod, now);
@@ -534,7 +537,7 @@ fn statefulsets(store: &mut Store, now: i64) {
             })
             .collect();
         let hash = template_hash(&template);
-        for ord in 0..want {
+        for ord in 0..want.min(mine.len() as i64 + MAX_CREATES_PER_PASS as i64) {
             if mine.contains_key(&ord) {
                 continue;
             }
@@ -735,7 +738,7 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
             let job_ann = get_path(&j, "metadata.annotations")
                 .cloned()
                 .unwrap_or(json!({}));
-            for _ in 0..want.max(0) {
+            for _ in 0..want.clamp(0, MAX_CREATES_PER_PASS as i64) {
                 let name = format!("{}-{}", name_of(&j), crate::util::name_suffix(5));
                 let mut pod = new_pod("Job", "batch/v1", &j, &template, name, &[]);
                 for k in [ANN_RUN_SECONDS, ANN_OUTCOME] {
@@ -749,7 +752,8 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
                 }
                 let _ = store.create_internal(PODS, pod, now);
             }
-            status["active"] = json!(active.len() as i64 + want.max(0));
+            status["active"] =
+                json!(active.len() as i64 + want.clamp(0, MAX_CREATES_PER_PASS as i64));
             status["succeeded"] = json!(succeeded);
             status["failed"] = json!(failed);
             status["ready"] = json!(ready);
