@@ -19,7 +19,7 @@ pub mod keda;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
-pub mod quantity;
+pub use kedge_core::quantity;
 pub mod rbac;
 pub mod relay;
 pub mod resources;
