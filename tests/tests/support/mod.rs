@@ -159,8 +159,22 @@ pub fn start_hub(pki: &Pki, ports: HubPorts, heartbeat: &str, log: PathBuf) -> P
     Proc::spawn(&bin("kedge-hub"), &args, log)
 }
 
+/// One simulated member cluster per name, with `DIR/NAME.kubeconfig` written.
+pub async fn start_clusters(dir: &Path, names: &[&str]) -> kedge_sim::Sim {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    kedge_sim::Sim::start(&names, kedge_sim::SimConfig::default(), Some(dir))
+        .await
+        .expect("simulated clusters start")
+}
+
+/// Starts an agent for `member`, acting on the simulated cluster `DIR/MEMBER.kubeconfig`.
 pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Proc {
     let args = [
+        "--kubeconfig".into(),
+        pki.dir
+            .join(format!("{member}.kubeconfig"))
+            .display()
+            .to_string(),
         "--hub".into(),
         format!("127.0.0.1:{}", ports.quic),
         "--hub-server-name".into(),
