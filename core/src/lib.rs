@@ -8,6 +8,7 @@ pub mod dsj;
 pub mod dso;
 pub mod duration;
 mod error;
+pub mod simulate;
 pub mod validate;
 
 pub use error::{Error, Result};
