@@ -124,9 +124,9 @@ pub struct Scenario<S> {
 #[derive(Clone, Debug)]
 pub enum AnyScenario {
     /// A DSO scenario.
-    Dso(Scenario<DistributedScaledObjectSpec>),
+    Dso(Box<Scenario<DistributedScaledObjectSpec>>),
     /// A DSJ scenario.
-    Dsj(Scenario<DistributedScaledJobSpec>),
+    Dsj(Box<Scenario<DistributedScaledJobSpec>>),
 }
 
 #[derive(Deserialize)]
