@@ -1,1 +1,3 @@
-//! placeholder
+//! kedge hub: controllers, QUIC server, CA, member registry and the `kubectl-kedge` plugin.
+
+pub mod cli;
