@@ -169,6 +169,13 @@ mod tests {
             policy["avoidDisruption"]["default"],
             serde_json::json!(true)
         );
+        let members =
+            &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["memberClusters"];
+        assert_eq!(members["x-kubernetes-list-type"], serde_json::json!("map"));
+        assert_eq!(
+            members["x-kubernetes-list-map-keys"],
+            serde_json::json!(["name"])
+        );
         let dsj = DistributedScaledJob::crd();
         let dsj_scale = dsj.spec.versions[0]
             .subresources
