@@ -101,9 +101,10 @@ pub enum MultipleScalers {
 }
 
 /// `clusterScheduling.strategy` with what it needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ClusterStrategy {
     /// Smooth weighted round robin (default).
+    #[default]
     WeightedRoundRobin,
     /// Highest priority not excluded by a taint.
     PriorityFailover {

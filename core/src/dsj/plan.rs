@@ -186,7 +186,7 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
                 Some(_) => {
                     match input
                         .taints
-                        .level(name, *priority, &s.cluster_strategy, input.now)
+                        .level_under(name, *priority, &s.cluster_strategy, input.now)
                     {
                         TaintLevel::Hard => Eligibility::HardTainted,
                         TaintLevel::Soft => Eligibility::SoftTainted,

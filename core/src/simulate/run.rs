@@ -366,7 +366,7 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
         )?;
         members.push(member);
     }
-    let mut taints = TaintBook::default();
+    let mut taints: Option<TaintBook> = None;
     let mut wrr = WrrState::default();
     let mut metrics: BTreeMap<String, TriggerMetric> = BTreeMap::new();
     let mut steps = Vec::with_capacity(s.steps.len());
@@ -389,6 +389,8 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
             annotations = a.clone();
         }
         let settings = validate::dsj(&s.spec, &annotations)?;
+        let taints = taints.get_or_insert_with(|| TaintBook::new(&settings));
+        taints.reconfigure(&settings);
         if let Some(given) = &step.metrics {
             metrics = read_metrics(&format!("steps[{i}].metrics"), given, &settings.triggers)?;
         }
@@ -412,8 +414,6 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                     &job.member,
                     priority(&job.member),
                     TaintEvent::JobStuck,
-                    &settings.cluster_strategy,
-                    &settings.timing,
                     now,
                 );
             }
@@ -435,14 +435,13 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
             settings: &settings,
             metrics: &metrics,
             members: &observations,
-            taints: &taints,
+            taints,
             wrr: &wrr,
             now,
         });
         wrr = plan.wrr.clone();
         names = plan.members.iter().map(|m| m.name.clone()).collect();
-        let level =
-            |name: &str| taints.level(name, priority(name), &settings.cluster_strategy, now);
+        let level = |name: &str| taints.level(name, priority(name), now);
         let mut report = DsjStepReport {
             desired_jobs: plan.desired_jobs,
             to_create: plan.to_create,
@@ -483,14 +482,7 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                 let source_member = from.next();
                 if member.fail_creates {
                     *report.failed_creates.entry(m.name.clone()).or_default() += 1;
-                    taints.observe(
-                        &m.name,
-                        priority(&m.name),
-                        TaintEvent::CreateFailed,
-                        &settings.cluster_strategy,
-                        &settings.timing,
-                        now,
-                    );
+                    taints.observe(&m.name, priority(&m.name), TaintEvent::CreateFailed, now);
                     continue;
                 }
                 let source = source_member.and_then(|src| {
