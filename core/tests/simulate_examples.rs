@@ -256,3 +256,43 @@ fn pause_annotations_in_a_scenario() {
         vec![json!(true), json!(true), json!(false)]
     );
 }
+
+/// The failover example under each duplication policy, with the primary getting room back
+/// at step 6 so that its stuck Jobs start.
+fn failover_with(policy: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/examples/simulate/dsj-priority-failover.yaml");
+    let text = std::fs::read_to_string(path)
+        .expect("example exists")
+        .replace(
+            "duplicationPolicy: preferFailover",
+            &format!("duplicationPolicy: {policy}"),
+        )
+        .replace("softTaintDuration: 0s", "softTaintDuration: 3m");
+    let text =
+        format!("{text}- members: [{{name: member-primary, acceptsJobs: true}}]\n");
+    serde_json::to_value(simulate(&text).expect("valid scenario")).expect("serializes")
+}
+
+#[test]
+fn duplication_policies() {
+    let deleted =
+        |r: &Value, step: usize, member: &str| r["steps"][step]["deleted"][member].clone();
+    // keepAll: both kept.
+    let r = failover_with("keepAll");
+    assert_eq!(deleted(&r, 3, "member-primary"), json!(0));
+    assert_eq!(deleted(&r, 5, "member-failover"), json!(0));
+    // Soft taint only (3m window): the primary stays eligible but stuck Jobs still fail over.
+    assert_eq!(r["steps"][3]["taints"]["member-primary"], json!("soft"));
+    assert_eq!(r["steps"][3]["create"]["member-failover"], json!(3));
+    // immediateSourceCleanup: sources deleted as soon as the replacements exist.
+    let r = failover_with("immediateSourceCleanup");
+    assert_eq!(deleted(&r, 3, "member-primary"), json!(3));
+    // preferFailover: sources deleted once the replacements run (they start at once).
+    let r = failover_with("preferFailover");
+    assert_eq!(deleted(&r, 3, "member-primary"), json!(3));
+    // preferSource: nothing while the sources are stuck; once they run, the replacements go.
+    let r = failover_with("preferSource");
+    assert_eq!(deleted(&r, 3, "member-primary"), json!(0));
+    assert_eq!(deleted(&r, 5, "member-failover"), json!(3));
+}

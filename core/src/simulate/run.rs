@@ -402,7 +402,10 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                 .find(|m| m.name == name)
                 .and_then(|m| m.priority)
         };
-        // Jobs pending beyond the grace period are stuck: each taints its member once.
+        // Jobs pending beyond the grace period are stuck. A member's failures found in one
+        // reconcile count as one failure, so that a batch of Jobs stuck together does not
+        // jump straight to a hard taint.
+        let mut failed_members: Vec<String> = Vec::new();
         for job in &mut jobs {
             if job.phase == SimPhase::Pending
                 && !job.stuck
@@ -410,13 +413,13 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                     > settings.timing.grace_period
             {
                 job.stuck = true;
-                taints.observe(
-                    &job.member,
-                    priority(&job.member),
-                    TaintEvent::JobStuck,
-                    now,
-                );
+                if !failed_members.contains(&job.member) {
+                    failed_members.push(job.member.clone());
+                }
             }
+        }
+        for member in &failed_members {
+            taints.observe(member, priority(member), TaintEvent::JobStuck, now);
         }
         let observations: Vec<DsjMemberObservation> = members
             .iter()
@@ -427,7 +430,9 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                     state: m.state,
                     running_jobs: count(mine.clone()),
                     pending_jobs: count(mine.clone().filter(|j| j.phase == SimPhase::Pending)),
-                    stuck_jobs: count(mine.filter(|j| j.stuck && !j.replaced)),
+                    stuck_jobs: count(
+                        mine.filter(|j| j.phase == SimPhase::Pending && j.stuck && !j.replaced),
+                    ),
                 }
             })
             .collect();
@@ -481,14 +486,17 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
             for _ in 0..m.create {
                 let source_member = from.next();
                 if member.fail_creates {
-                    *report.failed_creates.entry(m.name.clone()).or_default() += 1;
-                    taints.observe(&m.name, priority(&m.name), TaintEvent::CreateFailed, now);
+                    let failed = report.failed_creates.entry(m.name.clone()).or_default();
+                    if *failed == 0 {
+                        taints.observe(&m.name, priority(&m.name), TaintEvent::CreateFailed, now);
+                    }
+                    *failed += 1;
                     continue;
                 }
                 let source = source_member.and_then(|src| {
-                    let job = jobs
-                        .iter_mut()
-                        .find(|j| j.member == src && j.stuck && !j.replaced)?;
+                    let job = jobs.iter_mut().find(|j| {
+                        j.member == src && j.phase == SimPhase::Pending && j.stuck && !j.replaced
+                    })?;
                     job.replaced = true;
                     Some(job.id)
                 });
@@ -506,6 +514,16 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                     replaced: false,
                     source,
                 });
+            }
+        }
+        // Pending Jobs start in members that have room again.
+        for job in &mut jobs {
+            if job.phase == SimPhase::Pending
+                && members.iter().any(|m| {
+                    m.name == job.member && m.accepts_jobs && m.state == MemberState::Ready
+                })
+            {
+                job.phase = SimPhase::Running;
             }
         }
         // The duplication policy resolves source/failover pairs.
