@@ -269,8 +269,7 @@ fn failover_with(policy: &str) -> Value {
             &format!("duplicationPolicy: {policy}"),
         )
         .replace("softTaintDuration: 0s", "softTaintDuration: 3m");
-    let text =
-        format!("{text}- members: [{{name: member-primary, acceptsJobs: true}}]\n");
+    let text = format!("{text}- members: [{{name: member-primary, acceptsJobs: true}}]\n");
     serde_json::to_value(simulate(&text).expect("valid scenario")).expect("serializes")
 }
 
@@ -295,4 +294,52 @@ fn duplication_policies() {
     let r = failover_with("preferSource");
     assert_eq!(deleted(&r, 3, "member-primary"), json!(0));
     assert_eq!(deleted(&r, 5, "member-failover"), json!(3));
+}
+
+#[test]
+fn dso_avoid_disruption() {
+    let (r, _) = example("dso-avoid-disruption.yaml");
+    assert_eq!(
+        column(&r, "desired"),
+        vec![
+            json!({"a": 5, "b": 4, "c": 0}),
+            json!({"a": 3, "b": 3, "c": 3})
+        ]
+    );
+    assert_eq!(column(&r, "moved"), vec![json!(0), json!(3)]);
+}
+
+#[test]
+fn dso_dynamic_weights() {
+    let (r, _) = example("dso-dynamic-weights.yaml");
+    assert_eq!(
+        column(&r, "desired"),
+        vec![
+            json!({"small": 2, "large": 6, "medium": 4}),
+            json!({"small": 3, "large": 2, "medium": 7}),
+            json!({"small": 8, "large": 5, "medium": 17}),
+        ]
+    );
+}
+
+#[test]
+fn dsj_round_robin_taints() {
+    let (r, _) = example("dsj-weighted-round-robin-taints.yaml");
+    assert_eq!(
+        column(&r, "create"),
+        vec![
+            json!({"healthy": 3, "broken": 3}),
+            json!({"healthy": 2, "broken": 1}),
+            json!({"healthy": 1, "broken": 0}),
+        ]
+    );
+    assert_eq!(
+        column(&r, "taints"),
+        vec![
+            json!({"healthy": "none", "broken": "none"}),
+            json!({"healthy": "none", "broken": "soft"}),
+            json!({"healthy": "none", "broken": "hard"}),
+        ]
+    );
+    assert_eq!(r["steps"][0]["failedCreates"]["broken"], json!(3));
 }
