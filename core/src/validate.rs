@@ -364,6 +364,12 @@ pub fn dso(
             format!("must be >= 0, got {}", spec.total_target_replicas),
         );
     }
+    if so.scale_target_ref.name.is_empty() {
+        p.add(
+            "spec.scaledObjectSpec.scaleTargetRef.name",
+            "must not be empty",
+        );
+    }
     check_dso_triggers(&mut p, &so.triggers);
     if let Some(modifiers) = so
         .advanced
@@ -654,6 +660,18 @@ pub fn dsj(
         sj.failed_jobs_history_limit
             .unwrap_or(DEFAULT_JOBS_HISTORY_LIMIT),
     );
+    let containers = sj
+        .job_target_ref
+        .template
+        .spec
+        .as_ref()
+        .map_or(0, |pod| pod.containers.len());
+    if containers == 0 {
+        p.add(
+            "spec.scaledJobSpec.jobTargetRef.template.spec.containers",
+            "at least one container is required",
+        );
+    }
     let triggers = check_trigger_keys(&mut p, "spec.scaledJobSpec", &sj.triggers);
     p.finish(DsjSettings {
         members: (!members.is_empty()).then_some(members),
@@ -858,8 +876,8 @@ mod tests {
             );
         }
         let err = dsj_error(
-            "scaledJobSpec:\n  jobTargetRef: {template: {}}\n  scalingStrategy: {strategy: \
-             fastest, multipleScalersCalculation: median}",
+            "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  \
+             scalingStrategy: {strategy: fastest, multipleScalersCalculation: median}",
         );
         assert!(
             err.contains(
@@ -870,10 +888,47 @@ mod tests {
     }
 
     #[test]
+    fn dsj_cross_field_rules() {
+        let err = dsj_error(
+            "clusterScheduling: {strategy: priorityFailover, workloadAffinity: {class: x, size: \
+             1}}\nmemberClusters: [{name: a, scheduling: {priority: 1}}]\nscaledJobSpec: \
+             {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, scalingStrategy: \
+             {strategy: eager}}",
+        );
+        assert!(
+            err.contains(
+                "spec.scaledJobSpec.scalingStrategy.strategy: priorityFailover supports only \
+                 pendingAware"
+            ),
+            "{err}"
+        );
+        let err = dsj_error("scaledJobSpec: {jobTargetRef: {template: {}}}");
+        assert!(
+            err.contains(
+                "spec.scaledJobSpec.jobTargetRef.template.spec.containers: at least one container"
+            ),
+            "{err}"
+        );
+        let err = dsj_error(
+            "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  \
+             triggers: [{type: a, name: x}, {type: b, name: x}]",
+        );
+        assert!(
+            err.contains("spec.scaledJobSpec.triggers[1].name: duplicate trigger \"x\""),
+            "{err}"
+        );
+        let err = dso_error("scaledObjectSpec: {scaleTargetRef: {name: \"\"}}");
+        assert!(
+            err.contains("spec.scaledObjectSpec.scaleTargetRef.name: must not be empty"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn custom_percentage_that_does_not_parse_falls_back_to_basic() {
         let s = dsj(
             &dsj_spec(
-                "scaledJobSpec:\n  jobTargetRef: {template: {}}\n  scalingStrategy: {strategy: \
+                "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  scalingStrategy: {strategy: \
                  custom, customScalingRunningJobPercentage: half}",
             ),
             &BTreeMap::new(),

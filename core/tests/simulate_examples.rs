@@ -210,15 +210,15 @@ fn invalid_scenarios_name_the_field() {
             "spec.memberClusters[0].weight: must be >= 0",
         ),
         (
-            "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {}}, triggers: [{type: rabbitmq, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {queue: {value: 1, target: 1}}}]",
+            "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, triggers: [{type: rabbitmq, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {queue: {value: 1, target: 1}}}]",
             "steps[0].metrics.queue: no trigger named \"queue\"",
         ),
         (
-            "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {}}, triggers: [{type: rabbitmq, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1, target: 0}}}]",
+            "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, triggers: [{type: rabbitmq, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1, target: 0}}}]",
             "steps[0].metrics.q.target: must be a number > 0",
         ),
         (
-            "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {}}}}\nmembers: [{name: a}]\nsteps: [{}]",
+            "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}}}\nmembers: [{name: a}]\nsteps: [{}]",
             "steps[0].metrics: required on the first step",
         ),
         (

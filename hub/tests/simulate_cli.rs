@@ -128,7 +128,7 @@ fn invalid_scenarios_fail_naming_the_field() {
         ),
         (
             "bad-strategy.yaml",
-            "kind: DistributedScaledJob\nspec:\n  clusterScheduling: {strategy: random}\n  scaledJobSpec: {jobTargetRef: {template: {}}, triggers: [{type: rabbitmq, name: q}]}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1, target: 1}}}]\n",
+            "kind: DistributedScaledJob\nspec:\n  clusterScheduling: {strategy: random}\n  scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, triggers: [{type: rabbitmq, name: q}]}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1, target: 1}}}]\n",
             "spec.clusterScheduling.strategy: unknown strategy \"random\"",
         ),
         (
