@@ -17,6 +17,9 @@ use crate::crd::keda::{DEFAULT_JOBS_HISTORY_LIMIT, ScaleTriggers, trigger_key};
 use crate::duration::parse_duration;
 use crate::{Error, Result};
 
+/// Largest `memberClusters[].weight` of a DSJ.
+pub const MAX_DSJ_WEIGHT: u32 = 10_000;
+
 /// How a resource is paused by its annotations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pause {
@@ -503,10 +506,16 @@ pub fn dsj(
     check_member_names(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
     let mut members = Vec::with_capacity(spec.member_clusters.len());
     for (i, m) in spec.member_clusters.iter().enumerate() {
-        let weight = p.non_negative(
-            &format!("spec.memberClusters[{i}].weight"),
-            m.weight.unwrap_or(1),
-        );
+        let field = format!("spec.memberClusters[{i}].weight");
+        let weight = p.non_negative(&field, m.weight.unwrap_or(1));
+        // Round robin runs one pick per unit of weight in the worst case; weights are
+        // ratios, so a bound costs nothing.
+        if weight > MAX_DSJ_WEIGHT {
+            p.add(
+                field,
+                format!("must be at most {MAX_DSJ_WEIGHT}, got {weight}"),
+            );
+        }
         members.push(DsjMemberSettings {
             name: m.name.clone(),
             weight,
@@ -866,6 +875,10 @@ mod tests {
             (
                 "memberClusters: [{name: a, weight: 0}]",
                 "spec.memberClusters: all weights are 0",
+            ),
+            (
+                "memberClusters: [{name: a, weight: 10001}]",
+                "spec.memberClusters[0].weight: must be at most 10000",
             ),
         ];
         for (extra, expected) in cases {

@@ -343,3 +343,21 @@ fn dsj_round_robin_taints() {
     );
     assert_eq!(r["steps"][0]["failedCreates"]["broken"], json!(3));
 }
+
+#[test]
+fn huge_job_counts_are_refused_not_simulated() {
+    let err = error_of(
+        "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, maxReplicaCount: 2000000000, triggers: [{type: t, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1e12, target: 1}}}]",
+    );
+    assert!(
+        err.starts_with("steps[0]: the simulation would track more than 100000 Jobs"),
+        "{err}"
+    );
+    let err = error_of(
+        "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, triggers: [{type: t, name: q}]}}\nmembers: [{name: a, runningJobs: 4000000000}]\nsteps: [{metrics: {q: {value: 1, target: 1}}}]",
+    );
+    assert!(
+        err.starts_with("members[0]: the simulation would track more than"),
+        "{err}"
+    );
+}

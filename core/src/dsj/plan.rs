@@ -264,11 +264,28 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
             }
         }
     }
-    for _ in 0..left {
-        match pick(None, &mut wrr) {
-            Some(to) => members[to].create += 1,
-            None => unplaced += 1,
+    // The rest at once: arithmetic, not one pick per Job, since maxReplicaCount is user
+    // input and may be huge.
+    let candidates: Vec<usize> = (0..listed.len()).filter(|&i| eligible[i]).collect();
+    match &s.cluster_strategy {
+        ClusterStrategy::WeightedRoundRobin => {
+            let c: Vec<(&str, u32)> = candidates
+                .iter()
+                .map(|&i| (names[i], listed[i].weight))
+                .collect();
+            let counts = wrr.assign(&c, u64::from(left));
+            let mut placed = 0u32;
+            for (&i, count) in candidates.iter().zip(counts) {
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                members[i].create = members[i].create.saturating_add(count);
+                placed = placed.saturating_add(count);
+            }
+            unplaced += left - placed.min(left);
         }
+        ClusterStrategy::PriorityFailover { .. } => match pick(None, &mut wrr) {
+            Some(to) => members[to].create += left,
+            None => unplaced += left,
+        },
     }
 
     DsjPlan {

@@ -263,14 +263,35 @@ struct SimDsjMember {
     fail_creates: bool,
 }
 
+/// The simulator tracks every Job; beyond this it refuses rather than exhaust memory.
+const MAX_SIMULATED_JOBS: usize = 100_000;
+
+fn too_many_jobs(field: String) -> Error {
+    Error::invalid(
+        field,
+        format!(
+            "the simulation would track more than {MAX_SIMULATED_JOBS} Jobs; lower the Job \
+             counts, the metrics or maxReplicaCount"
+        ),
+    )
+}
+
 fn reset_jobs(
+    field: &str,
     jobs: &mut Vec<SimJob>,
     next_id: &mut u64,
     member: &str,
     running: Option<u32>,
     pending: Option<u32>,
     pending_since: SystemTime,
-) {
+) -> Result<()> {
+    let adding = [running, pending]
+        .iter()
+        .map(|n| n.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+        .fold(0usize, usize::saturating_add);
+    if jobs.len().saturating_add(adding) > MAX_SIMULATED_JOBS {
+        return Err(too_many_jobs(field.to_owned()));
+    }
     if let Some(n) = running {
         jobs.retain(|j| !(j.member == member && j.phase == SimPhase::Running));
         for _ in 0..n {
@@ -301,6 +322,7 @@ fn reset_jobs(
             });
         }
     }
+    Ok(())
 }
 
 fn apply_dsj(
@@ -324,14 +346,14 @@ fn apply_dsj(
         duration(&format!("{field}.pendingFor"), m.pending_for.as_deref())?.unwrap_or_default();
     let since = now.checked_sub(age).unwrap_or(now);
     reset_jobs(
+        field,
         jobs,
         next_id,
         &m.name,
         m.running_jobs,
         m.pending_jobs,
         since,
-    );
-    Ok(())
+    )
 }
 
 fn phase(job: Option<&SimJob>) -> JobPhase {
@@ -470,6 +492,14 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
             failed_creates: names.iter().map(|n| (n.clone(), 0)).collect(),
             paused: plan.paused,
         };
+        let creating: usize = plan
+            .members
+            .iter()
+            .map(|m| usize::try_from(m.create).unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add);
+        if jobs.len().saturating_add(creating) > MAX_SIMULATED_JOBS {
+            return Err(too_many_jobs(format!("steps[{i}]")));
+        }
         // The members run what was decided.
         let mut sources: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for r in &plan.replacements {
