@@ -142,6 +142,19 @@ pub struct FailoverTiming {
     pub soft_taint_duration: Duration,
 }
 
+impl FailoverTiming {
+    /// Whether a Job pending since `pending_since` is stuck at `now`: pending for longer
+    /// than the grace period.
+    pub fn is_stuck(
+        &self,
+        pending_since: std::time::SystemTime,
+        now: std::time::SystemTime,
+    ) -> bool {
+        now.duration_since(pending_since)
+            .is_ok_and(|pending_for| pending_for > self.grace_period)
+    }
+}
+
 impl Default for FailoverTiming {
     fn default() -> Self {
         Self {
@@ -829,6 +842,18 @@ mod tests {
             );
         }
         assert!(pause(&annotations(&[(ANNOTATION_PAUSED, "maybe")])).is_err());
+    }
+
+    #[test]
+    fn stuck_after_the_grace_period() {
+        let t = FailoverTiming::default();
+        let start = std::time::SystemTime::UNIX_EPOCH;
+        assert!(!t.is_stuck(start, start + Duration::from_secs(60)));
+        assert!(t.is_stuck(start, start + Duration::from_secs(61)));
+        assert!(
+            !t.is_stuck(start + Duration::from_secs(5), start),
+            "clock skew is not stuck"
+        );
     }
 
     #[test]

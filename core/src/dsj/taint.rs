@@ -311,6 +311,33 @@ mod tests {
         assert_eq!(taint.observe(TaintEvent::JobStuck, at(0)), TaintLevel::Hard);
     }
 
+    proptest::proptest! {
+        /// Whatever the failures, a taint is hard only after a failure in the soft window
+        /// (or with a zero window), never outlives hardTaintDuration after the last failure,
+        /// and is clean once both windows have passed.
+        #[test]
+        fn taint_invariants(
+            gaps in proptest::collection::vec(0u64..400, 1..8),
+            soft in 0u64..200,
+            hard in 1u64..400,
+        ) {
+            let mut taint = Taint::new(policy(soft, hard, true));
+            let mut now = 0;
+            for gap in gaps {
+                now += gap;
+                let before = taint.level(at(now));
+                let level = taint.observe(TaintEvent::JobStuck, at(now));
+                let expected = if before == TaintLevel::None && soft > 0 {
+                    TaintLevel::Soft
+                } else {
+                    TaintLevel::Hard
+                };
+                proptest::prop_assert_eq!(level, expected, "before {:?}", before);
+                proptest::prop_assert_eq!(taint.level(at(now + hard.max(soft))), TaintLevel::None);
+            }
+        }
+    }
+
     #[test]
     fn transient_create_failures_do_not_taint() {
         let mut taint = Taint::new(policy(0, 300, false));

@@ -431,8 +431,7 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
         for job in &mut jobs {
             if job.phase == SimPhase::Pending
                 && !job.stuck
-                && now.duration_since(job.pending_since).unwrap_or_default()
-                    > settings.timing.grace_period
+                && settings.timing.is_stuck(job.pending_since, now)
             {
                 job.stuck = true;
                 if !failed_members.contains(&job.member) {
