@@ -15,7 +15,8 @@
 //! - [`dsj::plan`] — settings, trigger readings, per-member Job counts, the
 //!   [`dsj::taint::TaintBook`] and the round-robin state → Jobs to create per member,
 //!   replacements of stuck Jobs, and the next round-robin state.
-//! - [`dsj::taint::TaintBook::observe`] — feed stuck Jobs and failed creates;
+//! - [`dsj::taint::TaintBook::observe`] — feed stuck Jobs (see
+//!   [`validate::FailoverTiming::is_stuck`]) and failed creates;
 //!   [`dsj::duplication::resolve_duplicate`] — what to delete of a source/failover pair;
 //!   [`dsj::overrides::apply_pod_overrides`] — the pod template for a member (with
 //!   warnings for unknown containers); [`dsj::history::jobs_to_delete`] — history limits.
