@@ -28,4 +28,4 @@ footprint:
 
 ## Regenerate deploy/crds from the Rust types (a test fails when they drift).
 crds:
-	$(CARGO) run -q -p kedge-hub --bin kubectl-kedge -- crds > deploy/crds/kedge.dev.yaml
+	KEDGE_UPDATE_CRDS=1 $(CARGO) test -q -p kedge-core --test crd_yaml
