@@ -1,6 +1,8 @@
 //! The hub and several agents as real processes on loopback: connect, survive a hub restart,
 //! turn Unreachable when an agent stops.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! Shared harness of the end-to-end tests: real binaries, real sockets, loopback only.
-#![allow(dead_code, unreachable_pub)]
+// Harness code: a panic is how a test fails.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
