@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use crate::cluster::ClusterShared;
 use crate::error::{Error, Result};
-use crate::interim::{FieldSel, LabelSel, object_labels};
 use crate::resources::{ResourceDef, group_order};
+use crate::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::store::{Propagation, WriteScope};
 use crate::util::{hex_decode, hex_encode, meta_mut, meta_str, parse_query};
 
@@ -31,6 +31,8 @@ pub(crate) struct Req {
     pub query: Vec<(String, String)>,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The authenticated user; `None` for unauthenticated (admin) test access.
+    pub user: Option<crate::rbac::UserInfo>,
 }
 
 impl Req {
@@ -97,12 +99,28 @@ async fn handle(State(c): State<Arc<ClusterShared>>, req: Request) -> Response {
         .filter(|s| !s.is_empty())
         .map(|s| crate::util::percent_decode(s).unwrap_or_else(|_| s.to_string()))
         .collect();
+    let user = match parts.headers.get(header::AUTHORIZATION) {
+        None => None,
+        Some(v) => {
+            let token = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.strip_prefix("Bearer "))
+                .map(str::trim)
+                .unwrap_or_default();
+            match c.user_for_token(token) {
+                Some(u) => Some(u),
+                None => return error_response(&Error::Unauthorized("Unauthorized".into())),
+            }
+        }
+    };
     let r = Req {
         method: parts.method,
         segs,
         query,
         headers: parts.headers,
         body,
+        user,
     };
     match route(&c, &r) {
         Ok(resp) => resp,
@@ -313,7 +331,8 @@ fn parse_target(c: &ClusterShared, group: &str, version: &str, rest: &[&str]) ->
     };
     if let Some(sub) = &target.sub {
         let known = (sub == "status" && target.def.status)
-            || (sub == "scale" && target.def.scale.is_some());
+            || (sub == "scale" && target.def.scale.is_some())
+            || (sub == "token" && &*target.def.key == "/serviceaccounts");
         if !known {
             return Err(not_found());
         }
@@ -329,6 +348,21 @@ fn resource(
     rest: &[&str],
 ) -> Result<Response> {
     let t = parse_target(c, group, version, rest)?;
+    if let Some(user) = &r.user {
+        let verb = crate::auth::verb(&r.method, t.name.is_some(), r.flag("watch"));
+        let attrs = crate::rbac::RequestAttributes::resource(
+            verb,
+            &t.def.group,
+            &t.def.plural,
+            t.ns.as_deref().unwrap_or_default(),
+        )
+        .named(t.name.as_deref().unwrap_or_default())
+        .subresource(t.sub.as_deref().unwrap_or_default());
+        crate::auth::check(&c.store(), user, &attrs)?;
+    }
+    if t.sub.as_deref() == Some("token") {
+        return token_request(c, r, &t);
+    }
     match (&r.method, &t.name, t.sub.as_deref()) {
         (&Method::GET, None, _) if r.flag("watch") => {
             crate::watch::watch(c, r, &t.def, &t.version, t.ns.clone())
@@ -381,17 +415,29 @@ fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
     o
 }
 
+/// Simulated milliseconds as `SystemTime`.
+pub(crate) fn system_time(ms: i64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
+}
+
+/// A server-side Table (`Accept: ...;as=Table`).
+pub(crate) fn table_of(r: &Req, def: &ResourceDef, objects: &[Value], now: i64) -> Value {
+    let include = crate::table::IncludeObject::from_query(r.q("includeObject").unwrap_or_default());
+    crate::table::to_table_with(
+        &def.plural,
+        objects,
+        def.printer_columns.as_ref(),
+        system_time(now),
+        include,
+    )
+}
+
 fn get(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
     let store = c.store();
     let obj = load(&store, t, name)?;
     let obj = versioned(&t.def, &t.version, &obj);
     if r.wants_table() {
-        let mut table = crate::interim::to_table(
-            &[&obj],
-            t.def.printer_columns.as_ref(),
-            c.now(),
-            r.q("includeObject") == Some("Object"),
-        );
+        let mut table = table_of(r, &t.def, &[obj], c.now());
         table["metadata"] = json!({"resourceVersion": store.rv.to_string()});
         return ok(&table);
     }
@@ -399,14 +445,14 @@ fn get(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
 }
 
 /// Label and field selectors of a request.
-pub(crate) fn selectors(r: &Req) -> Result<(LabelSel, FieldSel)> {
-    let l = LabelSel::parse(r.q("labelSelector").unwrap_or_default())?;
-    let f = FieldSel::parse(r.q("fieldSelector").unwrap_or_default())?;
+pub(crate) fn selectors(r: &Req, kind: &str) -> Result<(LabelSelector, FieldSelector)> {
+    let l = LabelSelector::parse(r.q("labelSelector").unwrap_or_default())?;
+    let f = FieldSelector::parse_for_kind(r.q("fieldSelector").unwrap_or_default(), kind)?;
     Ok((l, f))
 }
 
 fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
-    let (lsel, fsel) = selectors(r)?;
+    let (lsel, fsel) = selectors(r, &t.def.kind)?;
     let limit = match r.q("limit") {
         None | Some("") => None,
         Some(l) => {
@@ -455,7 +501,7 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         }
     };
     let matches = |o: &&crate::store::Obj| {
-        (lsel.is_empty() || lsel.matches(&object_labels(o))) && fsel.matches(o)
+        (lsel.is_everything() || lsel.matches(&labels_of(o))) && fsel.matches(o)
     };
     let iter: Box<dyn Iterator<Item = &crate::store::Obj>> = match after {
         Some(a) => Box::new(store.list_after(&t.def.key, ns, a)),
@@ -484,13 +530,7 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         .map(|o| versioned(&t.def, &t.version, o))
         .collect();
     if r.wants_table() {
-        let refs: Vec<&Value> = items.iter().collect();
-        let mut table = crate::interim::to_table(
-            &refs,
-            t.def.printer_columns.as_ref(),
-            c.now(),
-            r.q("includeObject") == Some("Object"),
-        );
+        let mut table = table_of(r, &t.def, &items, c.now());
         table["metadata"] = meta;
         return ok(&table);
     }
@@ -573,31 +613,45 @@ fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     if obj.get("apiVersion").is_none() {
         obj["apiVersion"] = json!(t.def.api_version(&t.version));
     }
-    let manager = r.q("fieldManager").unwrap_or("unknown").to_string();
     let now = c.now();
-    record_manager(&mut obj, &manager, "Update", now);
+    let obj = crate::patch::apply::record_update(
+        &Value::Null,
+        &obj,
+        &manager_of(r),
+        "Update",
+        None,
+        &crate::util::rfc3339(now),
+    );
     let mut store = c.store();
     let out = store.create(&t.def, &ns, obj, now)?;
     drop(store);
     created(c, &versioned(&t.def, &t.version, &out))
 }
 
-fn record_manager(obj: &mut Value, manager: &str, operation: &str, now: i64) {
-    let meta = meta_mut(obj);
-    let mut fields: Vec<Value> = meta
-        .get("managedFields")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    fields.retain(|f| {
-        !(f.get("manager").and_then(Value::as_str) == Some(manager)
-            && f.get("operation").and_then(Value::as_str) == Some(operation))
-    });
-    fields.push(json!({
-        "manager": manager, "operation": operation, "time": crate::util::rfc3339(now),
-        "fieldsType": "FieldsV1", "fieldsV1": {},
-    }));
-    meta.insert("managedFields".into(), Value::Array(fields));
+/// The field manager of a write: `?fieldManager=`, else the User-Agent's program name.
+fn manager_of(r: &Req) -> String {
+    if let Some(m) = r.q("fieldManager").filter(|m| !m.is_empty()) {
+        return m.to_string();
+    }
+    r.headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// Records an Update in `managedFields` of `new` relative to `old`.
+fn track(old: &Value, new: &Value, r: &Req, sub: Option<&str>, now: i64) -> Value {
+    crate::patch::apply::record_update(
+        old,
+        new,
+        &manager_of(r),
+        "Update",
+        sub,
+        &crate::util::rfc3339(now),
+    )
 }
 
 fn update(
@@ -609,14 +663,14 @@ fn update(
 ) -> Result<Response> {
     reject_dry_run(r)?;
     let ns = ns_of(t)?.to_string();
-    let mut body = body_json(r)?;
+    let body = body_json(r)?;
     check_kind(t, &body)?;
     let now = c.now();
     let mut store = c.store();
     let out = match sub {
         Some("scale") => {
             let current = load(&store, t, name)?;
-            write_scale(&mut store, t, &ns, name, &current, &body, now)?
+            write_scale(&mut store, t, &current, &body, &manager_of(r), now)?
         }
         _ => {
             let scope = if sub == Some("status") {
@@ -624,8 +678,8 @@ fn update(
             } else {
                 WriteScope::Main
             };
-            let manager = r.q("fieldManager").unwrap_or("unknown");
-            record_manager(&mut body, manager, "Update", now);
+            let current = load(&store, t, name)?;
+            let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
             versioned(&t.def, &t.version, &out)
         }
@@ -650,8 +704,8 @@ pub(crate) fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
         .and_then(|p| crate::util::get_path(obj, p));
     let selector = match selector {
         Some(Value::String(s)) => s.clone(),
-        Some(v @ Value::Object(_)) => LabelSel::from_json(v)
-            .map(|s| s.to_string_form())
+        Some(v @ Value::Object(_)) => LabelSelector::from_label_selector_json(v)
+            .map(|s| s.to_string())
             .unwrap_or_default(),
         _ => String::new(),
     };
@@ -684,12 +738,13 @@ pub(crate) fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
 fn write_scale(
     store: &mut crate::store::Store,
     t: &Target,
-    ns: &str,
-    name: &str,
     current: &Value,
     scale: &Value,
+    manager: &str,
     now: i64,
 ) -> Result<Value> {
+    let ns = ns_of(t)?;
+    let name = t.name.as_deref().unwrap_or_default();
     let Some(spec) = &t.def.scale else {
         return Err(Error::NotFound(
             "the server could not find the requested resource".into(),
@@ -720,6 +775,14 @@ fn write_scale(
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
     }
     crate::util::set_path(&mut obj, &spec.spec_replicas, json!(replicas));
+    let obj = crate::patch::apply::record_update(
+        current,
+        &obj,
+        manager,
+        "Update",
+        Some("scale"),
+        &crate::util::rfc3339(now),
+    );
     let out = store.update(&t.def, ns, name, obj, WriteScope::Main, now)?;
     Ok(scale_of(&t.def, &out))
 }
@@ -741,24 +804,34 @@ fn patch(
         .trim()
         .to_string();
     let now = c.now();
-    let manager = r.q("fieldManager").map(str::to_string);
+    let ts = crate::util::rfc3339(now);
     let mut store = c.store();
     let current = store.get(&t.def.key, &ns, name).cloned();
     if ct == "application/apply-patch+yaml" {
-        let manager = manager.ok_or_else(|| {
-            Error::BadRequest(
-                "PATCH requests with apply content type must provide a fieldManager".into(),
-            )
-        })?;
+        let manager = r
+            .q("fieldManager")
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| {
+                Error::BadRequest(
+                    "PATCH requests with apply content type must provide a fieldManager".into(),
+                )
+            })?;
+        let force = r.flag("force");
         let applied = body_json(r)?;
         if sub != Some("scale") {
             check_kind(t, &applied)?;
         }
+        let opts = |subresource| crate::patch::apply::ApplyOptions {
+            manager,
+            force,
+            now: &ts,
+            subresource,
+        };
         let Some(current) = current else {
             if sub.is_some() {
                 return Err(Error::not_found(&t.def.group, &t.def.plural, name));
             }
-            let mut obj = crate::interim::apply(None, &applied, &manager, now);
+            let mut obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
             meta_mut(&mut obj).insert("name".into(), json!(name));
             let out = store.create(&t.def, &ns, obj, now)?;
             drop(store);
@@ -766,16 +839,14 @@ fn patch(
         };
         let out = match sub {
             Some("scale") => {
-                let patched = crate::interim::apply(
-                    Some(&scale_of(&t.def, &current)),
-                    &applied,
-                    &manager,
-                    now,
-                );
-                write_scale(&mut store, t, &ns, name, &current, &patched, now)?
+                let scale = scale_of(&t.def, &current);
+                let patched =
+                    crate::patch::apply::apply_subresource(Some(&scale), &applied, opts(sub))?;
+                write_scale(&mut store, t, &current, &patched, manager, now)?
             }
             _ => {
-                let mut obj = crate::interim::apply(Some(&current), &applied, &manager, now);
+                let mut obj =
+                    crate::patch::apply::apply_subresource(Some(&current), &applied, opts(sub))?;
                 // Apply never carries a precondition unless the user sets one.
                 if meta_str(&applied, "resourceVersion").is_none() {
                     meta_mut(&mut obj).remove("resourceVersion");
@@ -800,10 +871,9 @@ fn patch(
     let mut doc = base.clone();
     match ct.as_str() {
         "application/json-patch+json" => {
-            let p: json_patch::Patch = serde_json::from_slice(&r.body)
+            let p: Value = serde_json::from_slice(&r.body)
                 .map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(&mut doc, &p)
-                .map_err(|e| Error::Invalid(format!("the JSON patch could not be applied: {e}")))?;
+            crate::patch::json_patch(&mut doc, &p)?;
         }
         "application/merge-patch+json" => {
             let p: Value = serde_json::from_slice(&r.body)
@@ -813,7 +883,7 @@ fn patch(
                     "a merge patch must be a JSON object".into(),
                 ));
             }
-            json_patch::merge(&mut doc, &p);
+            crate::patch::json_merge(&mut doc, &p);
         }
         "application/strategic-merge-patch+json" => {
             if t.def.crd {
@@ -828,7 +898,7 @@ fn patch(
                     "a strategic merge patch must be a JSON object".into(),
                 ));
             }
-            crate::interim::strategic_merge(&mut doc, &p, &t.def.kind)?;
+            crate::patch::strategic_merge(&mut doc, &p, &t.def.kind)?;
         }
         other => {
             return Err(Error::UnsupportedMediaType(format!(
@@ -843,11 +913,9 @@ fn patch(
         meta_mut(&mut doc).remove("resourceVersion");
     }
     let out = match sub {
-        Some("scale") => write_scale(&mut store, t, &ns, name, &current, &doc, now)?,
+        Some("scale") => write_scale(&mut store, t, &current, &doc, &manager_of(r), now)?,
         _ => {
-            if let Some(m) = &manager {
-                record_manager(&mut doc, m, "Update", now);
-            }
+            let doc = track(&current, &doc, r, sub, now);
             let scope = if sub == Some("status") {
                 WriteScope::Status
             } else {
@@ -906,14 +974,14 @@ fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response
 
 fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     reject_dry_run(r)?;
-    let (lsel, fsel) = selectors(r)?;
+    let (lsel, fsel) = selectors(r, &t.def.kind)?;
     let (propagation, _) = delete_options(r)?;
     let now = c.now();
     let mut store = c.store();
     let ns = t.ns.as_deref();
     let targets: Vec<(String, String)> = store
         .list(&t.def.key, ns)
-        .filter(|o| lsel.matches(&object_labels(o)) && fsel.matches(o))
+        .filter(|o| lsel.matches(&labels_of(o)) && fsel.matches(o))
         .map(|o| {
             (
                 meta_str(o, "namespace").unwrap_or_default().to_string(),
@@ -938,6 +1006,33 @@ fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response>
             "items": items,
         }),
     )
+}
+
+/// `POST .../serviceaccounts/NAME/token` (TokenRequest, e.g. `kubectl create token`):
+/// issues a bearer token for the ServiceAccount. The request body is not needed.
+fn token_request(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
+    if r.method != Method::POST {
+        return Err(Error::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource: {}",
+            r.method
+        )));
+    }
+    let ns = ns_of(t)?.to_string();
+    let name = t.name.clone().unwrap_or_default();
+    if c.store().get(&t.def.key, &ns, &name).is_none() {
+        return Err(Error::not_found("", "serviceaccounts", &name));
+    }
+    let token = c.issue_token(crate::rbac::UserInfo::service_account(&ns, &name));
+    let expires = crate::util::rfc3339(c.now() + 3_600_000);
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+            "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+            "status": {"token": token, "expirationTimestamp": expires},
+        }),
+    ))
 }
 
 /// A streaming response body.

@@ -157,9 +157,33 @@ pub struct ClusterShared {
     pub wake: Notify,
     watch_cancel: Mutex<CancellationToken>,
     shutdown: CancellationToken,
+    tokens: Mutex<HashMap<String, crate::rbac::UserInfo>>,
 }
 
 impl ClusterShared {
+    /// The user a bearer token authenticates as.
+    pub fn user_for_token(&self, token: &str) -> Option<crate::rbac::UserInfo> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(token)
+            .cloned()
+    }
+
+    /// Issues a new random bearer token for `user`.
+    pub fn issue_token(&self, user: crate::rbac::UserInfo) -> String {
+        let token = format!(
+            "kedge-sim.{:016x}{:016x}",
+            crate::util::random_u64(),
+            crate::util::random_u64()
+        );
+        self.tokens
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token.clone(), user);
+        token
+    }
+
     /// Locks the store (a poisoned lock is recovered: the store stays consistent per operation).
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
@@ -241,6 +265,36 @@ impl Cluster {
     /// A kube client for this cluster (default namespace `default`).
     pub fn client(&self) -> Result<kube::Client> {
         Ok(kube::Client::try_from(self.kube_config()?)?)
+    }
+
+    /// Issues a bearer token for a ServiceAccount: requests with it are
+    /// authorized by the cluster's RBAC objects (the ServiceAccount need not exist).
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.inner
+            .issue_token(crate::rbac::UserInfo::service_account(namespace, name))
+    }
+
+    /// Issues a bearer token for a user in groups (`system:masters` is admin).
+    pub fn user_token(&self, name: &str, groups: &[&str]) -> String {
+        self.inner
+            .issue_token(crate::rbac::UserInfo::user(name, groups))
+    }
+
+    /// Kubeconfig YAML that authenticates with `token`.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        self.kubeconfig()
+            .replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
+    }
+
+    /// A kube client that authenticates with `token`.
+    pub async fn client_with_token(&self, token: &str) -> Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_with_token(token))
+            .map_err(|e| Error::Internal(format!("kubeconfig: {e}")))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| Error::Internal(format!("kubeconfig: {e}")))?;
+        Ok(kube::Client::try_from(config)?)
     }
 
     /// Sets a KEDA trigger value for a ScaledObject. `trigger` is the trigger's
@@ -380,6 +434,7 @@ impl Sim {
                 wake: Notify::new(),
                 watch_cancel: Mutex::new(shutdown.child_token()),
                 shutdown: shutdown.clone(),
+                tokens: Mutex::new(HashMap::new()),
             });
             let router = crate::api::router(shared.clone());
             let stop = shutdown.clone();

@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cluster::{ANN_OUTCOME, ANN_RUN_SECONDS, ClusterShared, SimConfig};
-use crate::interim::{LabelSel, object_labels, parse_quantity};
+use crate::quantity::parse_quantity;
 use crate::resources::ResourceDef;
+use crate::selector::{LabelSelector, labels_of};
 use crate::store::{FOREGROUND, Obj, Propagation, Store, WriteScope, finalizers, owner_uids};
 use crate::util::{get_path, meta_mut, meta_str, parse_rfc3339, rfc3339};
 
@@ -213,8 +214,20 @@ fn garbage_collect(store: &mut Store, now: i64) {
     }
 }
 
-/// Terminating namespaces: delete their content, then the namespace.
+/// Terminating namespaces: delete their content, then the namespace. Active
+/// namespaces get their `default` ServiceAccount, like the real controller.
 fn namespaces(store: &mut Store, now: i64) {
+    let active: Vec<String> = store
+        .list(NAMESPACES, None)
+        .filter(|n| !deleting(n))
+        .map(|n| name_of(n))
+        .collect();
+    for ns in active {
+        if store.get("/serviceaccounts", &ns, "default").is_none() {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
+            let _ = store.create_internal("/serviceaccounts", sa, now);
+        }
+    }
     let terminating: Vec<String> = store
         .list(NAMESPACES, None)
         .filter(|n| deleting(n))
@@ -841,7 +854,7 @@ fn schedule(store: &mut Store, now: i64) {
                 not_ready += 1;
                 continue;
             }
-            let labels = object_labels(n);
+            let labels = labels_of(n);
             if let Some(sel) = node_selector
                 && !sel
                     .iter()
@@ -1071,6 +1084,6 @@ fn kubelet(store: &mut Store, cfg: &SimConfig, now: i64, timers: &mut Timers) {
 }
 
 /// Label selector of a workload's `spec.selector`, for tests and describe.
-pub fn workload_selector(obj: &Value) -> Option<LabelSel> {
-    LabelSel::from_json(get_path(obj, "spec.selector")?).ok()
+pub fn workload_selector(obj: &Value) -> Option<LabelSelector> {
+    LabelSelector::from_label_selector_json(get_path(obj, "spec.selector")?).ok()
 }

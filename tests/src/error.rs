@@ -20,6 +20,9 @@ pub enum Error {
     /// 422: the object is syntactically fine but semantically invalid.
     #[error("{0}")]
     Invalid(String),
+    /// 401: the bearer token is unknown.
+    #[error("{0}")]
+    Unauthorized(String),
     /// 403: refused (terminating namespace, RBAC).
     #[error("{0}")]
     Forbidden(String),
@@ -38,6 +41,9 @@ pub enum Error {
     /// 503: injected unavailability.
     #[error("{0}")]
     Unavailable(String),
+    /// 409 Conflict from server-side apply, with one cause per conflicting field.
+    #[error("{0}")]
+    ApplyConflict(crate::patch::apply::ApplyConflict),
     /// Starting a cluster or writing its kubeconfig failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -58,9 +64,10 @@ impl Error {
     pub fn code(&self) -> u16 {
         match self {
             Error::NotFound(_) => 404,
-            Error::AlreadyExists(_) | Error::Conflict(_) => 409,
+            Error::AlreadyExists(_) | Error::Conflict(_) | Error::ApplyConflict(_) => 409,
             Error::BadRequest(_) => 400,
             Error::Invalid(_) => 422,
+            Error::Unauthorized(_) => 401,
             Error::Forbidden(_) => 403,
             Error::MethodNotAllowed(_) => 405,
             Error::UnsupportedMediaType(_) => 415,
@@ -75,9 +82,10 @@ impl Error {
         match self {
             Error::NotFound(_) => "NotFound",
             Error::AlreadyExists(_) => "AlreadyExists",
-            Error::Conflict(_) => "Conflict",
+            Error::Conflict(_) | Error::ApplyConflict(_) => "Conflict",
             Error::BadRequest(_) => "BadRequest",
             Error::Invalid(_) => "Invalid",
+            Error::Unauthorized(_) => "Unauthorized",
             Error::Forbidden(_) => "Forbidden",
             Error::MethodNotAllowed(_) => "MethodNotAllowed",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -89,6 +97,18 @@ impl Error {
 
     /// A `metav1.Status` object describing this error.
     pub fn status(&self) -> Value {
+        if let Error::ApplyConflict(c) = self {
+            let causes: Vec<Value> = c
+                .causes
+                .iter()
+                .map(|k| json!({"reason": "FieldManagerConflict", "message": k.message, "field": k.field}))
+                .collect();
+            return json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": c.message, "reason": "Conflict", "code": 409,
+                "details": {"causes": causes},
+            });
+        }
         json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -119,6 +139,33 @@ impl Error {
             "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
             qualified(group, plural)
         ))
+    }
+}
+
+impl From<crate::selector::SelectorError> for Error {
+    fn from(e: crate::selector::SelectorError) -> Self {
+        Error::BadRequest(e.to_string())
+    }
+}
+
+impl From<crate::patch::PatchError> for Error {
+    fn from(e: crate::patch::PatchError) -> Self {
+        use crate::patch::PatchError as P;
+        match e {
+            P::BadRequest(m) => Error::BadRequest(m),
+            P::Invalid(m) => Error::Invalid(m),
+            P::UnsupportedMediaType(m) => Error::UnsupportedMediaType(m),
+        }
+    }
+}
+
+impl From<crate::patch::apply::ApplyError> for Error {
+    fn from(e: crate::patch::apply::ApplyError) -> Self {
+        use crate::patch::apply::ApplyError as A;
+        match e {
+            A::Conflict(c) => Error::ApplyConflict(c),
+            A::BadRequest(m) => Error::BadRequest(m),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::cluster::ClusterShared;
 use crate::controllers::Timers;
 use crate::error::{Error, Result};
-use crate::interim::LabelSel;
+use crate::selector::LabelSelector;
 use crate::store::{Store, WriteScope};
 use crate::util::{get_path, meta_mut, meta_str, rfc3339, set_path};
 
@@ -228,6 +228,15 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
                 if readable_any && current != Some(desired) {
                     let mut new = (*target).clone();
                     set_path(&mut new, &path, json!(desired));
+                    // The HPA writes through /scale as kube-controller-manager.
+                    let mut new = crate::patch::apply::record_update(
+                        &target,
+                        &new,
+                        "kube-controller-manager",
+                        "Update",
+                        Some("scale"),
+                        &rfc3339(now),
+                    );
                     meta_mut(&mut new).remove("resourceVersion");
                     let _ = store.update(&def, &ns, target_name, new, WriteScope::Main, now);
                 }
@@ -337,7 +346,7 @@ pub fn metrics_discovery() -> Value {
 
 /// `GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/METRIC?labelSelector=scaledobject.keda.sh/name=X`.
 pub fn external_metric(c: &ClusterShared, ns: &str, metric: &str, selector: &str) -> Result<Value> {
-    let sel = LabelSel::parse(selector)?;
+    let sel = LabelSelector::parse(selector)?;
     let overrides = c.metrics.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let store = c.store();
     let sos: Vec<_> = store

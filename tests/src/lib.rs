@@ -9,13 +9,13 @@
 //! they reproduce; `relay` is a UDP fault-injection relay for the agent-to-hub path.
 
 pub mod api;
+pub mod auth;
 pub mod cluster;
 pub mod controllers;
 pub mod defaults;
 pub mod demo;
 pub mod error;
 pub mod fleet;
-pub mod interim;
 pub mod jsonpath;
 pub mod keda;
 pub mod openapi;

@@ -51,6 +51,8 @@ pub struct Event {
     pub obj: Obj,
     /// The object before the change, for MODIFIED (lets selector watches emit ADDED/DELETED).
     pub old: Option<Obj>,
+    /// `obj` serialized once, shared by every watch that sends it unchanged.
+    pub json: std::sync::OnceLock<Vec<u8>>,
 }
 
 /// How dependents are handled when an owner is deleted.
@@ -240,6 +242,7 @@ impl Store {
             kind,
             obj,
             old,
+            json: std::sync::OnceLock::new(),
         });
         if self.log.len() >= self.log_cap {
             self.log.pop_front();

@@ -16,21 +16,21 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{Req, selectors, stream_response};
 use crate::cluster::ClusterShared;
 use crate::error::{Error, Result};
-use crate::interim::{FieldSel, LabelSel, object_labels};
 use crate::resources::ResourceDef;
+use crate::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::store::{Event, EventKind, Obj};
 
 /// Which objects a watch sees.
 struct Filter {
     res: Arc<str>,
     ns: Option<String>,
-    labels: LabelSel,
-    fields: FieldSel,
+    labels: LabelSelector,
+    fields: FieldSelector,
 }
 
 impl Filter {
     fn matches(&self, obj: &Value) -> bool {
-        (self.labels.is_empty() || self.labels.matches(&object_labels(obj)))
+        (self.labels.is_everything() || self.labels.matches(&labels_of(obj)))
             && self.fields.matches(obj)
     }
 }
@@ -60,7 +60,7 @@ pub(crate) fn watch(
     version: &str,
     ns: Option<String>,
 ) -> Result<Response> {
-    let (labels, fields) = selectors(r)?;
+    let (labels, fields) = selectors(r, &def.kind)?;
     let bookmarks = matches!(r.q("allowWatchBookmarks"), Some("true" | "1"));
     let send_initial = match r.q("sendInitialEvents") {
         Some("true" | "1") => true,
@@ -234,6 +234,20 @@ impl WatchState {
             k if now_matches => k,
             _ => return None,
         };
+        let same_version =
+            ev.obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
+        if !self.table && same_version {
+            let obj = ev
+                .json
+                .get_or_init(|| serde_json::to_vec(&*ev.obj).unwrap_or_default());
+            let mut out = Vec::with_capacity(obj.len() + 32);
+            out.extend_from_slice(b"{\"type\":\"");
+            out.extend_from_slice(kind.as_str().as_bytes());
+            out.extend_from_slice(b"\",\"object\":");
+            out.extend_from_slice(obj);
+            out.extend_from_slice(b"}\n");
+            return Some(Bytes::from(out));
+        }
         self.render(kind.as_str(), &ev.obj)
     }
 
@@ -243,11 +257,11 @@ impl WatchState {
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
         if self.table {
-            let mut t = crate::interim::to_table(
-                &[obj],
+            let mut t = crate::table::to_table(
+                &self.def.plural,
+                std::slice::from_ref(obj),
                 self.def.printer_columns.as_ref(),
-                self.c.now(),
-                false,
+                crate::api::system_time(self.c.now()),
             );
             if self.table_header_sent {
                 t["columnDefinitions"] = json!([]);

@@ -66,6 +66,17 @@ async fn deployment_lifecycle_with_kubectl() {
     )
     .await;
     assert_eq!(out, "2");
+    // Server-side Tables with the built-in printer columns.
+    let out = kubectl_ok(&kc, &["get", "deploy", "web"]).await;
+    let mut rows = out.lines();
+    let header = rows.next().unwrap_or_default();
+    assert!(
+        header.contains("READY") && header.contains("UP-TO-DATE") && header.contains("AVAILABLE"),
+        "{out}"
+    );
+    assert!(rows.next().unwrap_or_default().contains("2/2"), "{out}");
+    let out = kubectl_ok(&kc, &["get", "pods", "-l", "app=web"]).await;
+    assert_eq!(out.matches("Running").count(), 2, "{out}");
 
     // Client-side apply of a change patches (strategic merge) and reports "configured".
     let out = kubectl_ok(&kc, &["apply", "-f", &d3]).await;
@@ -200,9 +211,27 @@ async fn custom_resources_with_kubectl() {
     let out = kubectl_ok(&kc, &["get", "wdg", "-l", "team=a", "-o", "name"]).await;
     assert_eq!(out.trim(), "");
 
-    let out = kubectl_ok(
+    // kubectl scale owns .spec.replicas now: a server-side apply that sets it conflicts.
+    let out = kubectl(
         &kc,
         &["apply", "--server-side", "-f", &fixture("widget.yaml")],
+    )
+    .await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        out.stderr.contains("conflict") && out.stderr.contains(".spec.replicas"),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &fixture("widget.yaml"),
+        ],
     )
     .await;
     assert!(out.contains("serverside-applied"), "{out}");
