@@ -17,6 +17,9 @@ use crate::crd::keda::{DEFAULT_JOBS_HISTORY_LIMIT, ScaleTriggers, trigger_key};
 use crate::duration::parse_duration;
 use crate::{Error, Result};
 
+/// Largest `memberClusters[].weight` of a DSJ.
+pub const MAX_DSJ_WEIGHT: u32 = 10_000;
+
 /// How a resource is paused by its annotations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pause {
@@ -101,9 +104,10 @@ pub enum MultipleScalers {
 }
 
 /// `clusterScheduling.strategy` with what it needs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ClusterStrategy {
     /// Smooth weighted round robin (default).
+    #[default]
     WeightedRoundRobin,
     /// Highest priority not excluded by a taint.
     PriorityFailover {
@@ -136,6 +140,19 @@ pub struct FailoverTiming {
     pub hard_taint_duration: Duration,
     /// Escalation window (default 3m; zero = first failure is hard).
     pub soft_taint_duration: Duration,
+}
+
+impl FailoverTiming {
+    /// Whether a Job pending since `pending_since` is stuck at `now`: pending for longer
+    /// than the grace period.
+    pub fn is_stuck(
+        &self,
+        pending_since: std::time::SystemTime,
+        now: std::time::SystemTime,
+    ) -> bool {
+        now.duration_since(pending_since)
+            .is_ok_and(|pending_for| pending_for > self.grace_period)
+    }
 }
 
 impl Default for FailoverTiming {
@@ -363,6 +380,12 @@ pub fn dso(
             format!("must be >= 0, got {}", spec.total_target_replicas),
         );
     }
+    if so.scale_target_ref.name.is_empty() {
+        p.add(
+            "spec.scaledObjectSpec.scaleTargetRef.name",
+            "must not be empty",
+        );
+    }
     check_dso_triggers(&mut p, &so.triggers);
     if let Some(modifiers) = so
         .advanced
@@ -496,10 +519,16 @@ pub fn dsj(
     check_member_names(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
     let mut members = Vec::with_capacity(spec.member_clusters.len());
     for (i, m) in spec.member_clusters.iter().enumerate() {
-        let weight = p.non_negative(
-            &format!("spec.memberClusters[{i}].weight"),
-            m.weight.unwrap_or(1),
-        );
+        let field = format!("spec.memberClusters[{i}].weight");
+        let weight = p.non_negative(&field, m.weight.unwrap_or(1));
+        // Round robin runs one pick per unit of weight in the worst case; weights are
+        // ratios, so a bound costs nothing.
+        if weight > MAX_DSJ_WEIGHT {
+            p.add(
+                field,
+                format!("must be at most {MAX_DSJ_WEIGHT}, got {weight}"),
+            );
+        }
         members.push(DsjMemberSettings {
             name: m.name.clone(),
             weight,
@@ -653,6 +682,18 @@ pub fn dsj(
         sj.failed_jobs_history_limit
             .unwrap_or(DEFAULT_JOBS_HISTORY_LIMIT),
     );
+    let containers = sj
+        .job_target_ref
+        .template
+        .spec
+        .as_ref()
+        .map_or(0, |pod| pod.containers.len());
+    if containers == 0 {
+        p.add(
+            "spec.scaledJobSpec.jobTargetRef.template.spec.containers",
+            "at least one container is required",
+        );
+    }
     let triggers = check_trigger_keys(&mut p, "spec.scaledJobSpec", &sj.triggers);
     p.finish(DsjSettings {
         members: (!members.is_empty()).then_some(members),
@@ -804,6 +845,18 @@ mod tests {
     }
 
     #[test]
+    fn stuck_after_the_grace_period() {
+        let t = FailoverTiming::default();
+        let start = std::time::SystemTime::UNIX_EPOCH;
+        assert!(!t.is_stuck(start, start + Duration::from_secs(60)));
+        assert!(t.is_stuck(start, start + Duration::from_secs(61)));
+        assert!(
+            !t.is_stuck(start + Duration::from_secs(5), start),
+            "clock skew is not stuck"
+        );
+    }
+
+    #[test]
     fn dsj_defaults() {
         let s = dsj(&dsj_spec(JOB), &BTreeMap::new()).expect("valid");
         assert_eq!(s.cluster_strategy, ClusterStrategy::WeightedRoundRobin);
@@ -848,6 +901,10 @@ mod tests {
                 "memberClusters: [{name: a, weight: 0}]",
                 "spec.memberClusters: all weights are 0",
             ),
+            (
+                "memberClusters: [{name: a, weight: 10001}]",
+                "spec.memberClusters[0].weight: must be at most 10000",
+            ),
         ];
         for (extra, expected) in cases {
             let err = dsj_error(&format!("{extra}\n{JOB}"));
@@ -857,8 +914,8 @@ mod tests {
             );
         }
         let err = dsj_error(
-            "scaledJobSpec:\n  jobTargetRef: {template: {}}\n  scalingStrategy: {strategy: \
-             fastest, multipleScalersCalculation: median}",
+            "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  \
+             scalingStrategy: {strategy: fastest, multipleScalersCalculation: median}",
         );
         assert!(
             err.contains(
@@ -869,10 +926,47 @@ mod tests {
     }
 
     #[test]
+    fn dsj_cross_field_rules() {
+        let err = dsj_error(
+            "clusterScheduling: {strategy: priorityFailover, workloadAffinity: {class: x, size: \
+             1}}\nmemberClusters: [{name: a, scheduling: {priority: 1}}]\nscaledJobSpec: \
+             {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, scalingStrategy: \
+             {strategy: eager}}",
+        );
+        assert!(
+            err.contains(
+                "spec.scaledJobSpec.scalingStrategy.strategy: priorityFailover supports only \
+                 pendingAware"
+            ),
+            "{err}"
+        );
+        let err = dsj_error("scaledJobSpec: {jobTargetRef: {template: {}}}");
+        assert!(
+            err.contains(
+                "spec.scaledJobSpec.jobTargetRef.template.spec.containers: at least one container"
+            ),
+            "{err}"
+        );
+        let err = dsj_error(
+            "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  \
+             triggers: [{type: a, name: x}, {type: b, name: x}]",
+        );
+        assert!(
+            err.contains("spec.scaledJobSpec.triggers[1].name: duplicate trigger \"x\""),
+            "{err}"
+        );
+        let err = dso_error("scaledObjectSpec: {scaleTargetRef: {name: \"\"}}");
+        assert!(
+            err.contains("spec.scaledObjectSpec.scaleTargetRef.name: must not be empty"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn custom_percentage_that_does_not_parse_falls_back_to_basic() {
         let s = dsj(
             &dsj_spec(
-                "scaledJobSpec:\n  jobTargetRef: {template: {}}\n  scalingStrategy: {strategy: \
+                "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  scalingStrategy: {strategy: \
                  custom, customScalingRunningJobPercentage: half}",
             ),
             &BTreeMap::new(),

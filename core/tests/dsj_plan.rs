@@ -84,7 +84,7 @@ fn weighted_round_robin_splits_two_to_three() {
         &s,
         10.0,
         &members,
-        &TaintBook::default(),
+        &TaintBook::new(&s),
         &WrrState::default(),
     );
     assert_eq!((p.desired_jobs, p.to_create), (10, 10));
@@ -121,7 +121,7 @@ fn round_robin_state_keeps_proportions_across_polls() {
             &s,
             f64::from(running),
             &members_running,
-            &TaintBook::default(),
+            &TaintBook::new(&s),
             &wrr,
         );
         assert_eq!(p.to_create, 1);
@@ -140,26 +140,12 @@ fn hard_taint_excludes_and_soft_taint_does_not() {
         member("member-cluster-1", 0, 0, 0),
         member("member-cluster-2", 0, 0, 0),
     ];
-    let mut taints = TaintBook::default();
-    taints.observe(
-        "member-cluster-2",
-        None,
-        TaintEvent::CreateFailed,
-        &s.cluster_strategy,
-        &s.timing,
-        at(90),
-    );
+    let mut taints = TaintBook::new(&s);
+    taints.observe("member-cluster-2", None, TaintEvent::CreateFailed, at(90));
     let p = run(&s, 5.0, &members, &taints, &WrrState::default());
     assert_eq!(p.members[1].eligibility, Eligibility::SoftTainted);
     assert_eq!(p.members[1].create, 3);
-    taints.observe(
-        "member-cluster-2",
-        None,
-        TaintEvent::CreateFailed,
-        &s.cluster_strategy,
-        &s.timing,
-        at(95),
-    );
+    taints.observe("member-cluster-2", None, TaintEvent::CreateFailed, at(95));
     let p = run(&s, 5.0, &members, &taints, &WrrState::default());
     assert_eq!(p.members[1].eligibility, Eligibility::HardTainted);
     assert_eq!(
@@ -178,13 +164,7 @@ fn priority_failover_prefers_primary_until_tainted() {
         member("member-primary", 0, 0, 0),
         member("member-failover", 0, 0, 0),
     ];
-    let p = run(
-        &s,
-        3.0,
-        &members,
-        &TaintBook::default(),
-        &WrrState::default(),
-    );
+    let p = run(&s, 3.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!(
         p.create(),
         BTreeMap::from([("member-failover".into(), 0), ("member-primary".into(), 3)])
@@ -195,28 +175,15 @@ fn priority_failover_prefers_primary_until_tainted() {
         member("member-primary", 3, 3, 3),
         member("member-failover", 0, 0, 0),
     ];
-    let p = run(
-        &s,
-        3.0,
-        &members,
-        &TaintBook::default(),
-        &WrrState::default(),
-    );
+    let p = run(&s, 3.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!(p.to_create, 3);
     assert_eq!(p.members[1].create, 3);
     assert_eq!(p.members[1].replacements, 3);
     assert_eq!(p.replacements.len(), 3);
     // A stuck Job hard-taints the primary (softTaintDuration 0s): new Jobs go elsewhere.
     let s0 = settings(&FAILOVER.replace("softTaintDuration: 3m", "softTaintDuration: 0s"));
-    let mut taints = TaintBook::default();
-    taints.observe(
-        "member-primary",
-        Some(100),
-        TaintEvent::JobStuck,
-        &s0.cluster_strategy,
-        &s0.timing,
-        at(50),
-    );
+    let mut taints = TaintBook::new(&s0);
+    taints.observe("member-primary", Some(100), TaintEvent::JobStuck, at(50));
     let members = [
         member("member-primary", 0, 0, 0),
         member("member-failover", 0, 0, 0),
@@ -234,32 +201,14 @@ fn unreachable_members_and_paused() {
         member("member-cluster-2", 0, 0, 0),
     ];
     members[0].state = MemberState::Unreachable;
-    let p = run(
-        &s,
-        4.0,
-        &members,
-        &TaintBook::default(),
-        &WrrState::default(),
-    );
+    let p = run(&s, 4.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!(p.members[0].eligibility, Eligibility::Unreachable);
     assert_eq!(p.members[1].create, 4);
     members[1].state = MemberState::Unreachable;
-    let p = run(
-        &s,
-        4.0,
-        &members,
-        &TaintBook::default(),
-        &WrrState::default(),
-    );
+    let p = run(&s, 4.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!(p.unplaced, 4);
     s.paused = true;
-    let p = run(
-        &s,
-        4.0,
-        &members,
-        &TaintBook::default(),
-        &WrrState::default(),
-    );
+    let p = run(&s, 4.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!((p.to_create, p.paused), (0, true));
 }
 
@@ -285,8 +234,8 @@ proptest! {
     fn plan_is_deterministic_and_places_everything_it_can(value in 0u32..40, running in 0u32..10, stuck in 0u32..3) {
         let s = settings(WRR);
         let members = [member("member-cluster-1", running, stuck, stuck), member("member-cluster-2", 0, 0, 0)];
-        let a = run(&s, f64::from(value), &members, &TaintBook::default(), &WrrState::default());
-        let b = run(&s, f64::from(value), &members, &TaintBook::default(), &WrrState::default());
+        let a = run(&s, f64::from(value), &members, &TaintBook::new(&s), &WrrState::default());
+        let b = run(&s, f64::from(value), &members, &TaintBook::new(&s), &WrrState::default());
         prop_assert_eq!(&a, &b);
         let created: u32 = a.members.iter().map(|m| m.create).sum();
         prop_assert_eq!(created + a.unplaced, a.to_create);

@@ -444,3 +444,81 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn zero_rebalance_percentage_never_moves_at_a_constant_total() {
+    let mut s = settings(&[("a", 1), ("b", 1)]);
+    s.max_rebalance_percentage = 0;
+    let p = run(&s, 8, &ready(&[("a", 8), ("b", 0)]));
+    assert_eq!((desired(&p), p.moved), (vec![8, 0], 0));
+    assert!(p.members.iter().all(|m| m.reason == Reason::Rebalancing));
+}
+
+mod primitives {
+    use kedge_core::dso::distribute::{Slot, distribute, distribute_change, rebalance_step};
+    use proptest::prelude::*;
+
+    fn slots() -> impl Strategy<Value = Vec<Slot>> {
+        prop::collection::vec(
+            (0u64..6, 0u64..5, prop::option::of(0u64..12)).prop_map(|(weight, min, max)| Slot {
+                weight,
+                min: max.map_or(min, |m| min.min(m)),
+                max,
+            }),
+            1..6,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn distribute_places_everything_within_bounds(slots in slots(), total in 0u64..80) {
+            let d = distribute(total, &slots);
+            let placed: u64 = d.replicas.iter().sum();
+            prop_assert_eq!(placed + d.shortfall, total);
+            let floors: u64 = slots.iter().map(|s| s.min).sum();
+            let ceilings: Option<u64> = slots.iter().map(|s| s.max).sum();
+            prop_assert_eq!(d.shortfall, ceilings.map_or(0, |c| total.saturating_sub(c)));
+            for (s, r) in slots.iter().zip(&d.replicas) {
+                prop_assert!(s.max.is_none_or(|m| *r <= m));
+                if total >= floors {
+                    prop_assert!(*r >= s.min);
+                }
+            }
+        }
+
+        #[test]
+        fn unbounded_shares_are_within_one_of_exact(weights in prop::collection::vec(1u64..9, 1..6), total in 0u64..100) {
+            let slots: Vec<Slot> = weights.iter().map(|&weight| Slot { weight, min: 0, max: None }).collect();
+            let d = distribute(total, &slots);
+            let sum: u64 = weights.iter().sum();
+            for (w, r) in weights.iter().zip(&d.replicas) {
+                let exact = total * w;
+                prop_assert!(r * sum <= exact + sum && exact <= r * sum + sum, "{} for weight {}", r, w);
+            }
+        }
+
+        #[test]
+        fn change_and_rebalance_move_towards_the_ideal(
+            pairs in prop::collection::vec((0u64..15, 0u64..15), 1..6),
+            total in 0u64..60,
+            budget in 0u64..10,
+        ) {
+            let current: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+            // Scale the ideal to `total` so the change is well defined.
+            let ideal = distribute(total, &pairs.iter().map(|p| Slot { weight: p.1 + 1, min: 0, max: None }).collect::<Vec<_>>()).replicas;
+            let next = distribute_change(&current, &ideal, total);
+            prop_assert_eq!(next.iter().sum::<u64>(), total);
+            for ((c, i), n) in current.iter().zip(&ideal).zip(&next) {
+                prop_assert!(n.abs_diff(*i) <= c.abs_diff(*i), "overshoot: {} -> {} (ideal {})", c, n, i);
+            }
+            let (step, moved) = rebalance_step(&next, &ideal, budget);
+            prop_assert!(moved <= budget);
+            prop_assert_eq!(step.iter().sum::<u64>(), total);
+            let moved_total: u64 = step.iter().zip(&next).map(|(a, b)| a.abs_diff(*b)).sum();
+            prop_assert_eq!(moved_total, 2 * moved);
+            for ((c, i), n) in next.iter().zip(&ideal).zip(&step) {
+                prop_assert!(n.abs_diff(*i) <= c.abs_diff(*i));
+            }
+        }
+    }
+}

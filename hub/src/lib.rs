@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 mod error;
+pub mod fleet;
 pub mod metrics;
 pub mod registry;
 pub mod server;
@@ -26,6 +27,7 @@ use tracing::{info, warn};
 pub use error::{Error, Result};
 
 use crate::config::HubArgs;
+use crate::fleet::Fleet;
 use crate::metrics::HubMetrics;
 use crate::registry::SessionRegistry;
 use crate::server::ServerContext;
@@ -85,8 +87,9 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     )
     .await?;
 
-    let sweeper = tokio::spawn(sweep(registry.clone(), shutdown.clone()));
-    let ctx = Arc::new(ServerContext::new(registry, metrics, args.limits()));
+    let fleet = Arc::new(Fleet::new(registry.clone()));
+    let sweeper = tokio::spawn(sweep(fleet.clone(), shutdown.clone()));
+    let ctx = Arc::new(ServerContext::new(fleet, metrics, args.limits()));
     readiness.set(true);
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
     server::serve(endpoint, ctx, shutdown).await;
@@ -98,16 +101,21 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
 }
 
 /// Marks members whose heartbeats are overdue, at twice the heartbeat rate.
-async fn sweep(registry: Arc<SessionRegistry>, shutdown: CancellationToken) {
+async fn sweep(fleet: Arc<Fleet>, shutdown: CancellationToken) {
+    let registry = fleet.registry();
     let mut tick = tokio::time::interval(registry.liveness().interval / 2);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                for member in registry.sweep(tokio::time::Instant::now()) {
-                    let reason = registry.get(&member).map(|s| s.reason).unwrap_or_default();
+                let unreachable = registry.sweep(tokio::time::Instant::now());
+                for member in &unreachable {
+                    let reason = registry.get(member).map(|s| s.reason).unwrap_or_default();
                     warn!(%member, %reason, "member unreachable");
+                }
+                if !unreachable.is_empty() {
+                    fleet.notify();
                 }
             }
         }

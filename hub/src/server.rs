@@ -18,6 +18,7 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::fleet::Fleet;
 use crate::metrics::HubMetrics;
 use crate::registry::{NewSession, SessionRegistry};
 
@@ -49,6 +50,8 @@ impl Default for ServerLimits {
 pub struct ServerContext {
     /// The session registry.
     pub registry: Arc<SessionRegistry>,
+    /// Desired state to stream, reports and acks to record.
+    pub fleet: Arc<Fleet>,
     /// Metrics.
     pub metrics: HubMetrics,
     /// Limits.
@@ -60,13 +63,15 @@ pub struct ServerContext {
 
 impl ServerContext {
     /// A context for one hub process.
-    pub fn new(registry: Arc<SessionRegistry>, metrics: HubMetrics, limits: ServerLimits) -> Self {
+    pub fn new(fleet: Arc<Fleet>, metrics: HubMetrics, limits: ServerLimits) -> Self {
+        let registry = fleet.registry().clone();
         let boot_id = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or_default();
         Self {
             registry,
+            fleet,
             metrics,
             limits,
             boot_id,
@@ -321,6 +326,7 @@ impl Session<'_> {
             Instant::now(),
             SystemTime::now(),
         );
+        self.ctx.fleet.notify();
         let interval = registry.liveness().interval;
         let welcome = HubMessage::Welcome(Welcome {
             protocol_version: hello.protocol_version,
@@ -339,6 +345,7 @@ impl Session<'_> {
             }
         };
         registry.disconnected(&member, &session_id, &reason);
+        self.ctx.fleet.notify();
         info!(%session_id, %reason, "session ended");
     }
 
@@ -349,8 +356,28 @@ impl Session<'_> {
         session_id: &str,
     ) -> String {
         let mut heartbeats: Option<tokio::task::JoinHandle<()>> = None;
+        let member = &self.identity.member;
+        // Level-triggered: the full desired state now, then every new revision.
+        let mut desired = self.ctx.fleet.desired_state(member);
+        let initial = desired.borrow_and_update().clone();
+        if let Err(e) = control
+            .send(&HubMessage::DesiredState((*initial).clone()))
+            .await
+        {
+            return self.stream_failed(&e, "control");
+        }
         let reason = loop {
             tokio::select! {
+                changed = desired.changed() => {
+                    if changed.is_err() {
+                        break "desired state channel closed".to_owned();
+                    }
+                    let state = desired.borrow_and_update().clone();
+                    debug!(revision = state.revision, workloads = state.workloads.len(), "sending desired state");
+                    if let Err(e) = control.send(&HubMessage::DesiredState((*state).clone())).await {
+                        break self.stream_failed(&e, "control");
+                    }
+                }
                 _ = ended.cancelled() => {
                     self.close(close_code::REPLACED, "replaced by a newer session of the same member");
                     break "replaced by a newer session".to_owned();
@@ -367,11 +394,13 @@ impl Session<'_> {
                     Ok(Some(AgentMessage::Ack(ack))) => {
                         self.ctx.metrics.message_received("ack");
                         debug!(revision = ack.revision, results = ack.results.len(), "ack");
+                        self.ctx.fleet.record_ack(member, ack);
                     }
                     Ok(Some(AgentMessage::Report(report))) => {
                         self.ctx.metrics.message_received("report");
                         debug!(full = report.full, workloads = report.workloads.len(),
                             jobs = report.jobs.len(), "status report");
+                        self.ctx.fleet.record_report(member, report);
                     }
                     Ok(Some(other)) => {
                         let kind = match other {

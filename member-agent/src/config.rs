@@ -43,6 +43,15 @@ pub struct AgentArgs {
     /// Missed heartbeat answers after which the hub is considered gone.
     #[arg(long, env = "KEDGE_AGENT_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     pub heartbeat_tolerance: u32,
+    /// Kubeconfig of the member cluster; default: in-cluster, then $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, env = "KEDGE_AGENT_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// How often managed workloads are observed and changes reported (at most one report each).
+    #[arg(long, env = "KEDGE_AGENT_REPORT_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub report_interval: Duration,
+    /// How often cluster capacity (nodes, pod requests) is recomputed.
+    #[arg(long, env = "KEDGE_AGENT_CAPACITY_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub capacity_interval: Duration,
     /// Log format: text or json.
     #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,

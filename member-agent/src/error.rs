@@ -6,6 +6,9 @@ pub enum Error {
     /// TLS material or ops endpoint set-up failed.
     #[error(transparent)]
     Net(#[from] kedge_net::Error),
+    /// The member cluster's API could not be configured.
+    #[error("cannot configure access to the member cluster: {0}")]
+    Kube(String),
     /// The local UDP socket could not be bound.
     #[error("cannot open a UDP socket: {0}")]
     Endpoint(#[source] std::io::Error),

@@ -6,7 +6,10 @@
 
 pub mod config;
 mod error;
+pub mod executor;
+mod link;
 pub mod metrics;
+pub mod observe;
 mod session;
 
 use std::sync::Arc;
@@ -22,8 +25,30 @@ use tracing::{info, warn};
 pub use error::{Error, Result};
 
 use crate::config::AgentArgs;
+use crate::executor::{Executor, NamespacePolicy};
 use crate::metrics::AgentMetrics;
 use crate::session::{SessionEnd, SessionParams};
+
+async fn kube_client(args: &AgentArgs) -> Result<kube::Client> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Error::Kube(format!(
+                "{e}; run in a pod with a ServiceAccount or pass --kubeconfig"
+            ))
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+}
 
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
@@ -40,6 +65,18 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     )
     .await?;
 
+    let client = kube_client(&args).await?;
+    let executor = Arc::new(Executor::new(
+        client,
+        NamespacePolicy::new(&args.namespaces),
+    ));
+    let mut link = link::start(
+        executor.clone(),
+        args.report_interval,
+        args.capacity_interval,
+        shutdown.clone(),
+    );
+
     let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
     let client_config =
         tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
@@ -49,6 +86,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         heartbeat_tolerance: args.heartbeat_tolerance,
         metrics: metrics.clone(),
         readiness: readiness.clone(),
+        executor,
     };
     info!(hub = %args.hub, server_name = %params.server_name, ops = %ops.local_addr,
         version = env!("CARGO_PKG_VERSION"), "kedge-agent starting");
@@ -66,6 +104,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             &args.hub,
             &client_config,
             &params,
+            &mut link,
             &mut endpoint,
             &shutdown,
         )

@@ -14,6 +14,8 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::executor::Executor;
+use crate::link::SessionLink;
 use crate::metrics::AgentMetrics;
 use crate::{Error, Result};
 
@@ -33,6 +35,7 @@ pub(crate) struct SessionParams {
     pub(crate) heartbeat_tolerance: u32,
     pub(crate) metrics: AgentMetrics,
     pub(crate) readiness: Readiness,
+    pub(crate) executor: std::sync::Arc<Executor>,
 }
 
 /// How a session ended.
@@ -88,6 +91,7 @@ pub(crate) async fn connect_and_serve(
     hub: &str,
     config: &quinn::ClientConfig,
     params: &SessionParams,
+    link: &mut SessionLink,
     endpoint: &mut Option<quinn::Endpoint>,
     shutdown: &CancellationToken,
 ) -> Result<SessionEnd> {
@@ -108,7 +112,9 @@ pub(crate) async fn connect_and_serve(
         },
     };
     let span = info_span!("session", hub = %addr);
-    let outcome = serve(connection, params, shutdown).instrument(span).await;
+    let outcome = serve(connection, params, link, shutdown)
+        .instrument(span)
+        .await;
     params.metrics.connect_result(match &outcome {
         Ok(_) => "established",
         Err(Error::Refused { .. }) => "refused",
@@ -129,15 +135,33 @@ fn lost_reason(connection: &Connection, fallback: impl std::fmt::Display) -> Str
     }
 }
 
+/// The member's Kubernetes version, or empty when its API server does not answer quickly.
+async fn kubernetes_version(executor: &Executor) -> String {
+    match timeout(
+        Duration::from_secs(2),
+        executor.client().apiserver_version(),
+    )
+    .await
+    {
+        Ok(Ok(info)) => info.git_version,
+        Ok(Err(e)) => {
+            warn!(error = %e, "cannot read the member's Kubernetes version");
+            String::new()
+        }
+        Err(_) => String::new(),
+    }
+}
+
 async fn handshake(connection: &Connection, params: &SessionParams) -> Result<(Stream, Welcome)> {
+    let kubernetes_version = kubernetes_version(&params.executor).await;
     let (send, recv) = connection.open_bi().await?;
     let mut control = Stream::new(recv, send);
     control
         .send(&AgentMessage::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
-            kubernetes_version: String::new(),
-            last_applied_revision: 0,
+            kubernetes_version,
+            last_applied_revision: params.executor.last_applied_revision(),
             namespaces: params.namespaces.clone(),
         }))
         .await?;
@@ -163,9 +187,11 @@ async fn handshake(connection: &Connection, params: &SessionParams) -> Result<(S
 async fn serve(
     connection: Connection,
     params: &SessionParams,
+    link: &mut SessionLink,
     shutdown: &CancellationToken,
 ) -> Result<SessionEnd> {
     let (mut control, welcome) = handshake(&connection, params).await?;
+    link.session_started();
     let interval = Duration::from_millis(welcome.heartbeat_interval_ms).max(MIN_HEARTBEAT_INTERVAL);
     info!(session_id = %welcome.session_id, member = %welcome.member, hub_version = %welcome.hub_version,
         heartbeat = ?interval, "session established");
@@ -201,11 +227,18 @@ async fn serve(
             reason = &mut heartbeats => {
                 return lost(reason.unwrap_or_else(|e| format!("heartbeat task failed: {e}")));
             }
+            Some(outgoing) = link.outbox.recv() => {
+                if let Err(e) = control.send(&outgoing).await {
+                    heartbeats.abort();
+                    return lost(lost_reason(&connection, e));
+                }
+            }
             message = control.recv() => match message {
                 Ok(Some(HubMessage::DesiredState(state))) => {
                     debug!(revision = state.revision, workloads = state.workloads.len(),
                         create_jobs = state.create_jobs.len(), delete_jobs = state.delete_jobs.len(),
                         "desired state received");
+                    link.desired.send_replace(Some(state));
                 }
                 Ok(Some(_)) => {
                     let reason = "hub sent a handshake message mid-session";

@@ -50,6 +50,10 @@ pub enum Error {
     /// Building a kube client failed.
     #[error("kube client: {0}")]
     Kube(#[from] kube::Error),
+    /// A process of the local fleet (`kedge-sim up`) could not be started or did not
+    /// become ready.
+    #[error("fleet: {0}")]
+    Fleet(String),
 }
 
 /// Result alias for the crate.
@@ -69,7 +73,7 @@ impl Error {
             Error::UnsupportedMediaType(_) => 415,
             Error::Gone(_) => 410,
             Error::Unavailable(_) => 503,
-            Error::Internal(_) | Error::Io(_) | Error::Kube(_) => 500,
+            Error::Internal(_) | Error::Io(_) | Error::Kube(_) | Error::Fleet(_) => 500,
         }
     }
 
@@ -87,7 +91,7 @@ impl Error {
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::Gone(_) => "Expired",
             Error::Unavailable(_) => "ServiceUnavailable",
-            Error::Internal(_) | Error::Io(_) | Error::Kube(_) => "InternalError",
+            Error::Internal(_) | Error::Io(_) | Error::Kube(_) | Error::Fleet(_) => "InternalError",
         }
     }
 

@@ -21,6 +21,74 @@ struct Cli {
 enum Cmd {
     /// Serve virtual clusters and write DIR/NAME.kubeconfig for each.
     Serve(Serve),
+    /// Start a local fleet: a hub cluster and member clusters, the real kedge-hub and one
+    /// kedge-agent per member, enrolled and connected.
+    Up(Up),
+}
+
+#[derive(clap::Args, Debug)]
+struct Up {
+    /// Member clusters (named member-1 … member-N).
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Directory for kubeconfigs (DIR/hub.kubeconfig, DIR/member-N.kubeconfig), certificates
+    /// and logs.
+    #[arg(long, default_value = ".kedge-fleet")]
+    dir: PathBuf,
+    /// No example and no live view: print `fleet ready` and run until stopped.
+    #[arg(long)]
+    headless: bool,
+    /// Heartbeat interval the hub asks agents for.
+    #[arg(long, default_value = "1s")]
+    heartbeat: String,
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
+async fn up(args: Up) -> anyhow::Result<()> {
+    let mut config = kedge_sim::fleet::FleetConfig::new(args.members, args.dir.clone())?;
+    config.heartbeat = args.heartbeat;
+    let fleet = kedge_sim::fleet::Fleet::up(config).await?;
+    println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
+    for member in fleet.members() {
+        println!(
+            "{member} kubeconfig: {}",
+            fleet.kubeconfig(&member).display()
+        );
+    }
+    println!(
+        "hub QUIC {}  ops {}  logs {}",
+        fleet.hub_addr(),
+        fleet.ops_url(),
+        fleet.dir().join("logs").display()
+    );
+    println!("fleet ready: {} members connected", fleet.members().len());
+    let outcome = if args.headless {
+        wait_for_signal().await
+    } else {
+        kedge_sim::demo::install_example(&fleet).await?;
+        println!(
+            "example installed; try: kubectl --kubeconfig {} get dso",
+            fleet.kubeconfig("hub").display()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let stop = async {
+            let _ = wait_for_signal().await;
+        };
+        kedge_sim::demo::live_view(&fleet, stop)
+            .await
+            .map_err(anyhow::Error::from)
+    };
+    println!("stopping the fleet...");
+    fleet.shutdown().await;
+    outcome
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,7 +134,10 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let Cmd::Serve(args) = Cli::parse().cmd;
+    let args = match Cli::parse().cmd {
+        Cmd::Serve(args) => args,
+        Cmd::Up(args) => return up(args).await,
+    };
     let config = SimConfig {
         nodes: args.nodes,
         node_cpu: args.node_cpu,

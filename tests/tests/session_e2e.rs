@@ -1,6 +1,8 @@
 //! The hub and several agents as real processes on loopback: connect, survive a hub restart,
 //! turn Unreachable when an agent stops.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -15,6 +17,7 @@ const TOLERANCE: u64 = 3;
 async fn agents_connect_reconnect_after_hub_restart_and_turn_unreachable() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::create(dir.path(), &MEMBERS).await;
+    let _clusters = start_clusters(dir.path(), &MEMBERS).await;
     let ports = HubPorts::new();
     let heartbeat = format!("{HEARTBEAT_MS}ms");
     let mut hub = start_hub(&pki, ports, &heartbeat, dir.path().join("hub-1.log"));
@@ -30,6 +33,10 @@ async fn agents_connect_reconnect_after_hub_restart_and_turn_unreachable() {
         let s = state_of(&sessions, member).unwrap();
         assert_eq!(s["agentVersion"], env!("CARGO_PKG_VERSION"));
         assert_eq!(s["protocolVersion"], 1);
+        assert!(
+            s["kubernetesVersion"].as_str().unwrap().starts_with('v'),
+            "{s}"
+        );
         assert!(s["certNotAfterUnix"].as_i64().unwrap() > 0);
         assert!(s["remoteAddr"].as_str().unwrap().starts_with("127.0.0.1:"));
     }
@@ -109,6 +116,7 @@ async fn agents_connect_reconnect_after_hub_restart_and_turn_unreachable() {
 async fn the_hub_stops_cleanly_on_sigterm_and_agents_keep_retrying() {
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::create(dir.path(), &["edge-a"]).await;
+    let _clusters = start_clusters(dir.path(), &["edge-a"]).await;
     let ports = HubPorts::new();
     let mut hub = start_hub(&pki, ports, "200ms", dir.path().join("hub.log"));
     let mut agent = start_agent(&pki, "edge-a", ports, dir.path().join("agent.log"));

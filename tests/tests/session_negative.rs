@@ -1,6 +1,8 @@
 //! Hostile and broken peers against the real hub: each is refused with a clear logged reason,
 //! and the hub keeps serving the agent that behaves.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use support::*;
 use time::OffsetDateTime;
 
 struct Fixture {
+    _clusters: kedge_sim::Sim,
     _dir: tempfile::TempDir,
     pki: Pki,
     ports: HubPorts,
@@ -28,6 +31,7 @@ async fn fixture() -> Fixture {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::create(dir.path(), &["good"]).await;
+    let clusters = start_clusters(dir.path(), &["good"]).await;
     let ports = HubPorts::new();
     let hub = start_hub(&pki, ports, "200ms", dir.path().join("hub.log"));
     let agent = start_agent(&pki, "good", ports, dir.path().join("good.log"));
@@ -38,6 +42,7 @@ async fn fixture() -> Fixture {
     )
     .unwrap();
     Fixture {
+        _clusters: clusters,
         _dir: dir,
         pki,
         ports,

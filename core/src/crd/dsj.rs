@@ -29,6 +29,7 @@ pub const DEFAULT_SOFT_TAINT_DURATION: &str = "3m";
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kedge.dev",
+    doc = "Jobs created across kedge member clusters from KEDA trigger values.",
     version = "v1alpha1",
     kind = "DistributedScaledJob",
     plural = "distributedscaledjobs",
@@ -64,7 +65,10 @@ pub struct DistributedScaledJobSpec {
     #[serde(default)]
     pub total_target_replicas: i32,
     /// Member clusters to use; empty means every registered member with equal weight.
+    // A list map keyed by name: server-side apply merges entries, and the apiserver itself
+    // refuses duplicate names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub member_clusters: Vec<DsjMemberCluster>,
     /// How Jobs are spread over members and how failures taint members.
     #[serde(default, skip_serializing_if = "Option::is_none")]

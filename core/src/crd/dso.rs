@@ -22,6 +22,7 @@ pub const DEFAULT_GRACE_PERIOD: &str = "1m";
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kedge.dev",
+    doc = "Replicas of one Deployment or StatefulSet spread over kedge member clusters; KEDA sets the fleet-wide total through /scale.",
     version = "v1alpha1",
     kind = "DistributedScaledObject",
     plural = "distributedscaledobjects",
@@ -78,7 +79,10 @@ pub struct DistributedScaledObjectSpec {
     #[serde(default)]
     pub total_target_replicas: i32,
     /// Member clusters to use; empty means every registered member with equal weight.
+    // A list map keyed by name: server-side apply merges entries, and the apiserver itself
+    // refuses duplicate names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub member_clusters: Vec<DsoMemberCluster>,
     /// What happens when members become unreachable or come back.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -257,7 +257,7 @@ impl ScaledJobSpec {
     }
 }
 
-/// The name a simulation or the hub uses for trigger `index`: its `name`, else its `type`.
+/// The key a simulation or the hub uses for a trigger: its `name`, else its `type`.
 pub fn trigger_key(trigger: &ScaleTriggers) -> &str {
     trigger.name.as_deref().unwrap_or(&trigger.type_)
 }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "kedge.dev",
+    doc = "A member cluster registered with the kedge hub; its name is the identity in the agent certificate.",
     version = "v1alpha1",
     kind = "MemberCluster",
     plural = "memberclusters",

@@ -21,12 +21,89 @@ pub const GROUP: &str = "kedge.dev";
 pub const VERSION: &str = "v1alpha1";
 
 /// The CRDs to install in the hub cluster, in a stable order.
+///
+/// The descriptions inside embedded Kubernetes types (the Job template, affinity,
+/// tolerations, env, HPA behaviour) are dropped: they are Kubernetes' own documentation,
+/// and with them the DSJ CRD exceeds the 256 KiB that client-side `kubectl apply` can
+/// store in its last-applied annotation.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let dso = trim_descriptions(
         DistributedScaledObject::crd(),
+        &[
+            "/properties/spec/properties/scaledObjectSpec/properties/advanced/properties/horizontalPodAutoscalerConfig/properties/behavior",
+        ],
+    );
+    let dsj = trim_descriptions(
         DistributedScaledJob::crd(),
-        MemberCluster::crd(),
-    ]
+        &[
+            "/properties/spec/properties/scaledJobSpec/properties/jobTargetRef",
+            "/properties/spec/properties/memberClusters/items/properties/podOverrides/properties/affinity",
+            "/properties/spec/properties/memberClusters/items/properties/podOverrides/properties/tolerations",
+            "/properties/spec/properties/memberClusters/items/properties/podOverrides/properties/containerOverrides/additionalProperties/properties/env",
+            "/properties/spec/properties/memberClusters/items/properties/podOverrides/properties/containerOverrides/additionalProperties/properties/resources/properties/claims",
+        ],
+    );
+    vec![dso, dsj, MemberCluster::crd()]
+}
+
+/// Removes `description` from every schema node below each of `pointers` (JSON pointers
+/// into the openAPIV3Schema), keeping the description of the node itself.
+fn trim_descriptions(
+    mut crd: CustomResourceDefinition,
+    pointers: &[&str],
+) -> CustomResourceDefinition {
+    // Walks schema nodes only: `properties` maps field names to schemas (a field may be
+    // called `description`), and `default`/`enum` values are data, not schemas.
+    fn strip(node: &mut serde_json::Value) {
+        let Some(map) = node.as_object_mut() else {
+            return;
+        };
+        map.remove("description");
+        for (key, child) in map.iter_mut() {
+            match key.as_str() {
+                "properties" => child
+                    .as_object_mut()
+                    .into_iter()
+                    .flat_map(|fields| fields.values_mut())
+                    .for_each(strip),
+                "items" | "additionalProperties" | "not" => strip(child),
+                "allOf" | "anyOf" | "oneOf" => {
+                    child.as_array_mut().into_iter().flatten().for_each(strip)
+                }
+                _ => {}
+            }
+        }
+    }
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.take())
+        else {
+            continue;
+        };
+        // Edit as JSON: the typed schema has too many shapes to walk by hand. Both
+        // conversions are of a value that was just produced from the same type.
+        let Ok(mut json) = serde_json::to_value(&schema) else {
+            if let Some(s) = version.schema.as_mut() {
+                s.open_api_v3_schema = Some(schema);
+            }
+            continue;
+        };
+        for pointer in pointers {
+            if let Some(node) = json.pointer_mut(pointer) {
+                let own = node.get("description").cloned();
+                strip(node);
+                if let (Some(own), Some(map)) = (own, node.as_object_mut()) {
+                    map.insert("description".to_owned(), own);
+                }
+            }
+        }
+        if let Some(s) = version.schema.as_mut() {
+            s.open_api_v3_schema = Some(serde_json::from_value(json).unwrap_or(schema));
+        }
+    }
+    crd
 }
 
 #[cfg(test)]
@@ -116,6 +193,35 @@ mod tests {
     }
 
     #[test]
+    fn crds_fit_in_client_side_apply() {
+        for crd in crds() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let size = serde_json::to_vec(&crd)
+                .map(|v| v.len())
+                .unwrap_or(usize::MAX);
+            assert!(size < 200 * 1024, "{name} is {size} bytes");
+        }
+        let dsj = serde_json::to_value(DistributedScaledJob::crd()).expect("serializes");
+        let trimmed = serde_json::to_value(&crds()[1]).expect("serializes");
+        let job = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/scaledJobSpec/properties/jobTargetRef";
+        assert!(dsj.pointer(job).is_some() && trimmed.pointer(job).is_some());
+        assert_eq!(
+            trimmed.pointer(&format!("{job}/properties/template/properties/spec/properties/containers/items/properties/name/type")),
+            Some(&serde_json::json!("string")),
+            "only descriptions are removed"
+        );
+        assert!(
+            trimmed
+                .pointer(&format!("{job}/properties/template/description"))
+                .is_none()
+        );
+        assert!(
+            trimmed.pointer(&format!("{job}/description")).is_some(),
+            "the field's own doc stays"
+        );
+    }
+
+    #[test]
     fn scopes_short_names_and_subresources() {
         let expected = [
             (
@@ -168,6 +274,13 @@ mod tests {
         assert_eq!(
             policy["avoidDisruption"]["default"],
             serde_json::json!(true)
+        );
+        let members =
+            &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["memberClusters"];
+        assert_eq!(members["x-kubernetes-list-type"], serde_json::json!("map"));
+        assert_eq!(
+            members["x-kubernetes-list-map-keys"],
+            serde_json::json!(["name"])
         );
         let dsj = DistributedScaledJob::crd();
         let dsj_scale = dsj.spec.versions[0]

@@ -9,7 +9,7 @@ use super::scaling::{JobCounts, TriggerMetric, desired_jobs, jobs_to_create};
 use super::schedule::{WrrState, highest_priority};
 use super::taint::{TaintBook, TaintLevel};
 use crate::dso::MemberState;
-use crate::validate::{ClusterStrategy, DsjSettings, ScalingStrategyKind};
+use crate::validate::{ClusterStrategy, DsjMemberSettings, DsjSettings, ScalingStrategyKind};
 
 /// What the hub knows about one registered member for one DSJ.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,16 +130,20 @@ impl DsjPlan {
 /// highest-priority eligible member.
 pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
     let s = input.settings;
-    let listed: Vec<(String, u32, Option<i32>)> = match &s.members {
-        Some(members) => members
-            .iter()
-            .map(|m| (m.name.clone(), m.weight, m.priority))
-            .collect(),
+    let listed: Vec<DsjMemberSettings> = match &s.members {
+        Some(members) => members.clone(),
         None => {
             let mut names: Vec<&str> = input.members.iter().map(|m| m.name.as_str()).collect();
             names.sort_unstable();
             names.dedup();
-            names.into_iter().map(|n| (n.to_owned(), 1, None)).collect()
+            names
+                .into_iter()
+                .map(|name| DsjMemberSettings {
+                    name: name.to_owned(),
+                    weight: 1,
+                    priority: None,
+                })
+                .collect()
         }
     };
     let observation = |name: &str| input.members.iter().find(|m| m.name == name);
@@ -157,8 +161,8 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
     let mut running = 0u32;
     let mut pending = 0u32;
     let mut stuck = 0u32;
-    for (name, _, _) in &listed {
-        if let Some(o) = observation(name) {
+    for m in &listed {
+        if let Some(o) = observation(&m.name) {
             running = running.saturating_add(o.running_jobs);
             pending = pending.saturating_add(o.pending_jobs);
             stuck = stuck.saturating_add(o.stuck_jobs);
@@ -179,14 +183,15 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
 
     let mut members: Vec<MemberJobs> = listed
         .iter()
-        .map(|(name, _, priority)| {
+        .map(|m| {
+            let (name, priority) = (&m.name, m.priority);
             let eligibility = match observation(name) {
                 None => Eligibility::NotConnected,
                 Some(o) if o.state == MemberState::Unreachable => Eligibility::Unreachable,
                 Some(_) => {
                     match input
                         .taints
-                        .level(name, *priority, &s.cluster_strategy, input.now)
+                        .level_under(name, priority, &s.cluster_strategy, input.now)
                     {
                         TaintLevel::Hard => Eligibility::HardTainted,
                         TaintLevel::Soft => Eligibility::SoftTainted,
@@ -213,19 +218,20 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
         .collect();
 
     let mut wrr = input.wrr.clone();
-    let names: Vec<&str> = listed.iter().map(|(n, _, _)| n.as_str()).collect();
+    let names: Vec<&str> = listed.iter().map(|m| m.name.as_str()).collect();
     wrr.retain(&names);
     let pick = |exclude: Option<usize>, wrr: &mut WrrState| -> Option<usize> {
         let candidates = (0..listed.len()).filter(|&i| eligible[i] && Some(i) != exclude);
         match &s.cluster_strategy {
             ClusterStrategy::WeightedRoundRobin => {
-                let c: Vec<(&str, u32)> = candidates.map(|i| (names[i], listed[i].1)).collect();
+                let c: Vec<(&str, u32)> =
+                    candidates.map(|i| (names[i], listed[i].weight)).collect();
                 wrr.pick(&c)
                     .and_then(|name| names.iter().position(|n| *n == name))
             }
             ClusterStrategy::PriorityFailover { .. } => {
                 let c: Vec<(&str, i32)> = candidates
-                    .map(|i| (names[i], listed[i].2.unwrap_or(0)))
+                    .map(|i| (names[i], listed[i].priority.unwrap_or(0)))
                     .collect();
                 highest_priority(&c).and_then(|name| names.iter().position(|n| *n == name))
             }
@@ -237,7 +243,7 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
     let mut replacements = Vec::new();
     let mut unplaced = 0u32;
     if s.scaling == ScalingStrategyKind::PendingAware {
-        for (i, (name, _, _)) in listed.iter().enumerate() {
+        for (i, name) in names.iter().enumerate() {
             let stuck_here = observation(name).map_or(0, |o| o.stuck_jobs);
             for _ in 0..stuck_here {
                 if left == 0 {
@@ -249,7 +255,7 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
                         members[to].create += 1;
                         members[to].replacements += 1;
                         replacements.push(Replacement {
-                            from: name.clone(),
+                            from: (*name).to_owned(),
                             to: names[to].to_owned(),
                         });
                     }
@@ -258,11 +264,28 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
             }
         }
     }
-    for _ in 0..left {
-        match pick(None, &mut wrr) {
-            Some(to) => members[to].create += 1,
-            None => unplaced += 1,
+    // The rest at once: arithmetic, not one pick per Job, since maxReplicaCount is user
+    // input and may be huge.
+    let candidates: Vec<usize> = (0..listed.len()).filter(|&i| eligible[i]).collect();
+    match &s.cluster_strategy {
+        ClusterStrategy::WeightedRoundRobin => {
+            let c: Vec<(&str, u32)> = candidates
+                .iter()
+                .map(|&i| (names[i], listed[i].weight))
+                .collect();
+            let counts = wrr.assign(&c, u64::from(left));
+            let mut placed = 0u32;
+            for (&i, count) in candidates.iter().zip(counts) {
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                members[i].create = members[i].create.saturating_add(count);
+                placed = placed.saturating_add(count);
+            }
+            unplaced += left - placed.min(left);
         }
+        ClusterStrategy::PriorityFailover { .. } => match pick(None, &mut wrr) {
+            Some(to) => members[to].create += left,
+            None => unplaced += left,
+        },
     }
 
     DsjPlan {

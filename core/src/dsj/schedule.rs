@@ -36,6 +36,30 @@ impl WrrState {
         Some(name.to_owned())
     }
 
+    /// Assigns `n` Jobs to `candidates` as `n` successive [`WrrState::pick`]s would, in
+    /// O(Σ weights) instead of O(n): a full cycle of Σ weights picks gives every candidate
+    /// exactly its weight and leaves the state unchanged, so only the remainder is picked
+    /// one by one. Returns the count per candidate (all zero when no weight is positive).
+    pub fn assign(&mut self, candidates: &[(&str, u32)], n: u64) -> Vec<u64> {
+        let total: u64 = candidates.iter().map(|(_, w)| u64::from(*w)).sum();
+        let mut counts = vec![0u64; candidates.len()];
+        if total == 0 {
+            return counts;
+        }
+        let cycles = n / total;
+        for (count, (_, weight)) in counts.iter_mut().zip(candidates) {
+            *count = cycles.saturating_mul(u64::from(*weight));
+        }
+        for _ in 0..n % total {
+            if let Some(name) = self.pick(candidates)
+                && let Some(i) = candidates.iter().position(|(c, _)| *c == name)
+            {
+                counts[i] += 1;
+            }
+        }
+        counts
+    }
+
     /// Drops state of members that are no longer part of the DSJ.
     pub fn retain(&mut self, members: &[&str]) {
         self.current
@@ -72,6 +96,33 @@ mod tests {
             .collect();
         // nginx's documented sequence for weights 5,1,1.
         assert_eq!(picks, ["a", "a", "b", "a", "c", "a", "a"]);
+    }
+
+    #[test]
+    fn assign_equals_successive_picks() {
+        let candidates = [("a", 2), ("b", 3), ("c", 0), ("d", 1)];
+        for n in [0u64, 1, 5, 6, 7, 13, 100] {
+            let mut one_by_one = WrrState::default();
+            // Start from a non-trivial state.
+            one_by_one.pick(&candidates);
+            let mut batched = one_by_one.clone();
+            let mut expected = vec![0u64; candidates.len()];
+            for _ in 0..n {
+                let name = one_by_one.pick(&candidates).expect("positive weights");
+                let i = candidates
+                    .iter()
+                    .position(|(c, _)| *c == name)
+                    .expect("a candidate");
+                expected[i] += 1;
+            }
+            assert_eq!(batched.assign(&candidates, n), expected, "n = {n}");
+            assert_eq!(batched, one_by_one, "same state after n = {n}");
+        }
+        let mut wrr = WrrState::default();
+        assert_eq!(
+            wrr.assign(&[("a", 1), ("b", 1)], 2_000_000_000),
+            vec![1_000_000_000; 2]
+        );
     }
 
     #[test]

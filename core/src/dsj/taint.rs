@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::validate::{ClusterStrategy, FailoverTiming};
+use crate::validate::{ClusterStrategy, DsjSettings, FailoverTiming};
 
 /// Taint level of a member at a given time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -30,10 +30,53 @@ pub enum TaintEvent {
     CreateFailed,
 }
 
-/// One taint's state: a value, advanced by [`Taint::observe`] with the time passed in.
+/// The timing and rules a taint follows, from a DSJ's `failoverPolicy` and strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaintPolicy {
+    /// Escalation window (`softTaintDuration`); zero makes the first failure hard.
+    pub soft_taint_duration: Duration,
+    /// Hard taint length (`hardTaintDuration`).
+    pub hard_taint_duration: Duration,
+    /// Whether a failed Job create is a failure: yes under weightedRoundRobin, no (transient)
+    /// under priorityFailover.
+    pub create_failures_taint: bool,
+}
+
+impl TaintPolicy {
+    /// The policy of a validated DSJ.
+    pub fn new(settings: &DsjSettings) -> Self {
+        Self::from_parts(&settings.timing, &settings.cluster_strategy)
+    }
+
+    fn from_parts(timing: &FailoverTiming, strategy: &ClusterStrategy) -> Self {
+        Self {
+            soft_taint_duration: timing.soft_taint_duration,
+            hard_taint_duration: timing.hard_taint_duration,
+            create_failures_taint: *strategy == ClusterStrategy::WeightedRoundRobin,
+        }
+    }
+}
+
+impl Default for TaintPolicy {
+    fn default() -> Self {
+        Self::from_parts(
+            &FailoverTiming::default(),
+            &ClusterStrategy::WeightedRoundRobin,
+        )
+    }
+}
+
+/// One taint: a value type advanced by [`Taint::observe`] with the time passed in.
+///
+/// States: clean → (failure) → soft for `softTaintDuration` → (failure inside the window)
+/// → hard for `hardTaintDuration` → clean. With `softTaintDuration: 0s` the first failure
+/// is hard. A failure while hard extends the hard taint. Taints expire by themselves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Taint {
+    /// The rules.
+    pub policy: TaintPolicy,
     /// End of the soft-taint window, if one is open.
     pub soft_until: Option<SystemTime>,
     /// End of the hard taint, if any.
@@ -45,7 +88,16 @@ fn after(now: SystemTime, d: Duration) -> SystemTime {
 }
 
 impl Taint {
-    /// The level at `now`; taints expire by themselves.
+    /// A clean taint following `policy`.
+    pub fn new(policy: TaintPolicy) -> Self {
+        Self {
+            policy,
+            soft_until: None,
+            hard_until: None,
+        }
+    }
+
+    /// The level at `now`.
     pub fn level(&self, now: SystemTime) -> TaintLevel {
         if self.hard_until.is_some_and(|t| now < t) {
             TaintLevel::Hard
@@ -56,28 +108,26 @@ impl Taint {
         }
     }
 
-    /// Records a failure at `now`: a first failure soft-taints (or hard-taints at once when
-    /// `softTaintDuration` is 0s), a failure within the soft window hard-taints for
-    /// `hardTaintDuration`, and a failure while hard-tainted extends the hard taint.
-    pub fn observe(&mut self, now: SystemTime, timing: &FailoverTiming) -> TaintLevel {
+    /// Records `event` at `now` and returns the new level. A create failure is ignored
+    /// when the policy treats it as transient.
+    pub fn observe(&mut self, event: TaintEvent, now: SystemTime) -> TaintLevel {
+        if event == TaintEvent::CreateFailed && !self.policy.create_failures_taint {
+            return self.level(now);
+        }
         match self.level(now) {
-            TaintLevel::Hard | TaintLevel::Soft => self.harden(now, timing),
-            TaintLevel::None if timing.soft_taint_duration.is_zero() => self.harden(now, timing),
+            TaintLevel::Hard | TaintLevel::Soft => self.harden(now),
+            TaintLevel::None if self.policy.soft_taint_duration.is_zero() => self.harden(now),
             TaintLevel::None => {
-                self.soft_until = Some(after(now, timing.soft_taint_duration));
+                self.soft_until = Some(after(now, self.policy.soft_taint_duration));
                 TaintLevel::Soft
             }
         }
     }
 
-    fn harden(&mut self, now: SystemTime, timing: &FailoverTiming) -> TaintLevel {
+    fn harden(&mut self, now: SystemTime) -> TaintLevel {
         self.soft_until = None;
-        self.hard_until = Some(after(now, timing.hard_taint_duration));
-        if timing.hard_taint_duration.is_zero() {
-            TaintLevel::None
-        } else {
-            TaintLevel::Hard
-        }
+        self.hard_until = Some(after(now, self.policy.hard_taint_duration));
+        self.level(now)
     }
 }
 
@@ -99,49 +149,70 @@ pub enum TaintScope {
     },
 }
 
-/// All taints of one DSJ, keyed by member and scope.
+/// All taints of one DSJ, keyed by member and scope. Create it with [`TaintBook::new`] and
+/// call [`TaintBook::reconfigure`] when the spec changes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaintBook {
+    strategy: ClusterStrategy,
+    policy: TaintPolicy,
     /// Taints by (member, scope).
     pub taints: BTreeMap<(String, TaintScope), Taint>,
 }
 
 impl TaintBook {
-    /// Records `event` for `member` at `now`. Under priorityFailover the taint is scoped to
-    /// the workload affinity and the member's priority, and create failures are transient
-    /// and ignored. Returns the resulting level (`None` when ignored).
+    /// An empty book for a validated DSJ.
+    pub fn new(settings: &DsjSettings) -> Self {
+        Self {
+            strategy: settings.cluster_strategy.clone(),
+            policy: TaintPolicy::new(settings),
+            taints: BTreeMap::new(),
+        }
+    }
+
+    /// Applies a changed spec: future failures follow the new rules and scopes; existing
+    /// taints keep their deadlines.
+    pub fn reconfigure(&mut self, settings: &DsjSettings) {
+        self.strategy = settings.cluster_strategy.clone();
+        self.policy = TaintPolicy::new(settings);
+        for taint in self.taints.values_mut() {
+            taint.policy = self.policy;
+        }
+    }
+
+    /// Records `event` for `member` (with its `scheduling.priority`) at `now`. Under
+    /// priorityFailover the taint is scoped to the workload affinity and the member's
+    /// priority. Returns the resulting level.
     pub fn observe(
         &mut self,
         member: &str,
         member_priority: Option<i32>,
         event: TaintEvent,
-        strategy: &ClusterStrategy,
-        timing: &FailoverTiming,
         now: SystemTime,
     ) -> TaintLevel {
-        let scope = match strategy {
+        let scope = match &self.strategy {
             ClusterStrategy::WeightedRoundRobin => TaintScope::Cluster,
-            ClusterStrategy::PriorityFailover { class, size } => {
-                if event == TaintEvent::CreateFailed {
-                    return TaintLevel::None;
-                }
-                TaintScope::Workload {
-                    class: class.clone(),
-                    size: *size,
-                    priority: member_priority.unwrap_or(0),
-                }
-            }
+            ClusterStrategy::PriorityFailover { class, size } => TaintScope::Workload {
+                class: class.clone(),
+                size: *size,
+                priority: member_priority.unwrap_or(0),
+            },
         };
+        let policy = self.policy;
         self.taints
             .entry((member.to_owned(), scope))
-            .or_default()
-            .observe(now, timing)
+            .or_insert_with(|| Taint::new(policy))
+            .observe(event, now)
     }
 
-    /// The strongest taint on `member` that applies to a workload of this strategy: a
-    /// cluster-wide taint always, a workload taint when class and priority match and the
-    /// taint's size is <= the workload's size.
-    pub fn level(
+    /// The strongest taint on `member` that applies to this DSJ's workload: a cluster-wide
+    /// taint always; a workload taint when class and priority match and the taint's size is
+    /// <= the workload's size.
+    pub fn level(&self, member: &str, member_priority: Option<i32>, now: SystemTime) -> TaintLevel {
+        self.level_under(member, member_priority, &self.strategy, now)
+    }
+
+    /// [`TaintBook::level`] for an explicitly given strategy.
+    pub fn level_under(
         &self,
         member: &str,
         member_priority: Option<i32>,
@@ -191,40 +262,110 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
 
-    fn timing(soft: u64, hard: u64) -> FailoverTiming {
-        FailoverTiming {
-            grace_period: Duration::from_secs(60),
+    fn policy(soft: u64, hard: u64, create_failures_taint: bool) -> TaintPolicy {
+        TaintPolicy {
             soft_taint_duration: Duration::from_secs(soft),
             hard_taint_duration: Duration::from_secs(hard),
+            create_failures_taint,
         }
     }
 
     #[test]
     fn soft_then_hard_then_expiry() {
-        let t = timing(180, 300);
-        let mut taint = Taint::default();
+        let mut taint = Taint::new(policy(180, 300, true));
         assert_eq!(taint.level(at(0)), TaintLevel::None);
-        assert_eq!(taint.observe(at(0), &t), TaintLevel::Soft);
+        assert_eq!(taint.observe(TaintEvent::JobStuck, at(0)), TaintLevel::Soft);
         assert_eq!(taint.level(at(179)), TaintLevel::Soft);
         // Second failure inside the soft window escalates.
-        assert_eq!(taint.observe(at(100), &t), TaintLevel::Hard);
+        assert_eq!(
+            taint.observe(TaintEvent::CreateFailed, at(100)),
+            TaintLevel::Hard
+        );
         assert_eq!(taint.level(at(399)), TaintLevel::Hard);
         assert_eq!(taint.level(at(400)), TaintLevel::None);
     }
 
     #[test]
+    fn failure_while_hard_extends_it() {
+        let mut taint = Taint::new(policy(0, 300, true));
+        taint.observe(TaintEvent::JobStuck, at(0));
+        taint.observe(TaintEvent::JobStuck, at(200));
+        assert_eq!(taint.level(at(450)), TaintLevel::Hard);
+        assert_eq!(taint.level(at(500)), TaintLevel::None);
+    }
+
+    #[test]
     fn failure_after_soft_window_is_soft_again() {
-        let t = timing(180, 300);
-        let mut taint = Taint::default();
-        taint.observe(at(0), &t);
+        let mut taint = Taint::new(policy(180, 300, true));
+        taint.observe(TaintEvent::JobStuck, at(0));
         assert_eq!(taint.level(at(180)), TaintLevel::None);
-        assert_eq!(taint.observe(at(200), &t), TaintLevel::Soft);
+        assert_eq!(
+            taint.observe(TaintEvent::JobStuck, at(200)),
+            TaintLevel::Soft
+        );
     }
 
     #[test]
     fn zero_soft_duration_is_immediately_hard() {
-        let mut taint = Taint::default();
-        assert_eq!(taint.observe(at(0), &timing(0, 300)), TaintLevel::Hard);
+        let mut taint = Taint::new(policy(0, 300, true));
+        assert_eq!(taint.observe(TaintEvent::JobStuck, at(0)), TaintLevel::Hard);
+    }
+
+    proptest::proptest! {
+        /// Whatever the failures, a taint is hard only after a failure in the soft window
+        /// (or with a zero window), never outlives hardTaintDuration after the last failure,
+        /// and is clean once both windows have passed.
+        #[test]
+        fn taint_invariants(
+            gaps in proptest::collection::vec(0u64..400, 1..8),
+            soft in 0u64..200,
+            hard in 1u64..400,
+        ) {
+            let mut taint = Taint::new(policy(soft, hard, true));
+            let mut now = 0;
+            for gap in gaps {
+                now += gap;
+                let before = taint.level(at(now));
+                let level = taint.observe(TaintEvent::JobStuck, at(now));
+                let expected = if before == TaintLevel::None && soft > 0 {
+                    TaintLevel::Soft
+                } else {
+                    TaintLevel::Hard
+                };
+                proptest::prop_assert_eq!(level, expected, "before {:?}", before);
+                proptest::prop_assert_eq!(taint.level(at(now + hard.max(soft))), TaintLevel::None);
+            }
+        }
+    }
+
+    #[test]
+    fn transient_create_failures_do_not_taint() {
+        let mut taint = Taint::new(policy(0, 300, false));
+        assert_eq!(
+            taint.observe(TaintEvent::CreateFailed, at(0)),
+            TaintLevel::None
+        );
+        assert_eq!(taint.observe(TaintEvent::JobStuck, at(0)), TaintLevel::Hard);
+    }
+
+    fn settings(strategy: ClusterStrategy) -> DsjSettings {
+        DsjSettings {
+            members: None,
+            cluster_strategy: strategy,
+            scaling: crate::validate::ScalingStrategyKind::PendingAware,
+            multiple_scalers: crate::validate::MultipleScalers::Max,
+            min_jobs: 0,
+            max_jobs: 100,
+            timing: FailoverTiming {
+                soft_taint_duration: Duration::ZERO,
+                ..FailoverTiming::default()
+            },
+            duplication: crate::validate::DuplicationPolicy::KeepAll,
+            successful_jobs_history_limit: 100,
+            failed_jobs_history_limit: 100,
+            triggers: Vec::new(),
+            paused: false,
+        }
     }
 
     #[test]
@@ -233,57 +374,34 @@ mod tests {
             class: "team-a".into(),
             size,
         };
-        let t = timing(0, 300);
-        let mut book = TaintBook::default();
-        let level = book.observe(
-            "primary",
-            Some(100),
-            TaintEvent::CreateFailed,
-            &strategy(4),
-            &t,
-            at(0),
-        );
+        let mut book = TaintBook::new(&settings(strategy(4)));
+        let level = book.observe("primary", Some(100), TaintEvent::CreateFailed, at(0));
         assert_eq!(level, TaintLevel::None, "create failures are transient");
-        book.observe(
-            "primary",
-            Some(100),
-            TaintEvent::JobStuck,
-            &strategy(4),
-            &t,
-            at(0),
-        );
+        book.observe("primary", Some(100), TaintEvent::JobStuck, at(0));
+        assert_eq!(book.level("primary", Some(100), at(1)), TaintLevel::Hard);
+        let level = |book: &TaintBook, priority, size| {
+            book.level_under("primary", Some(priority), &strategy(size), at(1))
+        };
+        assert_eq!(level(&book, 100, 8), TaintLevel::Hard, "bigger sizes too");
         assert_eq!(
-            book.level("primary", Some(100), &strategy(4), at(1)),
-            TaintLevel::Hard
-        );
-        assert_eq!(
-            book.level("primary", Some(100), &strategy(8), at(1)),
-            TaintLevel::Hard,
-            "bigger sizes too"
-        );
-        assert_eq!(
-            book.level("primary", Some(100), &strategy(3), at(1)),
+            level(&book, 100, 3),
             TaintLevel::None,
             "smaller sizes still fit"
         );
-        assert_eq!(
-            book.level("primary", Some(50), &strategy(4), at(1)),
-            TaintLevel::None,
-            "other priority"
-        );
+        assert_eq!(level(&book, 50, 4), TaintLevel::None, "other priority");
         let other_class = ClusterStrategy::PriorityFailover {
             class: "team-b".into(),
             size: 4,
         };
         assert_eq!(
-            book.level("primary", Some(100), &other_class, at(1)),
+            book.level_under("primary", Some(100), &other_class, at(1)),
             TaintLevel::None
         );
         // Under weightedRoundRobin a create failure taints the whole cluster.
-        let wrr = ClusterStrategy::WeightedRoundRobin;
-        book.observe("b", None, TaintEvent::CreateFailed, &wrr, &t, at(0));
-        assert_eq!(book.level("b", None, &wrr, at(1)), TaintLevel::Hard);
-        book.expire(at(301));
-        assert!(book.taints.is_empty());
+        let mut wrr = TaintBook::new(&settings(ClusterStrategy::WeightedRoundRobin));
+        wrr.observe("b", None, TaintEvent::CreateFailed, at(0));
+        assert_eq!(wrr.level("b", None, at(1)), TaintLevel::Hard);
+        wrr.expire(at(301));
+        assert!(wrr.taints.is_empty());
     }
 }

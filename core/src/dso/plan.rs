@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::distribute::{Slot, distribute, distribute_change, rebalance_step};
-use crate::validate::{DsoSettings, Pause};
+use crate::validate::{DsoMemberSettings, DsoSettings, Pause};
 
 /// Health of a member as the hub sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -176,6 +176,51 @@ fn to_u32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
+/// The members a DSO uses: those listed in the spec, or every observed (registered)
+/// member by name with the defaults.
+fn listed_members(s: &DsoSettings, observed: &[MemberObservation]) -> Vec<DsoMemberSettings> {
+    if let Some(members) = &s.members {
+        return members.clone();
+    }
+    let mut names: Vec<&str> = observed.iter().map(|m| m.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| DsoMemberSettings {
+            name: name.to_owned(),
+            weight: 1,
+            tier: 0,
+            min_replicas: 0,
+            max_replicas: None,
+        })
+        .collect()
+}
+
+/// Splits `to_place` over tiers in order: every tier's floor first (lowest tier first when
+/// even the floors do not fit), then each tier up to its cap (`None` = unbounded) before the
+/// next. Returns the per-tier totals and what fits nowhere.
+fn fill_tiers(to_place: u64, floors: &[u64], caps: &[Option<u64>]) -> (Vec<u64>, u64) {
+    let mut totals = vec![0u64; floors.len()];
+    let floor_sum: u64 = floors.iter().sum();
+    if to_place <= floor_sum {
+        let mut left = to_place;
+        for (total, floor) in totals.iter_mut().zip(floors) {
+            *total = left.min(*floor);
+            left -= *total;
+        }
+        return (totals, 0);
+    }
+    let mut left = to_place - floor_sum;
+    for ((total, floor), cap) in totals.iter_mut().zip(floors).zip(caps) {
+        let room = cap.map_or(u64::MAX, |c| c.saturating_sub(*floor));
+        let add = left.min(room);
+        *total = floor + add;
+        left -= add;
+    }
+    (totals, left)
+}
+
 /// Decides the desired replicas of every member of one DSO.
 ///
 /// Order of rules: pause annotations (`paused-replicas` wins and fixes the total; `paused`
@@ -189,37 +234,15 @@ fn to_u32(v: u64) -> u32 {
 /// per step.
 pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
     let s = input.settings;
-    let listed: Vec<(String, u32, u32, u32, Option<u32>)> = match &s.members {
-        Some(members) => members
-            .iter()
-            .map(|m| {
-                (
-                    m.name.clone(),
-                    m.weight,
-                    m.tier,
-                    m.min_replicas,
-                    m.max_replicas,
-                )
-            })
-            .collect(),
-        None => {
-            let mut names: Vec<&str> = input.members.iter().map(|m| m.name.as_str()).collect();
-            names.sort_unstable();
-            names.dedup();
-            names
-                .into_iter()
-                .map(|n| (n.to_owned(), 1, 0, 0, None))
-                .collect()
-        }
-    };
+    let listed = listed_members(s, input.members);
     let observation = |name: &str| input.members.iter().find(|m| m.name == name);
     let mut decisions: Vec<MemberDecision> = listed
         .iter()
-        .map(|(name, _, tier, _, _)| {
-            let current = observation(name).map_or(0, |o| o.current_replicas);
+        .map(|m| {
+            let current = observation(&m.name).map_or(0, |o| o.current_replicas);
             MemberDecision {
-                name: name.clone(),
-                tier: *tier,
+                name: m.name.clone(),
+                tier: m.tier,
                 current,
                 desired: current,
                 ideal: current,
@@ -248,9 +271,9 @@ pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
 
     let mut active: Vec<Active> = Vec::new();
     let mut pinned: u64 = 0;
-    for (index, (name, weight, tier, min, max)) in listed.iter().enumerate() {
+    for (index, m) in listed.iter().enumerate() {
         let decision = &mut decisions[index];
-        let Some(o) = observation(name) else {
+        let Some(o) = observation(&m.name) else {
             (decision.desired, decision.ideal, decision.reason) = (0, 0, Reason::NotConnected);
             continue;
         };
@@ -264,7 +287,7 @@ pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
             }
             continue;
         }
-        let mut limit: Option<(u64, Limit)> = max.map(|m| (u64::from(m), Limit::Max));
+        let mut limit: Option<(u64, Limit)> = m.max_replicas.map(|v| (u64::from(v), Limit::Max));
         let mut tighten = |value: u64, why: Limit| {
             if limit.is_none_or(|(l, _)| value < l) {
                 limit = Some((value, why));
@@ -281,14 +304,15 @@ pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
             tighten(u64::from(scheduled), Limit::Unschedulable);
         }
         let cap = limit.map(|(l, _)| l);
-        let floor = cap.map_or(u64::from(*min), |c| u64::from(*min).min(c));
+        let min = u64::from(m.min_replicas);
+        let floor = cap.map_or(min, |c| min.min(c));
         let current = cap.map_or(u64::from(o.current_replicas), |c| {
             u64::from(o.current_replicas).min(c)
         });
         active.push(Active {
             index,
-            weight: u64::from(*weight),
-            tier: *tier,
+            weight: u64::from(m.weight),
+            tier: m.tier,
             floor,
             limit,
             current: current.max(floor),
@@ -296,12 +320,12 @@ pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
     }
     if s.dynamic_weights
         && !active.is_empty()
-        && active
-            .iter()
-            .all(|a| observation(&listed[a.index].0).is_some_and(|o| o.capacity_replicas.is_some()))
+        && active.iter().all(|a| {
+            observation(&listed[a.index].name).is_some_and(|o| o.capacity_replicas.is_some())
+        })
     {
         for a in &mut active {
-            a.weight = observation(&listed[a.index].0)
+            a.weight = observation(&listed[a.index].name)
                 .and_then(|o| o.capacity_replicas)
                 .map_or(0, u64::from);
         }
@@ -321,23 +345,7 @@ pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
         .values()
         .map(|ks| ks.iter().map(|&k| active[k].limit.map(|(l, _)| l)).sum())
         .collect();
-    let mut tier_totals = vec![0u64; tiers.len()];
-    let floor_sum: u64 = floors.iter().sum();
-    let mut left = to_place;
-    if to_place <= floor_sum {
-        for (t, f) in floors.iter().enumerate() {
-            tier_totals[t] = left.min(*f);
-            left -= tier_totals[t];
-        }
-    } else {
-        left = to_place - floor_sum;
-        for t in 0..tiers.len() {
-            let room = caps[t].map_or(u64::MAX, |c| c.saturating_sub(floors[t]));
-            let add = left.min(room);
-            tier_totals[t] = floors[t] + add;
-            left -= add;
-        }
-    }
+    let (tier_totals, left) = fill_tiers(to_place, &floors, &caps);
     let mut shortfall = left;
 
     let pct = u64::from(s.max_rebalance_percentage);

@@ -1,34 +1,20 @@
-//! `kubectl kedge`: the kedge kubectl plugin.
+//! `kubectl-kedge`: the kubectl plugin (`kubectl kedge ...`).
 
-use clap::{Parser, Subcommand};
-use kedge_hub::cli::{crds, dev_certs, sessions};
+use std::process::ExitCode;
 
-#[derive(Debug, Parser)]
-#[command(name = "kubectl-kedge", version, about = "kubectl plugin for kedge")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
+use clap::Parser;
+use kedge_hub::cli::{Cli, run};
 
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Print kedge's CustomResourceDefinitions (pipe to `kubectl apply -f -`).
-    Crds,
-    /// Create a development CA, hub server certificate and member client certificates.
-    DevCerts(dev_certs::DevCertsArgs),
-    /// List agent sessions as the hub sees them.
-    Sessions(sessions::SessionsArgs),
-}
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    match Cli::parse().command {
-        Command::Crds => {
-            print!("{}", crds::render()?);
-            Ok(())
+    let cli = Cli::parse();
+    // Errors already name the file and field; print them the way kubectl does.
+    match run(cli, &mut std::io::stdout().lock()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
-        Command::DevCerts(args) => dev_certs::run(&args),
-        Command::Sessions(args) => sessions::run(&args).await,
     }
 }

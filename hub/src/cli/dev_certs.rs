@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::{Error, Result};
+
 /// Arguments of `dev-certs`.
 #[derive(Debug, Clone, Args)]
 pub struct DevCertsArgs {
@@ -24,22 +26,24 @@ pub struct DevCertsArgs {
 }
 
 /// Writes the files and prints their paths.
-pub fn run(args: &DevCertsArgs) -> anyhow::Result<()> {
+pub fn run(args: &DevCertsArgs, out: &mut impl std::io::Write) -> Result<()> {
     let lifetime = time::Duration::try_from(args.validity)
-        .map_err(|_| anyhow::anyhow!("--validity {:?} is too long", args.validity))?;
+        .map_err(|_| Error::Argument(format!("--validity {:?} is too long", args.validity)))?;
     let paths = kedge_net::pki::write_dev_pki(&args.dir, &args.hub_names, &args.members, lifetime)?;
-    println!("ca:      {}", paths.ca_cert().display());
-    println!(
+    writeln!(out, "ca:      {}", paths.ca_cert().display())?;
+    writeln!(
+        out,
         "hub:     {} {}",
         paths.hub_cert().display(),
         paths.hub_key().display()
-    );
+    )?;
     for member in &args.members {
-        println!(
+        writeln!(
+            out,
             "member {member}: {} {}",
             paths.member_cert(member).display(),
             paths.member_key(member).display()
-        );
+        )?;
     }
     Ok(())
 }

@@ -1,5 +1,97 @@
-//! Subcommands of the `kubectl-kedge` plugin.
+//! `kubectl-kedge`, the kubectl plugin: argument parsing and one module per subcommand.
+//! The binary only parses arguments and dispatches here.
 
 pub mod crds;
 pub mod dev_certs;
 pub mod sessions;
+pub mod simulate;
+
+use clap::{Parser, Subcommand};
+
+pub use simulate::SimulateArgs;
+
+/// kubectl kedge: operate kedge from kubectl.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl-kedge",
+    bin_name = "kubectl kedge",
+    version,
+    about = "Operate kedge, multi-cluster autoscaling next to KEDA, from kubectl"
+)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands of `kubectl kedge`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run kedge's placement and scaling decisions on a scenario file, without a cluster.
+    Simulate(SimulateArgs),
+    /// Print kedge's CustomResourceDefinitions (pipe to `kubectl apply -f -`).
+    Crds,
+    /// Create a development CA, hub server certificate and member client certificates.
+    DevCerts(dev_certs::DevCertsArgs),
+    /// List agent sessions as the hub sees them.
+    Sessions(sessions::SessionsArgs),
+}
+
+/// Errors of the `kubectl kedge` subcommands.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The scenario file could not be read.
+    // The inner errors are part of the message, not `source`s, so that a caller printing
+    // the error chain does not repeat them.
+    #[error("cannot read {path}: {error}")]
+    Read {
+        /// The path given with `-f`.
+        path: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The scenario (or the spec in it) is invalid; the message names the field.
+    #[error("{path}: {error}")]
+    Scenario {
+        /// The path given with `-f`.
+        path: String,
+        /// What is wrong.
+        error: kedge_core::Error,
+    },
+    /// The report could not be serialized.
+    #[error("cannot encode the report: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Write(#[from] std::io::Error),
+    /// Certificates could not be created or written.
+    #[error(transparent)]
+    Pki(#[from] kedge_net::Error),
+    /// An argument is out of range.
+    #[error("{0}")]
+    Argument(String),
+    /// The CRDs could not be rendered as YAML.
+    #[error("cannot render the CRDs: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// The hub's ops endpoint could not be queried.
+    #[error("{url}: {message}")]
+    Hub {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// `Result` with the CLI [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Runs a parsed command line, writing its output to `out`.
+pub async fn run(cli: Cli, out: &mut impl std::io::Write) -> Result<()> {
+    match cli.command {
+        Command::Simulate(args) => simulate::run(&args, out),
+        Command::Crds => Ok(out.write_all(crds::render()?.as_bytes())?),
+        Command::DevCerts(args) => dev_certs::run(&args, out),
+        Command::Sessions(args) => sessions::run(&args, out).await,
+    }
+}

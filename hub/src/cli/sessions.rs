@@ -2,13 +2,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, bail};
 use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use super::{Error, Result};
 use crate::registry::MemberSession;
 
 /// Arguments of `sessions`.
@@ -27,32 +27,39 @@ pub struct SessionsArgs {
 }
 
 /// Fetches `/v1/sessions` and prints it.
-pub async fn run(args: &SessionsArgs) -> anyhow::Result<()> {
+pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<()> {
     let url = format!("{}/v1/sessions", args.hub.trim_end_matches('/'));
+    let fail = |message: String| Error::Hub {
+        url: url.clone(),
+        message,
+    };
     let uri: hyper::Uri = url
         .parse()
-        .with_context(|| format!("invalid --hub URL {:?}", args.hub))?;
+        .map_err(|e| fail(format!("invalid --hub URL: {e}")))?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let response = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
         .await
-        .with_context(|| format!("{url}: no answer within 10s"))?
-        .with_context(|| format!("cannot reach the hub at {url}"))?;
+        .map_err(|_| fail("no answer within 10s".into()))?
+        .map_err(|e| fail(format!("cannot reach the hub: {e}")))?;
     let status = response.status();
     let body = response
         .into_body()
         .collect()
         .await
-        .context("reading the hub's answer")?
+        .map_err(|e| fail(format!("reading the answer: {e}")))?
         .to_bytes();
     if !status.is_success() {
-        bail!("{url}: {status}: {}", String::from_utf8_lossy(&body));
+        return Err(fail(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&body)
+        )));
     }
     let sessions: Vec<MemberSession> =
-        serde_json::from_slice(&body).with_context(|| format!("{url}: not a session list"))?;
+        serde_json::from_slice(&body).map_err(|e| fail(format!("not a session list: {e}")))?;
     if args.output == "json" {
-        println!("{}", serde_json::to_string_pretty(&sessions)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
     } else {
-        print!("{}", render_table(&sessions, SystemTime::now()));
+        write!(out, "{}", render_table(&sessions, SystemTime::now()))?;
     }
     Ok(())
 }

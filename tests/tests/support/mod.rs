@@ -1,5 +1,6 @@
 //! Shared harness of the end-to-end tests: real binaries, real sockets, loopback only.
-#![allow(dead_code, unreachable_pub)]
+// Harness code: a panic is how a test fails.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -159,8 +160,33 @@ pub fn start_hub(pki: &Pki, ports: HubPorts, heartbeat: &str, log: PathBuf) -> P
     Proc::spawn(&bin("kedge-hub"), &args, log)
 }
 
+/// One simulated member cluster per name, with `DIR/NAME.kubeconfig` written.
+pub async fn start_clusters(dir: &Path, names: &[&str]) -> kedge_sim::Sim {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    kedge_sim::Sim::start(&names, kedge_sim::SimConfig::default(), Some(dir))
+        .await
+        .expect("simulated clusters start")
+}
+
+/// Starts an agent for `member`, acting on the simulated cluster `DIR/MEMBER.kubeconfig`.
 pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Proc {
-    let args = [
+    start_agent_with(pki, member, ports, log, &[])
+}
+
+/// [`start_agent`] with extra flags.
+pub fn start_agent_with(
+    pki: &Pki,
+    member: &str,
+    ports: HubPorts,
+    log: PathBuf,
+    extra: &[&str],
+) -> Proc {
+    let mut args = vec![
+        "--kubeconfig".into(),
+        pki.dir
+            .join(format!("{member}.kubeconfig"))
+            .display()
+            .to_string(),
         "--hub".into(),
         format!("127.0.0.1:{}", ports.quic),
         "--hub-server-name".into(),
@@ -178,6 +204,7 @@ pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Pr
         "--reconnect-max".into(),
         "1s".into(),
     ];
+    args.extend(extra.iter().map(|a| a.to_string()));
     Proc::spawn(&bin("kedge-agent"), &args, log)
 }
 

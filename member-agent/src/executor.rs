@@ -1,0 +1,385 @@
+//! Applies the hub's desired state through the member's own API server: replica counts via
+//! the `/scale` subresource of any kind that has one, Jobs by deterministic name. Refuses
+//! anything outside the namespaces the agent was configured to manage, so that a compromised
+//! hub cannot take over a member.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::api::batch::v1::Job;
+use kedge_protocol::{
+    Ack, CommandResult, CommandTarget, DesiredState, Failure, FailureCode, JobCreate, JobDelete,
+    Retry, WorkloadRef, WorkloadReplicas,
+};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
+    PropagationPolicy,
+};
+use kube::core::GroupVersionKind;
+use kube::{Client, discovery};
+use serde_json::json;
+use tokio::sync::Mutex;
+use tracing::{info, warn};
+
+/// Field manager of every write the agent makes.
+pub const FIELD_MANAGER: &str = "kedge-agent";
+
+/// Namespaces the agent may act in; empty means every namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespacePolicy {
+    allowed: Vec<String>,
+}
+
+impl NamespacePolicy {
+    /// A policy allowing exactly `allowed` (blank entries ignored); empty allows all.
+    pub fn new(allowed: &[String]) -> Self {
+        let allowed = allowed
+            .iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        Self { allowed }
+    }
+
+    /// Refuses a namespace outside the policy with a permanent, readable failure.
+    pub fn check(&self, namespace: &str) -> Result<(), Failure> {
+        if self.allowed.is_empty() || self.allowed.iter().any(|n| n == namespace) {
+            return Ok(());
+        }
+        Err(Failure {
+            retry: Retry::Permanent,
+            code: FailureCode::NamespaceNotAllowed,
+            message: format!(
+                "namespace {namespace:?} is not managed by this agent (allowed: {}); \
+                 add it to the agent's --namespaces to let kedge act there",
+                self.allowed.join(", ")
+            ),
+        })
+    }
+}
+
+/// Classifies a Kubernetes API error as transient or permanent.
+pub fn classify(error: &kube::Error, what: &str) -> Failure {
+    let (retry, code) = match error {
+        kube::Error::Api(status) => match status.code {
+            404 => (Retry::Permanent, FailureCode::NotFound),
+            401 | 403 => (Retry::Permanent, FailureCode::Forbidden),
+            409 => (Retry::Transient, FailureCode::Conflict),
+            400 | 422 => (Retry::Permanent, FailureCode::Invalid),
+            408 | 429 | 500..=599 => (Retry::Transient, FailureCode::ApiUnavailable),
+            _ => (Retry::Transient, FailureCode::Other),
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) => {
+            (Retry::Transient, FailureCode::ApiUnavailable)
+        }
+        _ => (Retry::Transient, FailureCode::Other),
+    };
+    let detail = match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    };
+    Failure {
+        retry,
+        code,
+        message: format!("{what}: {detail}"),
+    }
+}
+
+fn invalid(message: String) -> Failure {
+    Failure {
+        retry: Retry::Permanent,
+        code: FailureCode::Invalid,
+        message,
+    }
+}
+
+/// Splits `group/version` (or `version` for the core group).
+fn group_version(api_version: &str) -> (&str, &str) {
+    api_version.split_once('/').unwrap_or(("", api_version))
+}
+
+/// Applies desired state in one member cluster.
+pub struct Executor {
+    client: Client,
+    policy: NamespacePolicy,
+    kinds: Mutex<HashMap<(String, String), ApiResource>>,
+    last_applied: AtomicU64,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// An executor acting through `client` within `policy`.
+    pub fn new(client: Client, policy: NamespacePolicy) -> Self {
+        Self {
+            client,
+            policy,
+            kinds: Mutex::new(HashMap::new()),
+            last_applied: AtomicU64::new(0),
+        }
+    }
+
+    /// The highest revision applied so far (0 before the first).
+    pub fn last_applied_revision(&self) -> u64 {
+        self.last_applied.load(Ordering::Acquire)
+    }
+
+    /// The namespace policy.
+    pub fn policy(&self) -> &NamespacePolicy {
+        &self.policy
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Applies every command of `state` and reports each outcome.
+    pub async fn apply(&self, state: &DesiredState) -> Ack {
+        let mut results = Vec::new();
+        for workload in &state.workloads {
+            let failure = self.scale(workload).await.err();
+            results.push(CommandResult {
+                target: CommandTarget::Workload(workload.workload.clone()),
+                failure,
+            });
+        }
+        for job in &state.create_jobs {
+            let failure = self.create_job(job).await.err();
+            results.push(CommandResult {
+                target: CommandTarget::Job(format!("{}/{}", job.namespace, job.name)),
+                failure,
+            });
+        }
+        for job in &state.delete_jobs {
+            let failure = self.delete_job(job).await.err();
+            results.push(CommandResult {
+                target: CommandTarget::Job(format!("{}/{}", job.namespace, job.name)),
+                failure,
+            });
+        }
+        for result in &results {
+            if let Some(failure) = &result.failure {
+                warn!(target = ?result.target, code = ?failure.code, retry = ?failure.retry,
+                    message = %failure.message, "command failed");
+            }
+        }
+        self.last_applied
+            .fetch_max(state.revision, Ordering::AcqRel);
+        Ack {
+            revision: state.revision,
+            results,
+        }
+    }
+
+    /// The dynamic API of a workload's kind, after checking it has a `/scale` subresource.
+    pub async fn workload_api(
+        &self,
+        workload: &WorkloadRef,
+    ) -> Result<Api<DynamicObject>, Failure> {
+        self.policy.check(&workload.namespace)?;
+        let key = (workload.api_version.clone(), workload.kind.clone());
+        let mut kinds = self.kinds.lock().await;
+        let resource = match kinds.get(&key) {
+            Some(resource) => resource.clone(),
+            None => {
+                let (group, version) = group_version(&workload.api_version);
+                let gvk = GroupVersionKind::gvk(group, version, &workload.kind);
+                let what = format!("resolving {}/{}", workload.api_version, workload.kind);
+                let (resource, caps) =
+                    discovery::pinned_kind(&self.client, &gvk)
+                        .await
+                        .map_err(|e| {
+                            // Discovery reports an unknown kind as its own error, not a 404.
+                            match e {
+                                kube::Error::Discovery(_) => Failure {
+                                    retry: Retry::Permanent,
+                                    code: FailureCode::NotFound,
+                                    message: format!(
+                                        "{what}: the member cluster does not serve this kind"
+                                    ),
+                                },
+                                other => classify(&other, &what),
+                            }
+                        })?;
+                if !caps
+                    .subresources
+                    .iter()
+                    .any(|(sub, _)| sub.plural == "scale")
+                {
+                    return Err(invalid(format!(
+                        "{}/{} has no /scale subresource; kedge can only scale kinds that do",
+                        workload.api_version, workload.kind
+                    )));
+                }
+                kinds.insert(key, resource.clone());
+                resource
+            }
+        };
+        Ok(Api::namespaced_with(
+            self.client.clone(),
+            &workload.namespace,
+            &resource,
+        ))
+    }
+
+    /// Sets a workload's replicas through `/scale`, unless it already has them.
+    pub async fn scale(&self, command: &WorkloadReplicas) -> Result<bool, Failure> {
+        let w = &command.workload;
+        if command.replicas < 0 {
+            return Err(invalid(format!(
+                "negative replica count {} for {}",
+                command.replicas, w.name
+            )));
+        }
+        let api = self.workload_api(w).await?;
+        let what = format!("{} {}/{}", w.kind, w.namespace, w.name);
+        let scale = api
+            .get_scale(&w.name)
+            .await
+            .map_err(|e| classify(&e, &what))?;
+        if scale.spec.as_ref().and_then(|s| s.replicas) == Some(command.replicas) {
+            return Ok(false);
+        }
+        let patch = Patch::Merge(json!({ "spec": { "replicas": command.replicas } }));
+        api.patch_scale(
+            &w.name,
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..PatchParams::default()
+            },
+            &patch,
+        )
+        .await
+        .map_err(|e| classify(&e, &what))?;
+        info!(workload = %what, replicas = command.replicas, owner = %command.owner, "scaled");
+        Ok(true)
+    }
+
+    async fn create_job(&self, command: &JobCreate) -> Result<(), Failure> {
+        self.policy.check(&command.namespace)?;
+        let mut job: Job = serde_json::from_slice(&command.manifest_json).map_err(|e| {
+            invalid(format!(
+                "Job {} manifest is not a batch/v1 Job: {e}",
+                command.name
+            ))
+        })?;
+        if job
+            .metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n != command.name)
+        {
+            return Err(invalid(format!(
+                "Job manifest names {:?}, command names {:?}",
+                job.metadata.name, command.name
+            )));
+        }
+        if job
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|n| n != command.namespace)
+        {
+            return Err(invalid(format!(
+                "Job manifest is for namespace {:?}, command for {:?}",
+                job.metadata.namespace, command.namespace
+            )));
+        }
+        job.metadata.name = Some(command.name.clone());
+        job.metadata.namespace = Some(command.namespace.clone());
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &command.namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PostParams::default()
+        };
+        match api.create(&params, &job).await {
+            Ok(_) => {
+                info!(job = %command.name, namespace = %command.namespace, owner = %command.owner, "Job created");
+                Ok(())
+            }
+            // Deterministic names make a re-sent create harmless.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            Err(e) => Err(classify(
+                &e,
+                &format!("creating Job {}/{}", command.namespace, command.name),
+            )),
+        }
+    }
+
+    async fn delete_job(&self, command: &JobDelete) -> Result<(), Failure> {
+        self.policy.check(&command.namespace)?;
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &command.namespace);
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        match api.delete(&command.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(classify(
+                &e,
+                &format!("deleting Job {}/{}", command.namespace, command.name),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_outside_the_policy_are_refused_permanently() {
+        let policy = NamespacePolicy::new(&["apps".into(), " ".into()]);
+        assert!(policy.check("apps").is_ok());
+        let refused = policy.check("kube-system").unwrap_err();
+        assert_eq!(
+            (refused.retry, refused.code),
+            (Retry::Permanent, FailureCode::NamespaceNotAllowed)
+        );
+        assert!(
+            refused.message.contains("--namespaces"),
+            "{}",
+            refused.message
+        );
+        assert!(NamespacePolicy::new(&[]).check("anything").is_ok());
+    }
+
+    #[test]
+    fn api_errors_are_classified() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                message: "m".into(),
+                ..kube::core::Status::default()
+            }))
+        };
+        let cases = [
+            (404, Retry::Permanent, FailureCode::NotFound),
+            (403, Retry::Permanent, FailureCode::Forbidden),
+            (409, Retry::Transient, FailureCode::Conflict),
+            (422, Retry::Permanent, FailureCode::Invalid),
+            (503, Retry::Transient, FailureCode::ApiUnavailable),
+            (429, Retry::Transient, FailureCode::ApiUnavailable),
+        ];
+        for (code, retry, class) in cases {
+            let f = classify(&api(code), "scaling x");
+            assert_eq!((f.retry, f.code), (retry, class), "{code}");
+            assert_eq!(f.message, "scaling x: m");
+        }
+    }
+
+    #[test]
+    fn api_versions_split_into_group_and_version() {
+        assert_eq!(group_version("apps/v1"), ("apps", "v1"));
+        assert_eq!(group_version("v1"), ("", "v1"));
+        assert_eq!(group_version("keda.sh/v1alpha1"), ("keda.sh", "v1alpha1"));
+    }
+}

@@ -1,0 +1,354 @@
+//! What the agent reports: the state of every workload the hub manages here, and the
+//! cluster's free capacity. Reports are incremental (only what changed since the last one)
+//! and sent at most once per report interval, so a flapping workload cannot flood the hub;
+//! after every (re)connect one full report replaces what the hub knew.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kedge_core::quantity::parse_quantity;
+use kedge_protocol::{ClusterCapacity, StatusReport, WorkloadRef, WorkloadStatus};
+use kube::Api;
+use kube::api::ListParams;
+
+use crate::executor::{Executor, classify};
+
+fn int_at(value: &serde_json::Value, path: &[&str]) -> i32 {
+    path.iter()
+        .try_fold(value, |v, key| v.get(key))
+        .and_then(serde_json::Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok())
+        .unwrap_or(0)
+}
+
+/// Whether the scheduler reported the pod `Unschedulable`, and since when (Unix ms).
+fn unschedulable_since(pod: &Pod) -> Option<i64> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| {
+            c.last_transition_time
+                .as_ref()
+                .map_or(0, |t| t.0.as_millisecond())
+        })
+}
+
+/// Pod counts of one workload: (pending, unschedulable, oldest unschedulable since).
+pub fn pod_counts(pods: &[Pod]) -> (i32, i32, Option<i64>) {
+    let live = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none());
+    let (mut pending, mut unschedulable, mut oldest) = (0, 0, None::<i64>);
+    for pod in live {
+        if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
+            pending += 1;
+        }
+        if let Some(since) = unschedulable_since(pod) {
+            unschedulable += 1;
+            oldest = Some(oldest.map_or(since, |o| o.min(since)));
+        }
+    }
+    (pending, unschedulable, oldest)
+}
+
+/// Observes one workload; a missing workload is reported as such, never created.
+pub async fn observe_workload(
+    executor: &Executor,
+    workload: &WorkloadRef,
+    now_unix_ms: i64,
+) -> Result<WorkloadStatus, kedge_protocol::Failure> {
+    let mut status = WorkloadStatus {
+        workload: workload.clone(),
+        exists: false,
+        spec_replicas: 0,
+        ready_replicas: 0,
+        available_replicas: 0,
+        pending_pods: 0,
+        unschedulable_pods: 0,
+        unschedulable_for_ms: 0,
+    };
+    let api = executor.workload_api(workload).await?;
+    let what = format!(
+        "reading {} {}/{}",
+        workload.kind, workload.namespace, workload.name
+    );
+    let Some(object) = api
+        .get_opt(&workload.name)
+        .await
+        .map_err(|e| classify(&e, &what))?
+    else {
+        return Ok(status);
+    };
+    status.exists = true;
+    status.spec_replicas = int_at(&object.data, &["spec", "replicas"]);
+    status.ready_replicas = int_at(&object.data, &["status", "readyReplicas"]);
+    status.available_replicas = int_at(&object.data, &["status", "availableReplicas"]);
+    let scale = api
+        .get_scale(&workload.name)
+        .await
+        .map_err(|e| classify(&e, &what))?;
+    let selector = scale.status.and_then(|s| s.selector).unwrap_or_default();
+    if !selector.is_empty() {
+        let pods: Api<Pod> = Api::namespaced(executor.client().clone(), &workload.namespace);
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| classify(&e, &format!("listing pods of {}", workload.name)))?;
+        let (pending, unschedulable, oldest) = pod_counts(&list.items);
+        status.pending_pods = pending;
+        status.unschedulable_pods = unschedulable;
+        status.unschedulable_for_ms = oldest.map_or(0, |since| (now_unix_ms - since).max(0) as u64);
+    }
+    Ok(status)
+}
+
+fn quantity(
+    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    key: &str,
+) -> i128 {
+    map.and_then(|m| m.get(key))
+        .and_then(|q| parse_quantity(&q.0).ok())
+        .unwrap_or(0)
+}
+
+/// Sums allocatable capacity of Ready, schedulable nodes and the requests of the pods bound
+/// to them that have not finished.
+pub fn capacity_of(nodes: &[Node], pods: &[Pod]) -> ClusterCapacity {
+    let ready = |node: &Node| {
+        let schedulable = !node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        let is_ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        schedulable && is_ready
+    };
+    let ready_nodes: Vec<&Node> = nodes.iter().filter(|n| ready(n)).collect();
+    let ready_names: Vec<&str> = ready_nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    let mut cap = ClusterCapacity {
+        nodes: nodes.len() as u32,
+        ready_nodes: ready_nodes.len() as u32,
+        ..Default::default()
+    };
+    let (mut cpu, mut mem) = (0i128, 0i128);
+    for node in &ready_nodes {
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        cpu += quantity(allocatable, "cpu");
+        mem += quantity(allocatable, "memory");
+    }
+    let (mut req_cpu, mut req_mem) = (0i128, 0i128);
+    for pod in pods {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed"))
+            || !node.is_some_and(|n| ready_names.contains(&n))
+        {
+            continue;
+        }
+        for container in pod.spec.iter().flat_map(|s| &s.containers) {
+            let requests = container
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref());
+            req_cpu += quantity(requests, "cpu");
+            req_mem += quantity(requests, "memory");
+        }
+    }
+    // Quantities are milli-units: CPU stays in millicores, memory is divided to bytes.
+    let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
+    cap.allocatable_cpu_millis = clamp(cpu);
+    cap.allocatable_memory_bytes = clamp(mem / 1000);
+    cap.requested_cpu_millis = clamp(req_cpu);
+    cap.requested_memory_bytes = clamp(req_mem / 1000);
+    cap
+}
+
+/// Reads nodes and pods and computes the cluster capacity.
+pub async fn observe_capacity(
+    executor: &Executor,
+) -> Result<ClusterCapacity, kedge_protocol::Failure> {
+    let nodes: Api<Node> = Api::all(executor.client().clone());
+    let pods: Api<Pod> = Api::all(executor.client().clone());
+    let nodes = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| classify(&e, "listing nodes"))?;
+    let pods = pods
+        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+        .await
+        .map_err(|e| classify(&e, "listing pods"))?;
+    Ok(capacity_of(&nodes.items, &pods.items))
+}
+
+/// Remembers what was last reported, to send only changes.
+#[derive(Debug, Default)]
+pub struct ReportState {
+    workloads: BTreeMap<WorkloadRef, WorkloadStatus>,
+    capacity: Option<ClusterCapacity>,
+}
+
+impl ReportState {
+    /// Builds the next report from fresh observations: everything when `full`, else only the
+    /// entries that changed. `None` when there is nothing to say.
+    pub fn next(
+        &mut self,
+        observed: Vec<WorkloadStatus>,
+        capacity: Option<ClusterCapacity>,
+        full: bool,
+    ) -> Option<StatusReport> {
+        if full {
+            self.workloads.clear();
+            self.capacity = None;
+        }
+        let mut changed = Vec::new();
+        for status in observed {
+            if self.workloads.get(&status.workload) != Some(&status) {
+                self.workloads
+                    .insert(status.workload.clone(), status.clone());
+                changed.push(status);
+            }
+        }
+        let capacity = capacity.filter(|c| self.capacity.as_ref() != Some(c));
+        if let Some(c) = capacity {
+            self.capacity = Some(c);
+        }
+        if changed.is_empty() && capacity.is_none() && !full {
+            return None;
+        }
+        Some(StatusReport {
+            full,
+            workloads: changed,
+            jobs: Vec::new(),
+            capacity: if full { self.capacity } else { capacity },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, ready: bool, cpu: &str, mem: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "status": {
+                "allocatable": {"cpu": cpu, "memory": mem},
+                "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn pod(
+        node: Option<&str>,
+        phase: &str,
+        cpu: &str,
+        mem: &str,
+        unschedulable_since: Option<&str>,
+    ) -> Pod {
+        let mut conditions = vec![];
+        if let Some(t) = unschedulable_since {
+            conditions.push(serde_json::json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": t}));
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]},
+            "status": {"phase": phase, "conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn capacity_counts_ready_nodes_and_live_bound_pods() {
+        let nodes = [
+            node("a", true, "4", "8Gi"),
+            node("b", true, "2", "4Gi"),
+            node("c", false, "16", "64Gi"),
+        ];
+        let pods = [
+            pod(Some("a"), "Running", "500m", "1Gi", None),
+            pod(Some("b"), "Running", "1", "512Mi", None),
+            pod(Some("c"), "Running", "8", "1Gi", None), // on a NotReady node
+            pod(Some("a"), "Succeeded", "2", "1Gi", None), // finished
+            pod(None, "Pending", "1", "1Gi", Some("2026-01-01T00:00:00Z")), // unbound
+        ];
+        let cap = capacity_of(&nodes, &pods);
+        assert_eq!((cap.nodes, cap.ready_nodes), (3, 2));
+        assert_eq!(cap.allocatable_cpu_millis, 6000);
+        assert_eq!(cap.allocatable_memory_bytes, 12 << 30);
+        assert_eq!(cap.requested_cpu_millis, 1500);
+        assert_eq!(cap.requested_memory_bytes, (1 << 30) + (512 << 20));
+    }
+
+    #[test]
+    fn pending_and_unschedulable_pods_are_counted_with_the_oldest_time() {
+        let pods = [
+            pod(None, "Pending", "1", "1Gi", Some("2026-01-01T00:00:10Z")),
+            pod(None, "Pending", "1", "1Gi", Some("2026-01-01T00:00:05Z")),
+            pod(None, "Pending", "1", "1Gi", None),
+            pod(Some("a"), "Running", "1", "1Gi", None),
+        ];
+        let (pending, unschedulable, oldest) = pod_counts(&pods);
+        assert_eq!((pending, unschedulable), (3, 2));
+        assert_eq!(oldest, Some(1_767_225_605_000));
+    }
+
+    fn status(name: &str, ready: i32) -> WorkloadStatus {
+        WorkloadStatus {
+            workload: WorkloadRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "ns".into(),
+                name: name.into(),
+            },
+            exists: true,
+            spec_replicas: 3,
+            ready_replicas: ready,
+            available_replicas: ready,
+            pending_pods: 0,
+            unschedulable_pods: 0,
+            unschedulable_for_ms: 0,
+        }
+    }
+
+    #[test]
+    fn reports_carry_only_changes_except_after_a_reconnect() {
+        let mut state = ReportState::default();
+        let cap = ClusterCapacity {
+            nodes: 1,
+            ..Default::default()
+        };
+        let first = state
+            .next(vec![status("a", 1), status("b", 2)], Some(cap), true)
+            .unwrap();
+        assert!(first.full);
+        assert_eq!(first.workloads.len(), 2);
+        assert_eq!(first.capacity, Some(cap));
+        assert!(
+            state
+                .next(vec![status("a", 1), status("b", 2)], Some(cap), false)
+                .is_none()
+        );
+        let delta = state
+            .next(vec![status("a", 3), status("b", 2)], Some(cap), false)
+            .unwrap();
+        assert_eq!(delta.workloads, vec![status("a", 3)]);
+        assert_eq!(delta.capacity, None);
+        let again = state
+            .next(vec![status("a", 3), status("b", 2)], None, true)
+            .unwrap();
+        assert_eq!(again.workloads.len(), 2, "a full report repeats everything");
+    }
+}

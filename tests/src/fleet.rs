@@ -1,0 +1,324 @@
+//! A whole local fleet on loopback (`kedge-sim up`): one simulated hub cluster and N member
+//! clusters, kedge's CRDs and KEDA's ScaledObject CRD installed on the hub, a development
+//! PKI, the real `kedge-hub`, and one real `kedge-agent` per member.
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+use crate::{Error, Result, Sim, SimConfig};
+
+/// KEDA's ScaledObject CRD as the hub cluster needs it (KEDA runs next to the hub).
+const KEDA_SCALEDOBJECT_CRD: &str = include_str!("../tests/fixtures/scaledobject-crd.yaml");
+
+/// Name of the hub's simulated cluster.
+pub const HUB_CLUSTER: &str = "hub";
+
+/// How to lay out the fleet.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Member clusters, named `member-1` … `member-N`.
+    pub members: usize,
+    /// Where kubeconfigs, certificates and logs go.
+    pub dir: PathBuf,
+    /// Where `kedge-hub` and `kedge-agent` are.
+    pub bin_dir: PathBuf,
+    /// Heartbeat interval the hub asks for (e.g. `1s`).
+    pub heartbeat: String,
+    /// Settings of every simulated cluster.
+    pub sim: SimConfig,
+}
+
+impl FleetConfig {
+    /// Defaults: `members` members, binaries next to the running executable.
+    pub fn new(members: usize, dir: PathBuf) -> Result<Self> {
+        let exe = std::env::current_exe()?;
+        let bin_dir = exe
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| Error::Fleet("cannot locate the kedge binaries".into()))?;
+        Ok(Self {
+            members,
+            dir,
+            bin_dir,
+            heartbeat: "1s".into(),
+            sim: SimConfig::default(),
+        })
+    }
+}
+
+/// A running fleet; [`Fleet::shutdown`] stops it.
+#[derive(Debug)]
+pub struct Fleet {
+    /// The simulated clusters (`hub`, `member-1`, …).
+    pub sim: Sim,
+    hub: Child,
+    agents: Vec<(String, Option<Child>)>,
+    config: FleetConfig,
+    quic_port: u16,
+    ops_port: u16,
+}
+
+fn free_udp_port() -> Result<u16> {
+    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn free_tcp_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn spawn(program: &Path, args: &[String], envs: &[(&str, &Path)], log: &Path) -> Result<Child> {
+    let file = std::fs::File::create(log)?;
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .kill_on_drop(true);
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command
+        .spawn()
+        .map_err(|e| Error::Fleet(format!("cannot start {}: {e}", program.display())))
+}
+
+impl Fleet {
+    /// Starts everything and waits until every agent is connected.
+    pub async fn up(config: FleetConfig) -> Result<Fleet> {
+        let members: Vec<String> = (1..=config.members)
+            .map(|i| format!("member-{i}"))
+            .collect();
+        for binary in ["kedge-hub", "kedge-agent"] {
+            if !config.bin_dir.join(binary).exists() {
+                return Err(Error::Fleet(format!(
+                    "{} not found in {}: build the workspace binaries first (cargo build --workspace --bins)",
+                    binary,
+                    config.bin_dir.display()
+                )));
+            }
+        }
+        std::fs::create_dir_all(config.dir.join("logs"))?;
+        let mut names = vec![HUB_CLUSTER.to_owned()];
+        names.extend(members.iter().cloned());
+        let sim = Sim::start(&names, config.sim.clone(), Some(&config.dir)).await?;
+        let hub_cluster = sim
+            .cluster(HUB_CLUSTER)
+            .ok_or_else(|| Error::Fleet("the hub cluster did not start".into()))?;
+        install_crds(hub_cluster.client()?).await?;
+
+        let pki = kedge_net::pki::write_dev_pki(
+            &config.dir.join("pki"),
+            &["localhost".into(), "127.0.0.1".into()],
+            &members,
+            time::Duration::days(30),
+        )
+        .map_err(|e| Error::Fleet(e.to_string()))?;
+
+        let (quic_port, ops_port) = (free_udp_port()?, free_tcp_port()?);
+        let hub = start_hub(&config, quic_port, ops_port)?;
+        let mut fleet = Fleet {
+            sim,
+            hub,
+            agents: Vec::new(),
+            config,
+            quic_port,
+            ops_port,
+        };
+        for member in &members {
+            let child = fleet.spawn_agent(member, &pki)?;
+            fleet.agents.push((member.clone(), Some(child)));
+        }
+        fleet
+            .wait_connected(&members, Duration::from_secs(60))
+            .await?;
+        Ok(fleet)
+    }
+
+    fn spawn_agent(&self, member: &str, pki: &kedge_net::pki::DevPkiPaths) -> Result<Child> {
+        let path = |p: PathBuf| p.display().to_string();
+        let args = vec![
+            "--hub".into(),
+            format!("127.0.0.1:{}", self.quic_port),
+            "--hub-server-name".into(),
+            "localhost".into(),
+            "--tls-cert".into(),
+            path(pki.member_cert(member)),
+            "--tls-key".into(),
+            path(pki.member_key(member)),
+            "--tls-ca".into(),
+            path(pki.ca_cert()),
+            "--kubeconfig".into(),
+            path(self.kubeconfig(member)),
+            "--ops-listen".into(),
+            "127.0.0.1:0".into(),
+            "--reconnect-initial".into(),
+            "200ms".into(),
+            "--reconnect-max".into(),
+            "2s".into(),
+        ];
+        let log = self.config.dir.join("logs").join(format!("{member}.log"));
+        spawn(&self.config.bin_dir.join("kedge-agent"), &args, &[], &log)
+    }
+
+    /// Kubeconfig of a cluster of the fleet (`hub` or a member).
+    pub fn kubeconfig(&self, cluster: &str) -> PathBuf {
+        self.config.dir.join(format!("{cluster}.kubeconfig"))
+    }
+
+    /// Member names.
+    pub fn members(&self) -> Vec<String> {
+        self.agents.iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// The hub's ops endpoint.
+    pub fn ops_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ops_port)
+    }
+
+    /// The hub's QUIC address.
+    pub fn hub_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.quic_port)
+    }
+
+    /// The fleet's directory.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// Process id of a member's agent, while it runs.
+    pub fn agent_pid(&self, member: &str) -> Option<u32> {
+        self.agents
+            .iter()
+            .find(|(n, _)| n == member)?
+            .1
+            .as_ref()?
+            .id()
+    }
+
+    /// The hub's session registry (`GET /v1/sessions`).
+    pub async fn sessions(&self) -> Result<Vec<Value>> {
+        let url = format!("{}/v1/sessions", self.ops_url());
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e| Error::Fleet(format!("{url}: {e}")))?;
+        let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let response = tokio::time::timeout(Duration::from_secs(5), client.get(uri))
+            .await
+            .map_err(|_| Error::Fleet(format!("{url}: no answer")))?
+            .map_err(|e| Error::Fleet(format!("{url}: {e}")))?;
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Error::Fleet(format!("{url}: {e}")))?
+            .to_bytes();
+        serde_json::from_slice(&body).map_err(|e| Error::Fleet(format!("{url}: {e}")))
+    }
+
+    /// Waits until every listed member has a connected session.
+    pub async fn wait_connected(&self, members: &[String], limit: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Ok(sessions) = self.sessions().await {
+                let connected = |m: &String| {
+                    sessions
+                        .iter()
+                        .any(|s| s["member"] == m.as_str() && s["state"] == "Connected")
+                };
+                if members.iter().all(connected) {
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > limit {
+                return Err(Error::Fleet(format!(
+                    "agents not connected after {limit:?}; see {}",
+                    self.config.dir.join("logs").display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops every process (SIGTERM, then kill after 5 s) and the simulated clusters.
+    pub async fn shutdown(mut self) {
+        for (_, agent) in &mut self.agents {
+            if let Some(child) = agent.as_mut() {
+                stop(child).await;
+            }
+        }
+        stop(&mut self.hub).await;
+        self.sim.shutdown().await;
+    }
+}
+
+fn start_hub(config: &FleetConfig, quic_port: u16, ops_port: u16) -> Result<Child> {
+    let pki = config.dir.join("pki");
+    let path = |file: &str| pki.join(file).display().to_string();
+    let args = vec![
+        "--listen".into(),
+        format!("127.0.0.1:{quic_port}"),
+        "--ops-listen".into(),
+        format!("127.0.0.1:{ops_port}"),
+        "--tls-cert".into(),
+        path("hub.pem"),
+        "--tls-key".into(),
+        path("hub-key.pem"),
+        "--tls-ca".into(),
+        path("ca.pem"),
+        "--heartbeat-interval".into(),
+        config.heartbeat.clone(),
+    ];
+    let kubeconfig = config.dir.join(format!("{HUB_CLUSTER}.kubeconfig"));
+    let log = config.dir.join("logs").join("hub.log");
+    spawn(
+        &config.bin_dir.join("kedge-hub"),
+        &args,
+        &[("KUBECONFIG", &kubeconfig)],
+        &log,
+    )
+}
+
+async fn stop(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+    if tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}
+
+/// Installs kedge's CRDs and KEDA's ScaledObject CRD.
+async fn install_crds(client: kube::Client) -> Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let keda: CustomResourceDefinition = serde_yaml::from_str(KEDA_SCALEDOBJECT_CRD)
+        .map_err(|e| Error::Fleet(format!("KEDA CRD: {e}")))?;
+    let mut crds = kedge_core::crd::crds();
+    crds.push(keda);
+    for crd in crds {
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
