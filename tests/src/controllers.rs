@@ -899,8 +899,14 @@ fn schedule(store: &mut Store, now: i64) {
                 e.2 += 1000;
                 new["spec"]["nodeName"] = json!(node);
                 let mut status = old_status.clone();
+                status["phase"] = json!("Pending");
                 status["conditions"] =
                     json!([condition_pod("PodScheduled", true, None, None, now)]);
+                status["containerStatuses"] = container_statuses(
+                    p,
+                    json!({"waiting": {"reason": "ContainerCreating"}}),
+                    false,
+                );
                 new["status"] = status;
                 write(store, PODS, new, now);
             }
