@@ -126,6 +126,10 @@ async fn deployment_lifecycle_with_kubectl() {
         "{out}"
     );
     assert!(out.contains("NewReplicaSet:"), "{out}");
+    assert!(
+        out.contains("ScalingReplicaSet") && out.contains("deployment-controller"),
+        "{out}"
+    );
     let out = kubectl_ok(&kc, &["describe", "nodes"]).await;
     assert!(
         out.contains("node-0") && out.contains("Allocatable:"),
