@@ -736,3 +736,47 @@ async fn malformed_input_is_rejected_without_harm() {
     assert_eq!(code, 200, "still serving: {v}");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_are_not_persisted() {
+    let (sim, raw) = start(fast()).await;
+    let (code, v) = raw
+        .post(&format!("{CMS}?dryRun=All"), cm("dry", json!({})))
+        .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["metadata"]["name"], "dry");
+    let (code, _) = raw.get(&format!("{CMS}/dry")).await;
+    assert_eq!(code, 404);
+
+    raw.post(CMS, cm("real", json!({}))).await;
+    let (_, before) = raw.get(&format!("{CMS}/real")).await;
+    let (code, v) = raw
+        .call(
+            Method::PATCH,
+            &format!("{CMS}/real?dryRun=All"),
+            "application/merge-patch+json",
+            json!({"data": {"k": "changed"}}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(v["data"]["k"], "changed");
+    let (code, _) = raw
+        .call(
+            Method::DELETE,
+            &format!("{CMS}/real?dryRun=All"),
+            "application/json",
+            Value::Null,
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (_, after) = raw.get(&format!("{CMS}/real")).await;
+    assert_eq!(
+        before, after,
+        "dry-run patch and delete left the object alone"
+    );
+    let (code, _) = raw
+        .post(&format!("{CMS}?dryRun=Some"), cm("x", json!({})))
+        .await;
+    assert_eq!(code, 400);
+    sim.shutdown().await;
+}

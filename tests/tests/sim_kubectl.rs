@@ -79,6 +79,14 @@ async fn deployment_lifecycle_with_kubectl() {
     assert_eq!(out.matches("Running").count(), 2, "{out}");
 
     // Client-side apply of a change patches (strategic merge) and reports "configured".
+    let out = kubectl_ok(&kc, &["apply", "--dry-run=server", "-f", &d3]).await;
+    assert!(out.contains("configured (server dry run)"), "{out}");
+    let out = kubectl_ok(
+        &kc,
+        &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+    )
+    .await;
+    assert_eq!(out, "2");
     let out = kubectl_ok(&kc, &["apply", "-f", &d3]).await;
     assert!(out.contains("deployment.apps/web configured"), "{out}");
     let out = kubectl_ok(
