@@ -683,7 +683,7 @@ fn update(
     };
     let out = match sub {
         Some("scale") => {
-            let current = load(&store, t, name)?;
+            let current = load(store, t, name)?;
             write_scale(store, t, &current, &body, &manager_of(r), now)?
         }
         _ => {
@@ -692,7 +692,7 @@ fn update(
             } else {
                 WriteScope::Main
             };
-            let current = load(&store, t, name)?;
+            let current = load(store, t, name)?;
             let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
             versioned(&t.def, &t.version, &out)
