@@ -147,13 +147,21 @@ impl Fleet {
     }
 
     async fn wait_event(&self, name: &str, reason: &str, note_contains: &str) {
-        wait_for(LIMIT, &format!("event {reason} on {name}"), || async {
-            self.events(name)
+        let start = Instant::now();
+        loop {
+            let events = self.events(name);
+            if events
                 .iter()
                 .any(|(r, n)| r == reason && n.contains(note_contains))
-                .then_some(())
-        })
-        .await;
+            {
+                return;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "no event {reason} ({note_contains}) on {name}; events: {events:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -231,7 +239,12 @@ async fn apply(fleet: &Fleet, yaml: &str, file: &str) {
 }
 
 async fn start() -> (tempfile::TempDir, Fleet) {
-    let dir = tempfile::tempdir().unwrap();
+    let mut dir = tempfile::tempdir().unwrap();
+    // Logs of the hub and agents stay for a look after a failure.
+    if std::env::var_os("KEDGE_E2E_KEEP").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("logs in {}", dir.path().display());
+    }
     let pki = Pki::create(dir.path(), &MEMBERS).await;
     let mut names = vec!["hub".to_owned()];
     names.extend(MEMBERS.iter().map(|m| m.to_string()));
@@ -327,9 +340,16 @@ async fn distributed_scaled_objects_end_to_end() {
     assert_eq!(m1["currentReplicas"], 4);
     assert_eq!(m1["state"], "Ready");
     assert_eq!(m1["description"], "Cluster is healthy");
-    assert!(m1["id"].as_str().unwrap().starts_with("kedge-agent@member-1/"));
+    assert!(
+        m1["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("kedge-agent@member-1/")
+    );
     assert!(m1["lastStatusChangeTime"].is_string());
-    fleet.wait_event("nginx", "Scaled", "member-1=4, member-2=6").await;
+    fleet
+        .wait_event("nginx", "Scaled", "member-1=4, member-2=6")
+        .await;
 
     // `kubectl get dso` shows the printer columns.
     let table = fleet.kubectl(&["get", "dso", "nginx"]).await;
@@ -396,7 +416,9 @@ async fn distributed_scaled_objects_end_to_end() {
         .to_owned();
     assert!(description.contains("NamespaceNotAllowed"), "{guarded:#}");
     assert_eq!(guarded["membersHealthyCount"], 0);
-    fleet.wait_event("guarded", "CommandRefused", "NamespaceNotAllowed").await;
+    fleet
+        .wait_event("guarded", "CommandRefused", "NamespaceNotAllowed")
+        .await;
 
     // --- Pause: nothing changes in members while the total moves.
     fleet
@@ -404,7 +426,9 @@ async fn distributed_scaled_objects_end_to_end() {
         .await;
     wait_for(LIMIT, "Paused condition", || async {
         let s = fleet.dso("nginx")["status"].clone();
-        condition(&s, "Paused").is_some_and(|c| c["status"] == "True").then_some(())
+        condition(&s, "Paused")
+            .is_some_and(|c| c["status"] == "True")
+            .then_some(())
     })
     .await;
     hub.set_metric("default", "nginx", "0", 40.0);
@@ -467,8 +491,13 @@ async fn distributed_scaled_objects_end_to_end() {
         so["metadata"]["annotations"]["autoscaling.keda.sh/paused-replicas"],
         "10"
     );
-    let paused = condition(&fleet.dso("nginx")["status"], "Paused").unwrap();
-    assert_eq!(paused["reason"], "PausedAtReplicas");
+    wait_for(LIMIT, "Paused reason PausedAtReplicas", || async {
+        let s = fleet.dso("nginx")["status"].clone();
+        condition(&s, "Paused")
+            .is_some_and(|c| c["reason"] == "PausedAtReplicas")
+            .then_some(())
+    })
+    .await;
 
     // Resume: the metric says 10 again.
     hub.set_metric("default", "nginx", "0", 50.0);
@@ -482,7 +511,9 @@ async fn distributed_scaled_objects_end_to_end() {
         .await;
     wait_for(LIMIT, "Paused=False", || async {
         let s = fleet.dso("nginx")["status"].clone();
-        condition(&s, "Paused").is_some_and(|c| c["status"] == "False").then_some(())
+        condition(&s, "Paused")
+            .is_some_and(|c| c["status"] == "False")
+            .then_some(())
     })
     .await;
     fleet
@@ -503,14 +534,20 @@ async fn distributed_scaled_objects_end_to_end() {
         after >= GRACE,
         "share moved {after:?} after the cut, before the grace period"
     );
-    assert!(after <= DETECTION + GRACE + Duration::from_secs(3), "{after:?}");
+    assert!(
+        after <= DETECTION + GRACE + Duration::from_secs(3),
+        "{after:?}"
+    );
     assert_eq!(
         fleet.replicas("member-1", "nginx"),
         Some(4),
         "fail-static: the cut-off member keeps its pods"
     );
     let s = fleet.dso("nginx")["status"].clone();
-    assert_eq!(s["memberClusterStatuses"]["member-1"]["state"], "Unreachable");
+    assert_eq!(
+        s["memberClusterStatuses"]["member-1"]["state"],
+        "Unreachable"
+    );
     assert_eq!(s["memberClusterStatuses"]["member-1"]["desiredReplicas"], 0);
     assert_eq!(s["membersHealthyCount"], 1);
     fleet.wait_event("nginx", "MemberLost", "member-1").await;
@@ -520,7 +557,9 @@ async fn distributed_scaled_objects_end_to_end() {
     fleet
         .wait_split("nginx", &["member-1", "member-2"], &[4, 6], "back to 4:6")
         .await;
-    fleet.wait_event("nginx", "MemberReturned", "member-1").await;
+    fleet
+        .wait_event("nginx", "MemberReturned", "member-1")
+        .await;
 
     // --- Restarting the hub changes nothing that was correct.
     wait_for(LIMIT, "status settled before the restart", || async {
@@ -548,7 +587,12 @@ async fn distributed_scaled_objects_end_to_end() {
     // The new hub still follows /scale.
     hub.set_metric("default", "nginx", "0", 25.0);
     fleet
-        .wait_split("nginx", &["member-1", "member-2"], &[2, 3], "2:3 after restart")
+        .wait_split(
+            "nginx",
+            &["member-1", "member-2"],
+            &[2, 3],
+            "2:3 after restart",
+        )
         .await;
 
     // --- MemberCluster objects show the sessions.
@@ -558,11 +602,19 @@ async fn distributed_scaled_objects_end_to_end() {
     })
     .await;
     assert_eq!(mc["status"]["agentVersion"], env!("CARGO_PKG_VERSION"));
-    assert!(mc["status"]["kubernetesVersion"].as_str().unwrap().starts_with('v'));
+    assert!(
+        mc["status"]["kubernetesVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with('v')
+    );
     assert!(mc["status"]["lastHeartbeatTime"].is_string());
     assert!(mc["status"]["certificateExpiry"].is_string());
     let table = fleet.kubectl(&["get", "mc"]).await;
-    assert!(table.contains("member-3") && table.contains("Ready"), "{table}");
+    assert!(
+        table.contains("member-3") && table.contains("Ready"),
+        "{table}"
+    );
 
     // --- Deleting a DSO deletes its child ScaledObject and leaves the members' pods.
     fleet.kubectl(&["delete", "dso/web", "--wait=true"]).await;

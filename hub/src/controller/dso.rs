@@ -345,8 +345,10 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     Ok(Action::requeue(next))
 }
 
-/// Hands each Ready member its replicas. Members out of use keep what they were last told:
-/// they are fail-static and get the new split when they are back.
+/// Hands each connected member its replicas. Unreachable members keep what they were last
+/// told: they are fail-static and get the new split when they are back. Connected members
+/// whose workload is missing or refused are told too (0 once their grace period is over), so
+/// that their agent keeps reporting on the workload and notices when it appears.
 #[allow(clippy::too_many_arguments)]
 fn push(
     ctx: &Context,
@@ -362,10 +364,10 @@ fn push(
         return;
     }
     for decision in &plan.members {
-        let ready = views
+        let connected = views
             .iter()
-            .any(|(v, _)| v.name == decision.name && v.is_ready());
-        if !ready || matches!(decision.reason, Reason::NotConnected | Reason::Unreachable) {
+            .any(|(v, _)| v.name == decision.name && v.connected);
+        if !connected || decision.reason == Reason::NotConnected {
             continue;
         }
         let workload = observe::target(dso, namespace, &decision.name);

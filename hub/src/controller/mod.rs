@@ -12,13 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kedge_core::crd::DistributedScaledObject;
 use kedge_core::crd::dso::DsoMemberClusterStatus;
+use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource};
 use tokio::sync::watch;
@@ -34,6 +37,82 @@ pub const FIELD_MANAGER: &str = "kedge-hub";
 
 /// Coalescing window of fleet changes before every DSO is reconciled again.
 const FLEET_THROTTLE: Duration = Duration::from_millis(100);
+
+/// Publishes `events.k8s.io/v1` Events. Unlike kube's `Recorder`, which folds every event
+/// with the same reason into one series carrying the first note, each call creates an Event:
+/// the notes say what changed (a new split, which member was lost), and callers only publish
+/// on a change.
+#[derive(Clone)]
+pub struct Recorder {
+    client: Client,
+    controller: String,
+    instance: String,
+}
+
+impl Recorder {
+    /// A recorder reporting as `controller` / `instance`.
+    pub fn new(client: Client, controller: &str, instance: Option<String>) -> Self {
+        Self {
+            client,
+            controller: controller.to_owned(),
+            instance: instance.unwrap_or_else(|| controller.to_owned()),
+        }
+    }
+
+    /// Creates one Event about `regarding`.
+    pub async fn publish(
+        &self,
+        regarding: k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<()> {
+        let now = Timestamp::now();
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let event = K8sEvent {
+            action: Some(action.to_owned()),
+            reason: Some(reason.to_owned()),
+            event_time: Some(MicroTime(now)),
+            note: Some(note.chars().take(1024).collect()),
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding.name.as_deref().unwrap_or(&self.controller),
+                    now.as_nanosecond()
+                )),
+                ..Default::default()
+            },
+            regarding: Some(regarding),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(
+                match type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            ..Default::default()
+        };
+        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
+    }
+}
 
 /// What the controllers share.
 pub struct Context {
@@ -60,14 +139,11 @@ impl std::fmt::Debug for Context {
 impl Context {
     /// A context over `client` and `fleet`.
     pub fn new(client: Client, fleet: Arc<Fleet>, metrics: HubMetrics) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.to_owned(),
-            instance: std::env::var("POD_NAME")
-                .or_else(|_| std::env::var("HOSTNAME"))
-                .ok(),
-        };
+        let instance = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .ok();
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: Recorder::new(client.clone(), FIELD_MANAGER, instance),
             client,
             fleet,
             metrics,
@@ -121,14 +197,11 @@ impl Context {
         action: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &dso.object_ref(&())).await {
+        if let Err(error) = self
+            .recorder
+            .publish(dso.object_ref(&()), type_, reason, action, note)
+            .await
+        {
             warn!(%error, reason, "cannot publish event");
         }
     }

@@ -66,6 +66,8 @@ pub struct MemberView {
     pub unschedulable: (u32, Duration),
     /// Whether the planner may consider the member at all (false: never seen, nothing known).
     pub known: bool,
+    /// Whether the agent is connected, so that it can be told its replicas.
+    pub connected: bool,
 }
 
 impl MemberView {
@@ -136,6 +138,7 @@ pub fn view(
         ready_replicas,
         unschedulable,
         known: true,
+        connected: false,
     };
     let kind_name = format!("{} {}/{}", workload.kind, workload.namespace, workload.name);
     let session = snapshot.and_then(|s| s.session.as_ref());
@@ -165,6 +168,7 @@ pub fn view(
         };
         return v;
     }
+    v.connected = true;
     let failure = snapshot.and_then(|s| {
         s.failures.iter().find_map(|(t, f)| match t {
             CommandTarget::Workload(w) if w == workload => Some(f),
@@ -190,6 +194,18 @@ pub fn view(
             v.state = STATE_WORKLOAD_MISSING;
             v.description =
                 format!("{kind_name} not found in the member; kedge does not create it");
+        }
+        // Reconnected after a hub restart and not reported on yet: what was true before
+        // still is, until the agent says otherwise.
+        None if report.is_none() => {
+            if let Some(p) = previous
+                && let Some(state) = [STATE_WORKLOAD_MISSING, STATE_REFUSED]
+                    .into_iter()
+                    .find(|s| p.state.as_deref() == Some(*s))
+            {
+                v.state = state;
+                v.description = p.description.clone().unwrap_or_default();
+            }
         }
         _ => {}
     }
