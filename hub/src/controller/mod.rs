@@ -114,6 +114,9 @@ impl std::fmt::Debug for Recorder {
     }
 }
 
+/// (owner `ns/name`, member) → (state, since when).
+type MemberStates = HashMap<(String, String), (&'static str, SystemTime)>;
+
 /// What the controllers share.
 pub struct Context {
     /// Client of the hub cluster.
@@ -127,7 +130,7 @@ pub struct Context {
     /// `keda.sh/v1alpha1` ScaledObject.
     pub scaled_objects: ApiResource,
     /// Since when each (DSO, member) has been in its state.
-    states: Mutex<HashMap<(String, String), (&'static str, SystemTime)>>,
+    states: Mutex<MemberStates>,
 }
 
 impl std::fmt::Debug for Context {
@@ -155,9 +158,7 @@ impl Context {
         }
     }
 
-    fn states(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (&'static str, SystemTime)>> {
+    fn states(&self) -> std::sync::MutexGuard<'_, MemberStates> {
         // Entries are replaced whole; a poisoned lock holds no torn entry.
         self.states.lock().unwrap_or_else(|p| p.into_inner())
     }
