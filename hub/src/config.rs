@@ -39,6 +39,21 @@ pub struct HubArgs {
     /// Concurrent agent connections beyond which new ones are refused.
     #[arg(long, env = "KEDGE_HUB_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Kubeconfig of the hub cluster (where DSOs and MemberClusters live); default:
+    /// in-cluster, then $KUBECONFIG, then ~/.kube/config.
+    #[arg(long, env = "KEDGE_HUB_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run the DistributedScaledObject controller.
+    #[arg(long, env = "DSO_ENABLED", default_value_t = true, action = clap::ArgAction::Set)]
+    pub dso_enabled: bool,
+    /// Run the DistributedScaledJob controller (not part of this release: accepted and
+    /// reported, no controller runs).
+    #[arg(long, env = "DSJ_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub dsj_enabled: bool,
+    /// Talk to the hub cluster at all (MemberCluster status, DSOs). `false` runs the QUIC
+    /// server alone.
+    #[arg(long, env = "KEDGE_HUB_CONTROLLERS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub controllers: bool,
     /// Log format: text or json.
     #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -51,6 +66,15 @@ impl HubArgs {
             interval: self.heartbeat_interval,
             tolerance: self.heartbeat_tolerance,
         }
+    }
+
+    /// Where the controllers find the hub cluster and which run; `None` when disabled.
+    pub fn controllers(&self) -> Option<crate::controller::ControllerConfig> {
+        self.controllers
+            .then(|| crate::controller::ControllerConfig {
+                kubeconfig: self.kubeconfig.clone(),
+                dso: self.dso_enabled,
+            })
     }
 
     /// Server limits.

@@ -12,6 +12,50 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// No client for the hub cluster could be configured (kubeconfig or in-cluster).
+    #[error("hub cluster configuration: {0}")]
+    KubeConfig(String),
+    /// A call to the hub cluster's API failed.
+    #[error("hub cluster API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Adding or removing the finalizer, or the cleanup behind it, failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// An object from the API server lacks a field the controller needs.
+    #[error("{kind} without {field}")]
+    MissingField {
+        /// Kind of the object.
+        kind: &'static str,
+        /// The missing field, e.g. `metadata.namespace`.
+        field: &'static str,
+    },
+    /// An object could not be serialized for a patch.
+    #[error("cannot serialize {what}: {source}")]
+    Serialize {
+        /// What was being serialized.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// A short stable label for the `error` label of failure metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Net(_) => "net",
+            Error::Listen { .. } => "listen",
+            Error::KubeConfig(_) => "kubeconfig",
+            Error::Kube(_) => "kube_api",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),
+                _ => "finalizer",
+            },
+            Error::MissingField { .. } => "missing_field",
+            Error::Serialize { .. } => "serialize",
+        }
+    }
 }
 
 /// Result with the hub [`enum@Error`].

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod controller;
 mod error;
 pub mod fleet;
 pub mod metrics;
@@ -89,12 +90,31 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
 
     let fleet = Arc::new(Fleet::new(registry.clone()));
     let sweeper = tokio::spawn(sweep(fleet.clone(), shutdown.clone()));
+    let controllers = match args.controllers() {
+        Some(config) => {
+            if args.dsj_enabled {
+                warn!(
+                    "DSJ_ENABLED is set, but this hub has no DistributedScaledJob controller yet"
+                );
+            }
+            Some(tokio::spawn(controller::run(
+                config,
+                fleet.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let ctx = Arc::new(ServerContext::new(fleet, metrics, args.limits()));
     readiness.set(true);
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
     server::serve(endpoint, ctx, shutdown).await;
     readiness.set(false);
     let _ = sweeper.await;
+    if let Some(controllers) = controllers {
+        let _ = controllers.await;
+    }
     let _ = ops.task.await;
     info!("kedge-hub stopped");
     Ok(())

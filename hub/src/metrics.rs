@@ -27,9 +27,28 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// Labels of controller metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// Controller name, e.g. `distributedscaledobject`.
+    pub controller: String,
+}
+
+/// Labels of controller failure metrics.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerErrorLabel {
+    /// Controller name.
+    pub controller: String,
+    /// `Error::metric_label()` of the failure.
+    pub error: String,
+}
+
 /// Every hub metric. Cheap to clone: metrics are shared handles.
 #[derive(Debug, Clone, Default)]
 pub struct HubMetrics {
+    reconciles: Family<ControllerLabel, Counter>,
+    reconcile_failures: Family<ControllerErrorLabel, Counter>,
+    status_writes: Family<ControllerLabel, Counter>,
     sessions: Family<StateLabel, Gauge>,
     handshake_failures: Family<ReasonLabel, Counter>,
     sessions_refused: Family<ReasonLabel, Counter>,
@@ -74,6 +93,46 @@ impl HubMetrics {
             self.messages_received.clone(),
         );
         r.register("heartbeats", "Heartbeats received", self.heartbeats.clone());
+        r.register(
+            "reconciles",
+            "Reconciliations started, by controller",
+            self.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_failures",
+            "Reconciliations that failed, by controller and error",
+            self.reconcile_failures.clone(),
+        );
+        r.register(
+            "status_writes",
+            "Status patches sent to the hub cluster, by controller",
+            self.status_writes.clone(),
+        );
+    }
+
+    pub(crate) fn reconciled(&self, controller: &str) {
+        self.reconciles
+            .get_or_create(&ControllerLabel {
+                controller: controller.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn reconcile_failed(&self, controller: &str, error: &str) {
+        self.reconcile_failures
+            .get_or_create(&ControllerErrorLabel {
+                controller: controller.to_owned(),
+                error: error.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn status_written(&self, controller: &str) {
+        self.status_writes
+            .get_or_create(&ControllerLabel {
+                controller: controller.to_owned(),
+            })
+            .inc();
     }
 
     pub(crate) fn set_sessions(&self, connected: i64, unreachable: i64) {

@@ -57,11 +57,32 @@ pub fn json_merge(target: &mut Value, patch: &Value) {
 
 /// Applies an RFC 6902 JSON patch (`application/json-patch+json`). A document that is not a
 /// list of operations is 400; an operation that fails (a `test` that does not hold, a path
-/// that does not exist) is 422 and leaves `target` unchanged.
+/// that does not exist) is 422 and leaves `target` unchanged. As in the apiserver's
+/// json-patch library, a `test` for `null` holds when the path does not exist (kube's
+/// finalizer helper relies on it to add the first finalizer).
 pub fn json_patch(target: &mut Value, ops: &Value) -> Result<()> {
     let p: json_patch::Patch = serde_json::from_value(ops.clone())
         .map_err(|e| PatchError::BadRequest(format!("invalid JSON patch: {e}")))?;
-    json_patch::patch(target, &p.0).map_err(|e| PatchError::Invalid(e.to_string()))
+    let mut doc = target.clone();
+    for (i, op) in p.0.iter().enumerate() {
+        if let json_patch::PatchOperation::Test(t) = op
+            && t.value.is_null()
+        {
+            match doc.pointer(t.path.as_str()) {
+                None | Some(Value::Null) => continue,
+                Some(_) => {
+                    return Err(PatchError::Invalid(format!(
+                        "operation '/{i}' failed at path '{}': value is not null",
+                        t.path.as_str()
+                    )));
+                }
+            }
+        }
+        json_patch::patch(&mut doc, std::slice::from_ref(op))
+            .map_err(|e| PatchError::Invalid(format!("operation '/{i}': {e}")))?;
+    }
+    *target = doc;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -107,6 +128,16 @@ mod tests {
         let err = json_patch(&mut v, &failing);
         assert!(matches!(err, Err(PatchError::Invalid(_))), "{err:?}");
         assert_eq!(v, before, "a failed patch leaves the object unchanged");
+        // Testing for null holds on an absent path (kube's finalizer helper), not on a value.
+        let add_first = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+        ]);
+        assert_eq!(json_patch(&mut v, &add_first), Ok(()));
+        assert_eq!(v["metadata"]["finalizers"], json!(["f"]));
+        let err = json_patch(&mut v, &add_first);
+        assert!(matches!(err, Err(PatchError::Invalid(_))), "{err:?}");
+        v["metadata"].as_object_mut().unwrap().remove("finalizers");
         let missing = json!([{"op": "remove", "path": "/nope"}]);
         assert_eq!(
             json_patch(&mut v, &missing).map_err(|e| e.status_code()),

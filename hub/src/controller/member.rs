@@ -1,0 +1,298 @@
+//! `MemberCluster` objects: one per member that connects (created when missing), whose status
+//! shows what the hub knows of its agent session: state, versions, last heartbeat,
+//! certificate expiry and capacity.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kedge_core::crd::conditions::{CONDITION_READY, STATE_PENDING, STATE_READY, STATE_UNREACHABLE};
+use kedge_core::crd::member::MemberCapacity;
+use kedge_core::crd::{GROUP, MemberCluster, MemberClusterSpec, MemberClusterStatus, VERSION};
+use kedge_protocol::ClusterCapacity;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{instrument, warn};
+
+use super::{Context, FIELD_MANAGER, time};
+use crate::Result;
+use crate::fleet::MemberSnapshot;
+use crate::registry::SessionState;
+
+/// Name of this controller in metrics and logs.
+pub const CONTROLLER: &str = "membercluster";
+/// Longest wait between two passes (heartbeat times move even when nothing else does).
+const RESYNC: Duration = Duration::from_secs(5);
+/// Shortest wait between two passes.
+const THROTTLE: Duration = Duration::from_millis(500);
+
+/// Reason of the Ready condition when the agent is connected.
+pub const REASON_CONNECTED: &str = "AgentConnected";
+/// Reason of the Ready condition when it is not.
+pub const REASON_NOT_CONNECTED: &str = "AgentNotConnected";
+
+fn capacity(c: &ClusterCapacity) -> MemberCapacity {
+    let q = |s: String| Quantity(s);
+    MemberCapacity {
+        allocatable: BTreeMap::from([
+            (
+                "cpu".to_owned(),
+                q(format!("{}m", c.allocatable_cpu_millis)),
+            ),
+            (
+                "memory".to_owned(),
+                q(c.allocatable_memory_bytes.to_string()),
+            ),
+            ("nodes".to_owned(), q(c.ready_nodes.to_string())),
+        ]),
+        allocated: BTreeMap::from([
+            ("cpu".to_owned(), q(format!("{}m", c.requested_cpu_millis))),
+            ("memory".to_owned(), q(c.requested_memory_bytes.to_string())),
+        ]),
+    }
+}
+
+fn from_unix_ms(ms: i64) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    time(UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
+fn ready_condition(
+    ok: bool,
+    reason: &str,
+    message: String,
+    old: Option<&MemberClusterStatus>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" }.to_owned();
+    let last_transition_time = old
+        .and_then(|o| o.conditions.iter().find(|c| c.type_ == CONDITION_READY))
+        .filter(|c| c.status == status)
+        .map_or_else(
+            || time(std::time::SystemTime::now()),
+            |c| c.last_transition_time.clone(),
+        );
+    Condition {
+        type_: CONDITION_READY.to_owned(),
+        status,
+        reason: reason.to_owned(),
+        message,
+        observed_generation: None,
+        last_transition_time,
+    }
+}
+
+/// The status of a member the hub has a session record of.
+pub fn status(
+    snapshot: &MemberSnapshot,
+    old: Option<&MemberClusterStatus>,
+) -> Option<MemberClusterStatus> {
+    let session = snapshot.session.as_ref()?;
+    let connected = session.state == SessionState::Connected;
+    Some(MemberClusterStatus {
+        state: Some(
+            if connected {
+                STATE_READY
+            } else {
+                STATE_UNREACHABLE
+            }
+            .to_owned(),
+        ),
+        agent_version: Some(session.agent_version.clone()),
+        kubernetes_version: Some(session.kubernetes_version.clone()),
+        last_heartbeat_time: Some(from_unix_ms(session.last_heartbeat_unix_ms)),
+        certificate_expiry: Some(from_unix_ms(
+            session.cert_not_after_unix.saturating_mul(1000),
+        )),
+        capacity: snapshot.capacity.as_ref().map(capacity),
+        conditions: vec![if connected {
+            ready_condition(
+                true,
+                REASON_CONNECTED,
+                format!(
+                    "session {} from {}",
+                    session.session_id, session.remote_addr
+                ),
+                old,
+            )
+        } else {
+            ready_condition(false, REASON_NOT_CONNECTED, session.reason.clone(), old)
+        }],
+    })
+}
+
+/// The status of a registered member that has not connected since the hub started.
+pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
+    let mut status = old.cloned().unwrap_or_default();
+    let was_seen =
+        old.is_some_and(|o| o.state.is_some() && o.state.as_deref() != Some(STATE_PENDING));
+    status.state = Some(
+        if was_seen {
+            STATE_UNREACHABLE
+        } else {
+            STATE_PENDING
+        }
+        .to_owned(),
+    );
+    status.conditions = vec![ready_condition(
+        false,
+        REASON_NOT_CONNECTED,
+        if was_seen {
+            "agent not connected since the hub started".to_owned()
+        } else {
+            "agent never connected".to_owned()
+        },
+        old,
+    )];
+    status
+}
+
+/// Writes MemberCluster status from the fleet until `shutdown`.
+pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let mut changes = ctx.fleet.subscribe();
+    let mut written: HashMap<String, MemberClusterStatus> = HashMap::new();
+    loop {
+        ctx.metrics.reconciled(CONTROLLER);
+        if let Err(error) = sync(&ctx, &mut written).await {
+            warn!(%error, "MemberCluster status not written");
+            ctx.metrics
+                .reconcile_failed(CONTROLLER, error.metric_label());
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(RESYNC) => {}
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(THROTTLE) => {}
+        }
+        changes.borrow_and_update();
+    }
+}
+
+#[instrument(skip_all)]
+async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>) -> Result<()> {
+    let api: Api<MemberCluster> = Api::all(ctx.client.clone());
+    let registered: BTreeMap<String, MemberCluster> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
+        .collect();
+    let snapshots = ctx.fleet.members();
+    let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
+    for snapshot in &snapshots {
+        let old = registered
+            .get(&snapshot.name)
+            .and_then(|m| m.status.as_ref());
+        if let Some(status) = status(snapshot, old) {
+            if !registered.contains_key(&snapshot.name) {
+                let object = MemberCluster::new(&snapshot.name, MemberClusterSpec::default());
+                match api.create(&PostParams::default(), &object).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            wanted.insert(snapshot.name.clone(), status);
+        }
+    }
+    for (name, member) in &registered {
+        if !wanted.contains_key(name) && !name.is_empty() {
+            wanted.insert(name.clone(), absent_status(member.status.as_ref()));
+        }
+    }
+    for (name, status) in wanted {
+        let current = registered.get(&name).and_then(|m| m.status.as_ref());
+        if current == Some(&status) || written.get(&name) == Some(&status) && current.is_some() {
+            continue;
+        }
+        let patch = json!({
+            "apiVersion": format!("{GROUP}/{VERSION}"),
+            "kind": "MemberCluster",
+            "status": status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+        ctx.metrics.status_written(CONTROLLER);
+        written.insert(name, status);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::MemberSession;
+
+    fn snapshot(state: SessionState) -> MemberSnapshot {
+        MemberSnapshot {
+            name: "m1".into(),
+            session: Some(MemberSession {
+                member: "m1".into(),
+                state,
+                reason: "no heartbeat for 3s".into(),
+                session_id: "s-1".into(),
+                remote_addr: "127.0.0.1:9".into(),
+                agent_version: "0.1.0".into(),
+                kubernetes_version: "v1.33.0".into(),
+                protocol_version: 1,
+                connected_since_unix_ms: 1_000,
+                last_heartbeat_unix_ms: 5_000,
+                cert_not_after_unix: 86_400,
+                sessions: 1,
+            }),
+            workloads: BTreeMap::new(),
+            capacity: Some(ClusterCapacity {
+                nodes: 3,
+                ready_nodes: 3,
+                allocatable_cpu_millis: 24_000,
+                allocatable_memory_bytes: 1 << 30,
+                requested_cpu_millis: 500,
+                requested_memory_bytes: 1 << 20,
+            }),
+            failures: vec![],
+            revision: 1,
+            acked_revision: 1,
+            last_report: None,
+        }
+    }
+
+    #[test]
+    fn status_from_a_connected_session() {
+        let s = status(&snapshot(SessionState::Connected), None).unwrap();
+        assert_eq!(s.state.as_deref(), Some(STATE_READY));
+        assert_eq!(s.agent_version.as_deref(), Some("0.1.0"));
+        assert_eq!(s.kubernetes_version.as_deref(), Some("v1.33.0"));
+        assert_eq!(s.last_heartbeat_time.unwrap().0.as_second(), 5);
+        assert_eq!(s.certificate_expiry.unwrap().0.as_second(), 86_400);
+        let c = s.capacity.unwrap();
+        assert_eq!(c.allocatable["cpu"].0, "24000m");
+        assert_eq!(c.allocated["memory"].0, (1u64 << 20).to_string());
+        assert_eq!(s.conditions[0].status, "True");
+    }
+
+    #[test]
+    fn unreachable_and_absent_members_and_kept_transition_times() {
+        let up = status(&snapshot(SessionState::Connected), None).unwrap();
+        let down = status(&snapshot(SessionState::Unreachable), Some(&up)).unwrap();
+        assert_eq!(down.state.as_deref(), Some(STATE_UNREACHABLE));
+        assert_eq!(down.conditions[0].message, "no heartbeat for 3s");
+        let mut old = up.clone();
+        old.conditions[0].last_transition_time = time(UNIX_EPOCH);
+        let again = status(&snapshot(SessionState::Connected), Some(&old)).unwrap();
+        assert_eq!(again.conditions[0].last_transition_time, time(UNIX_EPOCH));
+
+        assert_eq!(absent_status(None).state.as_deref(), Some(STATE_PENDING));
+        let absent = absent_status(Some(&up));
+        assert_eq!(absent.state.as_deref(), Some(STATE_UNREACHABLE));
+        assert_eq!(absent.agent_version.as_deref(), Some("0.1.0"));
+    }
+}
