@@ -27,9 +27,12 @@ impl std::str::FromStr for LogFormat {
 /// Logs go to stderr so that stdout stays free for machine-readable output.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a person at a terminal, never into log files or pipelines.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     // A second init (tests in one process) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
