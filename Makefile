@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test build fmt-check lint footprint crds
+.PHONY: demo test build fmt-check lint footprint crds bench-latency
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
@@ -29,3 +29,8 @@ footprint:
 ## Regenerate deploy/crds from the Rust types (a test fails when they drift).
 crds:
 	KEDGE_UPDATE_CRDS=1 $(CARGO) test -q -p kedge-core --test crd_yaml
+
+## /scale change to replicas in every member, end to end (README "Scaling latency").
+bench-latency:
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) bench -p kedge-sim --bench scale_latency
