@@ -365,6 +365,23 @@ mod tests {
         let v = view("m1", None, &workload(), Some(&previous));
         assert_eq!(v.state, STATE_UNREACHABLE);
         assert_eq!((v.spec_replicas, v.ready_replicas), (4, 3));
+        assert!(!v.connected);
+    }
+
+    #[test]
+    fn a_missing_workload_stays_missing_across_a_hub_restart_until_reported() {
+        let previous = DsoMemberClusterStatus {
+            state: Some(STATE_WORKLOAD_MISSING.into()),
+            description: Some("Deployment default/nginx not found".into()),
+            ..Default::default()
+        };
+        let s = snapshot(SessionState::Connected, None);
+        let v = view("m1", Some(&s), &workload(), Some(&previous));
+        assert_eq!(v.state, STATE_WORKLOAD_MISSING);
+        assert!(v.connected, "it is told its replicas, so that it reports");
+        let s = snapshot(SessionState::Connected, Some(status(true, 2, 2)));
+        let v = view("m1", Some(&s), &workload(), Some(&previous));
+        assert_eq!(v.state, STATE_READY, "the report wins");
     }
 
     #[test]
