@@ -420,6 +420,40 @@ async fn distributed_scaled_objects_end_to_end() {
         .wait_event("guarded", "CommandRefused", "NamespaceNotAllowed")
         .await;
 
+    // --- A `Value` metric is refused with a clear message; nothing is sent to members.
+    let valued = dso_yaml(
+        "valued",
+        "  memberClusters:\n  - {name: member-1}",
+        "absent",
+    )
+    .replace(
+        "        targetValue: \"5\"\n",
+        "        targetValue: \"5\"\n      metricType: Value\n",
+    );
+    assert!(valued.contains("metricType: Value"), "{valued}");
+    apply(&fleet, &valued, "valued.yaml").await;
+    let message = wait_for(LIMIT, "valued: Ready=False", || async {
+        let s = fleet.dso("valued")["status"].clone();
+        condition(&s, "Ready")
+            .filter(|c| c["status"] == "False")
+            .map(|c| c["message"].as_str().unwrap_or_default().to_owned())
+    })
+    .await;
+    assert!(
+        message.contains("spec.scaledObjectSpec.triggers[0].metricType")
+            && message.contains("AverageValue"),
+        "{message}"
+    );
+    fleet
+        .wait_event("valued", "InvalidSpec", "metricType")
+        .await;
+    assert!(
+        fleet
+            .hub_object("keda.sh/v1alpha1", "ScaledObject", "valued")
+            .is_none(),
+        "no child ScaledObject for an invalid DSO"
+    );
+
     // --- Pause: nothing changes in members while the total moves.
     fleet
         .kubectl(&["annotate", "dso/nginx", "autoscaling.keda.sh/paused=true"])

@@ -210,7 +210,13 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     for member in &names {
         let workload = observe::target(dso, &namespace, member);
         let prev = previous.member_cluster_statuses.get(member);
-        let view = observe::view(member, snapshots.get(member), &workload, prev);
+        let view = observe::view(
+            member,
+            snapshots.get(member),
+            &workload,
+            prev,
+            ctx.starting(),
+        );
         let since = ctx.track(&owner, member, view.state, prev, now);
         views.push((view, since));
     }

@@ -201,7 +201,8 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
         }
     }
     for (name, member) in &registered {
-        if !wanted.contains_key(name) && !name.is_empty() {
+        // Right after a hub start, agents are still finding the new hub.
+        if !wanted.contains_key(name) && !name.is_empty() && !ctx.starting() {
             wanted.insert(name.clone(), absent_status(member.status.as_ref()));
         }
     }

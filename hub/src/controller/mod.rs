@@ -131,6 +131,10 @@ pub struct Context {
     pub scaled_objects: ApiResource,
     /// Since when each (DSO, member) has been in its state.
     states: Mutex<MemberStates>,
+    /// When the controllers started.
+    started: tokio::time::Instant,
+    /// How long after the start absent members keep their previous state.
+    startup_grace: Duration,
 }
 
 impl std::fmt::Debug for Context {
@@ -145,6 +149,7 @@ impl Context {
         let instance = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
             .ok();
+        let fleet_deadline = fleet.registry().liveness().deadline();
         Self {
             recorder: Recorder::new(client.clone(), FIELD_MANAGER, instance),
             client,
@@ -155,7 +160,14 @@ impl Context {
                 "scaledobjects",
             ),
             states: Mutex::new(HashMap::new()),
+            started: tokio::time::Instant::now(),
+            startup_grace: fleet_deadline,
         }
+    }
+
+    /// Whether the hub started so recently that agents may not have reconnected yet.
+    pub fn starting(&self) -> bool {
+        self.started.elapsed() < self.startup_grace
     }
 
     fn states(&self) -> std::sync::MutexGuard<'_, MemberStates> {
