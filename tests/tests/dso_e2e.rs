@@ -660,6 +660,14 @@ async fn distributed_scaled_objects_end_to_end() {
     })
     .await;
     assert_eq!(fleet.replicas("member-1", "web"), Some(2));
+
+    // One member was lost once; the hub restart added no lost member to status or Events.
+    let lost: Vec<_> = fleet
+        .events("nginx")
+        .into_iter()
+        .filter(|(reason, _)| reason == "MemberLost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:#?}");
 }
 
 fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {

@@ -132,7 +132,10 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     let owner = owner_key(&namespace, &name);
     let generation = dso.metadata.generation;
-    let previous = dso.status.clone().unwrap_or_default();
+    let observed = dso.status.clone().unwrap_or_default();
+    // What this process wrote last is newer than a cached object that has not caught up
+    // with the write yet; comparing with it keeps Events from repeating.
+    let previous = ctx.written(&owner).unwrap_or_else(|| observed.clone());
     let annotations = dso.annotations().clone();
     let selector = format!("{LABEL_DSO}={name}");
 
@@ -173,7 +176,10 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             );
             keep_transition_times(&mut conditions, &previous.conditions);
             status.conditions = conditions;
-            write_status(ctx, &namespace, &name, &status).await?;
+            if status != observed {
+                write_status(ctx, &namespace, &name, &status).await?;
+            }
+            ctx.remember(&owner, status);
             return Ok(Action::requeue(RESYNC));
         }
     };
@@ -332,9 +338,10 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         selector: Some(selector),
         conditions,
     };
-    if status != previous {
+    if status != observed {
         write_status(ctx, &namespace, &name, &status).await?;
     }
+    ctx.remember(&owner, status);
 
     // Wake up when the first grace period of a member out of use runs out.
     let next = views

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kedge_core::crd::DistributedScaledObject;
-use kedge_core::crd::dso::DsoMemberClusterStatus;
+use kedge_core::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -131,6 +131,8 @@ pub struct Context {
     pub scaled_objects: ApiResource,
     /// Since when each (DSO, member) has been in its state.
     states: Mutex<MemberStates>,
+    /// The DSO status this process wrote last, by owner.
+    written: Mutex<HashMap<String, DistributedScaledObjectStatus>>,
     /// When the controllers started.
     started: tokio::time::Instant,
     /// How long after the start absent members keep their previous state.
@@ -149,7 +151,9 @@ impl Context {
         let instance = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
             .ok();
-        let fleet_deadline = fleet.registry().liveness().deadline();
+        // Agents notice a lost hub only after their own heartbeat deadline and then back off
+        // before dialing again: give them two deadlines.
+        let fleet_deadline = fleet.registry().liveness().deadline().saturating_mul(2);
         Self {
             recorder: Recorder::new(client.clone(), FIELD_MANAGER, instance),
             client,
@@ -160,6 +164,7 @@ impl Context {
                 "scaledobjects",
             ),
             states: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             started: tokio::time::Instant::now(),
             startup_grace: fleet_deadline,
         }
@@ -199,6 +204,24 @@ impl Context {
     /// Forgets everything tracked for `owner`.
     pub fn forget(&self, owner: &str) {
         self.states().retain(|(o, _), _| o != owner);
+        self.written_map().remove(owner);
+    }
+
+    fn written_map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, DistributedScaledObjectStatus>> {
+        // Entries are replaced whole; a poisoned lock holds no torn entry.
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The status last written for `owner` by this process.
+    pub fn written(&self, owner: &str) -> Option<DistributedScaledObjectStatus> {
+        self.written_map().get(owner).cloned()
+    }
+
+    /// Records the status just written (or found already in place) for `owner`.
+    pub fn remember(&self, owner: &str, status: DistributedScaledObjectStatus) {
+        self.written_map().insert(owner.to_owned(), status);
     }
 
     /// Publishes an Event about a DSO; a failure is logged, never fatal.
