@@ -194,9 +194,11 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         .map(|m| (m.name.clone(), m))
         .collect();
     let names: BTreeSet<String> = if dso.spec.member_clusters.is_empty() {
-        let registered = Api::<MemberCluster>::all(ctx.client.clone())
-            .list_metadata(&ListParams::default())
-            .await?;
+        let registered = super::bounded(
+            "list MemberClusters",
+            Api::<MemberCluster>::all(ctx.client.clone()).list_metadata(&ListParams::default()),
+        )
+        .await?;
         registered
             .items
             .iter()
@@ -483,10 +485,13 @@ async fn write_status(
         "kind": "DistributedScaledObject",
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(super::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
+    super::bounded(
+        "apply DistributedScaledObject status",
+        api.patch_status(
+            name,
+            &PatchParams::apply(super::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        ),
     )
     .await?;
     ctx.metrics.status_written(CONTROLLER);
@@ -537,10 +542,13 @@ async fn apply_scaled_object(
     let object = scaled_object(dso, namespace, name)?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
-    api.patch(
-        name,
-        &PatchParams::apply(super::FIELD_MANAGER).force(),
-        &Patch::Apply(&object),
+    super::bounded(
+        "apply ScaledObject",
+        api.patch(
+            name,
+            &PatchParams::apply(super::FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        ),
     )
     .await?;
     Ok(())

@@ -17,10 +17,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
 
-use super::{Context, FIELD_MANAGER, time};
-use crate::Result;
+use super::{Context, FIELD_MANAGER, bounded, time};
 use crate::fleet::MemberSnapshot;
 use crate::registry::SessionState;
+use crate::{Error, Result};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "membercluster";
@@ -175,13 +175,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 #[instrument(skip_all)]
 async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.client.clone());
-    let registered: BTreeMap<String, MemberCluster> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
-        .collect();
+    let registered: BTreeMap<String, MemberCluster> =
+        bounded("list MemberClusters", api.list(&ListParams::default()))
+            .await?
+            .items
+            .into_iter()
+            .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
+            .collect();
     let snapshots = ctx.fleet.members();
     let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
     for snapshot in &snapshots {
@@ -191,10 +191,15 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
         if let Some(status) = status(snapshot, old) {
             if !registered.contains_key(&snapshot.name) {
                 let object = MemberCluster::new(&snapshot.name, MemberClusterSpec::default());
-                match api.create(&PostParams::default(), &object).await {
+                match bounded(
+                    "create MemberCluster",
+                    api.create(&PostParams::default(), &object),
+                )
+                .await
+                {
                     Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                    Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {}
+                    Err(e) => return Err(e),
                 }
             }
             wanted.insert(snapshot.name.clone(), status);
@@ -216,10 +221,13 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
             "kind": "MemberCluster",
             "status": status,
         });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
+        bounded(
+            "apply MemberCluster status",
+            api.patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            ),
         )
         .await?;
         ctx.metrics.status_written(CONTROLLER);

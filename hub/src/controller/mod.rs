@@ -35,6 +35,20 @@ use crate::{Error, Result};
 /// The one field manager of every server-side apply the hub sends.
 pub const FIELD_MANAGER: &str = "kedge-hub";
 
+/// Longest wait for one call to the hub cluster's API.
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one API call under [`API_TIMEOUT`].
+pub async fn bounded<T>(
+    what: &'static str,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(API_TIMEOUT, call).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(Error::Timeout { what }),
+    }
+}
+
 /// Coalescing window of fleet changes before every DSO is reconciled again.
 const FLEET_THROTTLE: Duration = Duration::from_millis(100);
 
@@ -99,9 +113,12 @@ impl Recorder {
             ),
             ..Default::default()
         };
-        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
-            .await?;
+        bounded(
+            "create Event",
+            Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+                .create(&PostParams::default(), &event),
+        )
+        .await?;
         Ok(())
     }
 }
