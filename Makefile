@@ -3,10 +3,10 @@ CARGO ?= cargo
 
 .PHONY: demo test build fmt-check lint footprint crds
 
-## The main job: a local simulated fleet on loopback.
+## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
 	$(CARGO) build --release --workspace --bins
-	bash scripts/demo.sh
+	target/release/kedge-sim up --dir .kedge-fleet
 
 ## The whole test suite (README's second command; .ci/run calls it).
 test: fmt-check

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Measures the agent's footprint: release binary size and resident memory of an idle agent
-# connected to a hub on loopback (after a settle time). Prints a Markdown table.
+# connected to a hub on loopback and to a simulated member cluster (after a settle time).
+# Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p kedge-hub -p kedge-agent --bins >/dev/null
+cargo build --release -p kedge-hub -p kedge-agent -p kedge-sim --bins >/dev/null
 B=target/release
 dir=$(mktemp -d)
-trap 'kill $hub $agent 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap 'kill $hub $agent $sim 2>/dev/null || true; rm -rf "$dir"' EXIT
 "$B/kubectl-kedge" dev-certs --dir "$dir" --members footprint >/dev/null
+"$B/kedge-sim" serve --clusters footprint --dir "$dir" >"$dir/sim.out" 2>/dev/null & sim=$!
+for _ in $(seq 1 100); do grep -q "kedge-sim ready" "$dir/sim.out" && break; sleep 0.1; done
 port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$B/kedge-hub" --listen "127.0.0.1:$port" --ops-listen 127.0.0.1:0 \
   --tls-cert "$dir/hub.pem" --tls-key "$dir/hub-key.pem" --tls-ca "$dir/ca.pem" 2>/dev/null & hub=$!
 sleep 0.5
-"$B/kedge-agent" --hub "127.0.0.1:$port" --hub-server-name localhost --ops-listen 127.0.0.1:0 \
+"$B/kedge-agent" --hub "127.0.0.1:$port" --hub-server-name localhost --ops-listen 127.0.0.1:0 --kubeconfig "$dir/footprint.kubeconfig" \
   --tls-cert "$dir/member-footprint.pem" --tls-key "$dir/member-footprint-key.pem" --tls-ca "$dir/ca.pem" 2>/dev/null & agent=$!
 settle=${SETTLE_SECONDS:-20}
 sleep "$settle"

@@ -117,7 +117,7 @@ const SCRIPT: [(u64, Action, &str); 6] = [
     (
         40,
         Action::CutOff,
-        "member-3's agent is frozen: Unreachable in 3 s, its share moves after the 20 s grace period (its pods keep running)",
+        "member-3 cut off (agent frozen): Unreachable in 3 s, share moves after 20 s grace; pods keep running",
     ),
     (
         75,

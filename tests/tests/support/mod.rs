@@ -173,7 +173,18 @@ pub async fn start_clusters(dir: &Path, names: &[&str]) -> kedge_sim::Sim {
 
 /// Starts an agent for `member`, acting on the simulated cluster `DIR/MEMBER.kubeconfig`.
 pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Proc {
-    let args = [
+    start_agent_with(pki, member, ports, log, &[])
+}
+
+/// [`start_agent`] with extra flags.
+pub fn start_agent_with(
+    pki: &Pki,
+    member: &str,
+    ports: HubPorts,
+    log: PathBuf,
+    extra: &[&str],
+) -> Proc {
+    let mut args = vec![
         "--kubeconfig".into(),
         pki.dir
             .join(format!("{member}.kubeconfig"))
@@ -196,6 +207,7 @@ pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Pr
         "--reconnect-max".into(),
         "1s".into(),
     ];
+    args.extend(extra.iter().map(|a| a.to_string()));
     Proc::spawn(&bin("kedge-agent"), &args, log)
 }
 

@@ -1,0 +1,273 @@
+//! The real `kedge-agent` against a scripted hub peer (real QUIC, real mTLS) and a simulated
+//! member cluster: it applies replicas through `/scale`, refuses namespaces it does not
+//! manage, reports a missing workload instead of creating it, restores a replica count
+//! changed by hand, reports capacity, and keeps everything when the hub goes away.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kedge_net::tls::{self, TlsMaterial, TransportTuning};
+use kedge_protocol::*;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::*;
+
+type HubSide = FramedStream<quinn::RecvStream, quinn::SendStream, AgentMessage, HubMessage>;
+
+fn deployment(name: &str, replicas: i32) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "nginx",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+        }
+    }))
+    .unwrap()
+}
+
+fn workload(namespace: &str, name: &str) -> WorkloadRef {
+    WorkloadRef {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+/// Reads control messages until `pick` returns something, answering nothing.
+async fn next<T>(
+    control: &mut HubSide,
+    what: &str,
+    mut pick: impl FnMut(AgentMessage) -> Option<T>,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let message = control
+                .recv()
+                .await
+                .unwrap()
+                .expect("agent closed the control stream");
+            if let Some(found) = pick(message) {
+                return found;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_applies_refuses_reports_and_restores() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::create(dir.path(), &["edge"]).await;
+    let clusters = start_clusters(dir.path(), &["edge"]).await;
+    let client = clusters.cluster("edge").unwrap().client().unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "apps");
+    deployments
+        .create(&PostParams::default(), &deployment("web", 1))
+        .await
+        .unwrap();
+
+    // A scripted hub: the real server TLS configuration, our own session logic.
+    let material = TlsMaterial::from_files(
+        std::path::Path::new(&pki.path("hub.pem")),
+        std::path::Path::new(&pki.path("hub-key.pem")),
+        std::path::Path::new(&pki.path("ca.pem")),
+    )
+    .unwrap();
+    let endpoint = quinn::Endpoint::server(
+        tls::server_config(material, TransportTuning::default()).unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap();
+    let ports = HubPorts {
+        quic: endpoint.local_addr().unwrap().port(),
+        ops: 0,
+    };
+    let mut agent = start_agent_with(
+        &pki,
+        "edge",
+        ports,
+        dir.path().join("agent.log"),
+        &["--namespaces", "apps", "--report-interval", "300ms"],
+    );
+
+    let connection = tokio::time::timeout(Duration::from_secs(20), async {
+        endpoint.accept().await.unwrap().await.unwrap()
+    })
+    .await
+    .unwrap();
+    let (send, recv) = connection.accept_bi().await.unwrap();
+    let mut control = HubSide::new(recv, send);
+    let Some(AgentMessage::Hello(hello)) = control.recv().await.unwrap() else {
+        panic!("expected Hello")
+    };
+    assert!(hello.kubernetes_version.starts_with('v'), "{hello:?}");
+    assert_eq!(hello.namespaces, vec!["apps".to_string()]);
+    control
+        .send(&HubMessage::Welcome(Welcome {
+            protocol_version: PROTOCOL_VERSION,
+            hub_version: "test".into(),
+            session_id: "s1".into(),
+            member: "edge".into(),
+            heartbeat_interval_ms: 200,
+        }))
+        .await
+        .unwrap();
+    let heartbeat_conn = connection.clone();
+    tokio::spawn(async move {
+        let (send, recv) = heartbeat_conn.accept_bi().await.unwrap();
+        let mut beats = HubSide::new(recv, send);
+        while let Ok(Some(AgentMessage::Heartbeat(b))) = beats.recv().await {
+            if beats
+                .send(&HubMessage::HeartbeatAck(HeartbeatAck { seq: b.seq }))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+
+    // A full report arrives first, with the cluster's capacity (3 nodes x 8 CPUs).
+    let capacity = next(&mut control, "a full report", |m| match m {
+        AgentMessage::Report(r) if r.full => Some(r.capacity),
+        _ => None,
+    })
+    .await
+    .expect("capacity in the full report");
+    assert_eq!(
+        (capacity.ready_nodes, capacity.allocatable_cpu_millis),
+        (3, 24_000)
+    );
+
+    let owner = "apps/web-dso".to_string();
+    let desired = DesiredState {
+        revision: 1,
+        workloads: vec![
+            WorkloadReplicas {
+                workload: workload("apps", "web"),
+                replicas: 3,
+                owner: owner.clone(),
+            },
+            WorkloadReplicas {
+                workload: workload("apps", "ghost"),
+                replicas: 2,
+                owner: owner.clone(),
+            },
+            WorkloadReplicas {
+                workload: workload("kube-system", "coredns"),
+                replicas: 0,
+                owner: owner.clone(),
+            },
+        ],
+        ..Default::default()
+    };
+    control
+        .send(&HubMessage::DesiredState(desired))
+        .await
+        .unwrap();
+    let ack = next(&mut control, "the ack of revision 1", |m| match m {
+        AgentMessage::Ack(a) if a.revision == 1 => Some(a),
+        _ => None,
+    })
+    .await;
+    let failure_of = |name: &str| {
+        ack.results
+            .iter()
+            .find(|r| matches!(&r.target, CommandTarget::Workload(w) if w.name == name))
+            .unwrap_or_else(|| panic!("no result for {name}: {ack:?}"))
+            .failure
+            .clone()
+    };
+    assert_eq!(failure_of("web"), None);
+    let ghost = failure_of("ghost").expect("a missing workload fails");
+    assert_eq!(
+        (ghost.retry, ghost.code),
+        (Retry::Permanent, FailureCode::NotFound)
+    );
+    let refused = failure_of("coredns").expect("kube-system is refused");
+    assert_eq!(
+        (refused.retry, refused.code),
+        (Retry::Permanent, FailureCode::NamespaceNotAllowed)
+    );
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+    assert!(
+        deployments.get_opt("ghost").await.unwrap().is_none(),
+        "a missing workload was created"
+    );
+
+    // Reports: web exists with 3 replicas, ghost is reported missing.
+    next(
+        &mut control,
+        "a report of web (3) and ghost (missing)",
+        |m| match m {
+            AgentMessage::Report(r) => {
+                let web = r.workloads.iter().find(|w| w.workload.name == "web");
+                let ghost = r.workloads.iter().find(|w| w.workload.name == "ghost");
+                (web.is_some_and(|w| w.exists && w.spec_replicas == 3)
+                    && ghost.is_some_and(|g| !g.exists))
+                .then_some(())
+            }
+            _ => None,
+        },
+    )
+    .await;
+
+    // Someone scales by hand: the agent puts it back.
+    let patch = json!({"spec": {"replicas": 7}});
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let restored = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            if deployments.get("web").await.unwrap().spec.unwrap().replicas == Some(3) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        restored.is_ok(),
+        "replicas changed by hand were not restored:\n{}",
+        agent.log_text()
+    );
+
+    // The hub goes away: nothing changes in the member cluster.
+    connection.close(0u32.into(), b"hub gone");
+    endpoint.close(0u32.into(), b"hub gone");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(3)
+    );
+    assert!(
+        agent.is_running(),
+        "the agent must keep running without its hub"
+    );
+    let _keep = Arc::new(clusters);
+}
