@@ -31,7 +31,10 @@ async fn members_total(apis: &[Api<Deployment>]) -> i32 {
 #[tokio::main]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let rounds: usize = std::env::var("SCALE_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let rounds: usize = std::env::var("SCALE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
     let dir = tempfile::tempdir().unwrap();
     let mut config = FleetConfig::new(3, dir.path().to_owned()).unwrap();
     // Benches run from target/<profile>/deps; the binaries are one level up.
@@ -39,12 +42,16 @@ async fn main() {
         config.bin_dir.pop();
     }
     let fleet = Fleet::up(config).await.expect("fleet up");
-    kedge_sim::demo::install_example(&fleet).await.expect("example installed");
+    kedge_sim::demo::install_example(&fleet)
+        .await
+        .expect("example installed");
     let hub = fleet.sim.cluster(HUB_CLUSTER).unwrap().client().unwrap();
     let dsos: Api<DistributedScaledObject> = Api::namespaced(hub, "default");
     // Keep KEDA from polling during the bench, so that only the bench sets the total.
     let quiet = json!({"spec": {"scaledObjectSpec": {"pollingInterval": 3600}}});
-    dsos.patch("nginx", &PatchParams::default(), &Patch::Merge(&quiet)).await.unwrap();
+    dsos.patch("nginx", &PatchParams::default(), &Patch::Merge(&quiet))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let members: Vec<Api<Deployment>> = fleet
         .members()
@@ -58,7 +65,9 @@ async fn main() {
         let target = 4 + (round as i32 % 2) * 6; // 4, 10, 4, 10, ...
         let patch = json!({"spec": {"replicas": target}});
         let start = Instant::now();
-        dsos.patch_scale("nginx", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        dsos.patch_scale("nginx", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
         let deadline = start + Duration::from_secs(30);
         loop {
             if members_total(&members).await == target {
@@ -75,17 +84,27 @@ async fn main() {
     fleet.shutdown().await;
 
     samples.sort();
-    let pct = |p: f64| samples.get(((samples.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or_default();
+    let pct = |p: f64| {
+        samples
+            .get(((samples.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
     println!("| /scale change → replicas set in all 3 members | value |");
     println!("|---|---|");
-    println!("| rounds measured (timeouts) | {} ({timeouts}) |", samples.len());
+    println!(
+        "| rounds measured (timeouts) | {} ({timeouts}) |",
+        samples.len()
+    );
     println!("| p50 | {} |", ms(pct(0.5)));
     println!("| p95 | {} |", ms(pct(0.95)));
     println!("| max | {} |", ms(pct(1.0)));
     println!(
         "| machine | {} cores, {} |",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
         std::env::consts::ARCH
     );
     assert_eq!(timeouts, 0, "some /scale changes never reached the members");

@@ -193,7 +193,8 @@ pub fn view(
         })
     });
     match failure {
-        Some(f) if f.code == FailureCode::NotFound => {
+        // A later report that the workload exists wins over an older acknowledgement.
+        Some(f) if f.code == FailureCode::NotFound && !report.is_some_and(|r| r.exists) => {
             v.state = STATE_WORKLOAD_MISSING;
             v.description =
                 format!("{kind_name} not found in the member; kedge does not create it");
@@ -341,6 +342,28 @@ mod tests {
         assert_eq!(o.state, MemberState::Unreachable);
         assert_eq!(o.unreachable_for, Duration::from_secs(2));
         assert_eq!(o.current_replicas, 0);
+    }
+
+    #[test]
+    fn a_workload_that_appears_is_ready_despite_the_older_not_found_ack() {
+        let mut s = snapshot(SessionState::Connected, Some(status(true, 0, 0)));
+        s.failures = vec![(
+            CommandTarget::Workload(workload()),
+            Failure {
+                retry: Retry::Permanent,
+                code: FailureCode::NotFound,
+                message: "deployments.apps \"nginx\" not found".into(),
+            },
+        )];
+        assert_eq!(
+            view("m1", Some(&s), &workload(), None, false).state,
+            STATE_READY
+        );
+        s.workloads.clear();
+        assert_eq!(
+            view("m1", Some(&s), &workload(), None, false).state,
+            STATE_WORKLOAD_MISSING
+        );
     }
 
     #[test]
