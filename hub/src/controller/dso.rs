@@ -52,6 +52,9 @@ pub const EVENT_WORKLOAD_MISSING: &str = "WorkloadMissing";
 /// Event reason: the spec or annotations are invalid.
 pub const EVENT_INVALID_SPEC: &str = "InvalidSpec";
 
+/// Condition reason and Event reason: the child ScaledObject cannot be created.
+pub const REASON_KEDA_UNAVAILABLE: &str = "KedaUnavailable";
+
 /// Longest wait between two reconciliations of one DSO.
 const RESYNC: Duration = Duration::from_secs(30);
 
@@ -184,7 +187,31 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         }
     };
 
-    apply_scaled_object(dso, ctx, &namespace, &name).await?;
+    // Without KEDA's CRD the split still follows `/scale` (kubectl scale); say so.
+    let keda_missing = match apply_scaled_object(dso, ctx, &namespace, &name).await {
+        Ok(()) => None,
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Some(format!(
+            "cannot create the ScaledObject: {} (is KEDA installed in the hub cluster?); \
+             the total changes only through /scale",
+            e.message
+        )),
+        Err(e) => return Err(e),
+    };
+    if let Some(message) = &keda_missing
+        && !previous
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_DEGRADED && c.reason == REASON_KEDA_UNAVAILABLE)
+    {
+        ctx.publish(
+            dso,
+            EventType::Warning,
+            REASON_KEDA_UNAVAILABLE,
+            "ApplyScaledObject",
+            message.clone(),
+        )
+        .await;
+    }
 
     // Every member the DSO may use: those listed, else every registered or connected one.
     let snapshots: BTreeMap<String, crate::fleet::MemberSnapshot> = ctx
@@ -306,7 +333,15 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             generation,
         ),
     });
-    conditions.push(if plan.shortfall > 0 {
+    conditions.push(if let Some(message) = keda_missing {
+        condition(
+            CONDITION_DEGRADED,
+            true,
+            REASON_KEDA_UNAVAILABLE,
+            message,
+            generation,
+        )
+    } else if plan.shortfall > 0 {
         condition(
             CONDITION_DEGRADED,
             true,
