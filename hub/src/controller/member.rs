@@ -2,7 +2,7 @@
 //! shows what the hub knows of its agent session: state, versions, last heartbeat,
 //! certificate expiry and capacity.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -151,13 +151,22 @@ pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
 /// Writes MemberCluster status from the fleet until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let mut changes = ctx.fleet.subscribe();
-    let mut written: HashMap<String, MemberClusterStatus> = HashMap::new();
+    let mut backoff = Duration::ZERO;
     loop {
         ctx.metrics.reconciled(CONTROLLER);
-        if let Err(error) = sync(&ctx, &mut written).await {
-            warn!(%error, "MemberCluster status not written");
-            ctx.metrics
-                .reconcile_failed(CONTROLLER, error.metric_label());
+        match sync(&ctx).await {
+            Ok(()) => backoff = Duration::ZERO,
+            Err(error) => {
+                warn!(%error, "MemberCluster status not written");
+                ctx.metrics
+                    .reconcile_failed(CONTROLLER, error.metric_label());
+                // Back off while the hub cluster refuses: 1 s doubling to 30 s.
+                backoff = (backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -173,7 +182,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 #[instrument(skip_all)]
-async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>) -> Result<()> {
+async fn sync(ctx: &Context) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.client.clone());
     let registered: BTreeMap<String, MemberCluster> =
         bounded("list MemberClusters", api.list(&ListParams::default()))
@@ -213,7 +222,8 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
     }
     for (name, status) in wanted {
         let current = registered.get(&name).and_then(|m| m.status.as_ref());
-        if current == Some(&status) || written.get(&name) == Some(&status) && current.is_some() {
+        // The list is read fresh each pass: write only what differs.
+        if current == Some(&status) {
             continue;
         }
         let patch = json!({
@@ -231,7 +241,6 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
         )
         .await?;
         ctx.metrics.status_written(CONTROLLER);
-        written.insert(name, status);
     }
     Ok(())
 }
