@@ -227,6 +227,12 @@ pub fn view(
         }
         _ => {}
     }
+    if v.state == STATE_WORKLOAD_MISSING || v.state == STATE_REFUSED {
+        // Within the grace period the others plan around what this member was meant to
+        // run, as for an unreachable member: a workload re-created a moment later causes
+        // no churn elsewhere.
+        v.spec_replicas = previous.map_or(0, |p| non_negative(p.desired_replicas));
+    }
     v
 }
 
@@ -342,6 +348,15 @@ mod tests {
         assert_eq!(o.state, MemberState::Unreachable);
         assert_eq!(o.unreachable_for, Duration::from_secs(2));
         assert_eq!(o.current_replicas, 0);
+        // It holds the share it was given while the grace period runs.
+        let previous = DsoMemberClusterStatus {
+            desired_replicas: 3,
+            state: Some(STATE_READY.into()),
+            ..Default::default()
+        };
+        let v = view("m1", Some(&s), &workload(), Some(&previous), false);
+        assert_eq!(v.observation(Duration::ZERO).unwrap().current_replicas, 3);
+        assert_eq!(v.ready_replicas, 0);
     }
 
     #[test]
