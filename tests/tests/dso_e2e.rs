@@ -598,7 +598,12 @@ async fn distributed_scaled_objects_end_to_end() {
     // --- Restarting the hub changes nothing that was correct.
     wait_for(LIMIT, "status settled before the restart", || async {
         let s = fleet.dso("nginx")["status"].clone();
-        (s["membersHealthyCount"] == 2 && s["totalCurrentReplicas"] == 10).then_some(())
+        let w = fleet.dso("web")["status"].clone();
+        let web_back = ["member-1", "member-2"]
+            .iter()
+            .all(|m| w["memberClusterStatuses"][m]["state"] == "Ready")
+            && w["totalCurrentReplicas"] == 4;
+        (s["membersHealthyCount"] == 2 && s["totalCurrentReplicas"] == 10 && web_back).then_some(())
     })
     .await;
     let before: Vec<Vec<Option<i64>>> = ["nginx", "web"]
@@ -661,6 +666,41 @@ async fn distributed_scaled_objects_end_to_end() {
     })
     .await;
     fleet.wait_event("web", "MemberReturned", "member-3").await;
+
+    // --- It is deleted again: the others hold their replicas for the grace period, then
+    // take member-3's share.
+    let others = |split: &[Option<i64>]| split[..2].to_vec();
+    let held = others(&web);
+    Api::<Deployment>::namespaced(
+        fleet.sim.cluster("member-3").unwrap().client().unwrap(),
+        "default",
+    )
+    .delete("web", &Default::default())
+    .await
+    .unwrap();
+    wait_for(LIMIT, "web: member-3 missing again", || async {
+        let s = fleet.dso("web")["status"].clone();
+        (s["memberClusterStatuses"]["member-3"]["state"] == "WorkloadMissing").then_some(())
+    })
+    .await;
+    let missing_since = Instant::now();
+    let moved = wait_for(LIMIT, "web: member-3's share moved", || async {
+        let split = fleet.split("web", &MEMBERS);
+        let total: i64 = split[..2].iter().flatten().sum();
+        if total != 4 {
+            if missing_since.elapsed() < GRACE - Duration::from_millis(500) {
+                assert_eq!(others(&split), held, "moved before the grace period");
+            }
+            return None;
+        }
+        Some(missing_since.elapsed())
+    })
+    .await;
+    assert!(
+        moved >= GRACE - Duration::from_millis(500),
+        "share moved {moved:?} after the workload was reported missing"
+    );
+    let web = fleet.split("web", &MEMBERS);
 
     // --- Deleting a DSO deletes its child ScaledObject and leaves the members' pods.
     fleet.kubectl(&["delete", "dso/web", "--wait=true"]).await;
