@@ -583,13 +583,15 @@ fn check_kind(t: &Target, obj: &Value) -> Result<()> {
     Ok(())
 }
 
-fn reject_dry_run(r: &Req) -> Result<()> {
-    if r.q("dryRun").is_some_and(|v| !v.is_empty()) {
-        return Err(Error::BadRequest(
-            "dryRun is not supported by kedge-sim".into(),
-        ));
+/// `?dryRun=All`: the write runs against a scratch copy of the store and is not persisted.
+fn dry_run(r: &Req) -> Result<bool> {
+    match r.q("dryRun") {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(v) => Err(Error::BadRequest(format!(
+            "dryRun: Unsupported value: {v:?}: supported values: \"All\""
+        ))),
     }
-    Ok(())
 }
 
 fn created(c: &ClusterShared, obj: &Value) -> Result<Response> {
@@ -603,7 +605,7 @@ fn done(c: &ClusterShared, obj: &Value) -> Result<Response> {
 }
 
 fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
-    reject_dry_run(r)?;
+    let dry = dry_run(r)?;
     let ns = ns_of(t)?.to_string();
     let mut obj = body_json(r)?;
     check_kind(t, &obj)?;
@@ -622,9 +624,15 @@ fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         None,
         &crate::util::rfc3339(now),
     );
-    let mut store = c.store();
+    let mut guard = c.store();
+    let mut scratch = None;
+    let store: &mut crate::store::Store = if dry {
+        scratch.insert(guard.dry_clone())
+    } else {
+        &mut guard
+    };
     let out = store.create(&t.def, &ns, obj, now)?;
-    drop(store);
+    drop(guard);
     created(c, &versioned(&t.def, &t.version, &out))
 }
 
@@ -661,16 +669,22 @@ fn update(
     name: &str,
     sub: Option<&str>,
 ) -> Result<Response> {
-    reject_dry_run(r)?;
+    let dry = dry_run(r)?;
     let ns = ns_of(t)?.to_string();
     let body = body_json(r)?;
     check_kind(t, &body)?;
     let now = c.now();
-    let mut store = c.store();
+    let mut guard = c.store();
+    let mut scratch = None;
+    let store: &mut crate::store::Store = if dry {
+        scratch.insert(guard.dry_clone())
+    } else {
+        &mut guard
+    };
     let out = match sub {
         Some("scale") => {
-            let current = load(&store, t, name)?;
-            write_scale(&mut store, t, &current, &body, &manager_of(r), now)?
+            let current = load(store, t, name)?;
+            write_scale(store, t, &current, &body, &manager_of(r), now)?
         }
         _ => {
             let scope = if sub == Some("status") {
@@ -678,13 +692,13 @@ fn update(
             } else {
                 WriteScope::Main
             };
-            let current = load(&store, t, name)?;
+            let current = load(store, t, name)?;
             let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
             versioned(&t.def, &t.version, &out)
         }
     };
-    drop(store);
+    drop(guard);
     done(c, &out)
 }
 
@@ -794,7 +808,7 @@ fn patch(
     name: &str,
     sub: Option<&str>,
 ) -> Result<Response> {
-    reject_dry_run(r)?;
+    let dry = dry_run(r)?;
     let ns = ns_of(t)?.to_string();
     let ct = r
         .content_type()
@@ -805,7 +819,13 @@ fn patch(
         .to_string();
     let now = c.now();
     let ts = crate::util::rfc3339(now);
-    let mut store = c.store();
+    let mut guard = c.store();
+    let mut scratch = None;
+    let store: &mut crate::store::Store = if dry {
+        scratch.insert(guard.dry_clone())
+    } else {
+        &mut guard
+    };
     let current = store.get(&t.def.key, &ns, name).cloned();
     if ct == "application/apply-patch+yaml" {
         let manager = r
@@ -834,7 +854,7 @@ fn patch(
             let mut obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
             meta_mut(&mut obj).insert("name".into(), json!(name));
             let out = store.create(&t.def, &ns, obj, now)?;
-            drop(store);
+            drop(guard);
             return created(c, &versioned(&t.def, &t.version, &out));
         };
         let out = match sub {
@@ -842,7 +862,7 @@ fn patch(
                 let scale = scale_of(&t.def, &current);
                 let patched =
                     crate::patch::apply::apply_subresource(Some(&scale), &applied, opts(sub))?;
-                write_scale(&mut store, t, &current, &patched, manager, now)?
+                write_scale(store, t, &current, &patched, manager, now)?
             }
             _ => {
                 let mut obj =
@@ -860,7 +880,7 @@ fn patch(
                 versioned(&t.def, &t.version, &out)
             }
         };
-        drop(store);
+        drop(guard);
         return done(c, &out);
     }
     let current = current.ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))?;
@@ -913,7 +933,7 @@ fn patch(
         meta_mut(&mut doc).remove("resourceVersion");
     }
     let out = match sub {
-        Some("scale") => write_scale(&mut store, t, &current, &doc, &manager_of(r), now)?,
+        Some("scale") => write_scale(store, t, &current, &doc, &manager_of(r), now)?,
         _ => {
             let doc = track(&current, &doc, r, sub, now);
             let scope = if sub == Some("status") {
@@ -925,7 +945,7 @@ fn patch(
             versioned(&t.def, &t.version, &out)
         }
     };
-    drop(store);
+    drop(guard);
     done(c, &out)
 }
 
@@ -953,15 +973,21 @@ fn delete_options(r: &Req) -> Result<(Propagation, Option<String>)> {
 }
 
 fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
-    reject_dry_run(r)?;
+    let dry = dry_run(r)?;
     let ns = ns_of(t)?.to_string();
     let (propagation, precondition) = delete_options(r)?;
     let now = c.now();
-    let mut store = c.store();
+    let mut guard = c.store();
+    let mut scratch = None;
+    let store: &mut crate::store::Store = if dry {
+        scratch.insert(guard.dry_clone())
+    } else {
+        &mut guard
+    };
     let existed_before = store.get(&t.def.key, &ns, name).cloned();
     let out = store.delete(&t.def, &ns, name, propagation, precondition.as_deref(), now)?;
     let still_there = store.get(&t.def.key, &ns, name).is_some();
-    drop(store);
+    drop(guard);
     c.wake.notify_one();
     let _ = existed_before;
     let code = if still_there {
@@ -973,11 +999,17 @@ fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response
 }
 
 fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
-    reject_dry_run(r)?;
+    let dry = dry_run(r)?;
     let (lsel, fsel) = selectors(r, &t.def.kind)?;
     let (propagation, _) = delete_options(r)?;
     let now = c.now();
-    let mut store = c.store();
+    let mut guard = c.store();
+    let mut scratch = None;
+    let store: &mut crate::store::Store = if dry {
+        scratch.insert(guard.dry_clone())
+    } else {
+        &mut guard
+    };
     let ns = t.ns.as_deref();
     let targets: Vec<(String, String)> = store
         .list(&t.def.key, ns)
@@ -996,7 +1028,7 @@ fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response>
         }
     }
     let rv = store.rv;
-    drop(store);
+    drop(guard);
     done(
         c,
         &json!({

@@ -464,6 +464,12 @@ impl Sim {
         })
     }
 
+    /// Starts `n` clusters named `cluster-0` … `cluster-{n-1}` without kubeconfig files.
+    pub async fn start_n(n: usize, config: SimConfig) -> Result<Sim> {
+        let names: Vec<String> = (0..n).map(|i| format!("cluster-{i}")).collect();
+        Sim::start(&names, config, None).await
+    }
+
     /// All clusters in start order.
     pub fn clusters(&self) -> &[Cluster] {
         &self.clusters

@@ -24,6 +24,8 @@ const DEPLOYMENTS: &str = "apps/deployments";
 const REPLICASETS: &str = "apps/replicasets";
 const STATEFULSETS: &str = "apps/statefulsets";
 const JOBS: &str = "batch/jobs";
+/// Pods one controller creates for one workload per reconcile pass.
+const MAX_CREATES_PER_PASS: usize = 500;
 
 /// Adds the configured Ready nodes to a fresh store.
 pub fn add_nodes(store: &mut Store, cfg: &SimConfig, now: i64) {
@@ -108,6 +110,7 @@ impl Timers {
 }
 
 fn reconcile(store: &mut Store, cfg: &SimConfig, now: i64, timers: &mut Timers) {
+    expire_events(store, now, timers);
     garbage_collect(store, now);
     namespaces(store, now);
     deployments(store, now);
@@ -246,6 +249,58 @@ fn namespaces(store: &mut Store, now: i64) {
         if !remaining && let Some(d) = def(store, NAMESPACES) {
             store.remove(&d, "", &ns, None);
         }
+    }
+}
+
+/// Core v1 Events live this long (kube-apiserver's default `--event-ttl`).
+const EVENT_TTL_MS: i64 = 3_600_000;
+const EVENTS: &str = "/events";
+
+/// Records a core v1 Event about `obj`, as the real controllers do.
+fn record_event(
+    store: &mut Store,
+    obj: &Value,
+    warning: bool,
+    reason: &str,
+    message: &str,
+    component: &str,
+    now: i64,
+) {
+    let ts = rfc3339(now);
+    let name = format!("{}.{:016x}", name_of(obj), crate::util::random_u64());
+    let ev = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": ns_name(obj)},
+        "involvedObject": {
+            "apiVersion": obj.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "kind": obj.get("kind").cloned().unwrap_or(Value::Null),
+            "name": name_of(obj), "namespace": ns_name(obj), "uid": uid_of(obj),
+            "resourceVersion": meta_str(obj, "resourceVersion").unwrap_or_default(),
+        },
+        "reason": reason, "message": message,
+        "source": {"component": component},
+        "reportingComponent": component, "reportingInstance": "",
+        "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        "type": if warning { "Warning" } else { "Normal" },
+    });
+    let _ = store.create_internal(EVENTS, ev, now);
+}
+
+/// Deletes Events older than the TTL.
+fn expire_events(store: &mut Store, now: i64, timers: &mut Timers) {
+    let mut expired = Vec::new();
+    for e in store.list(EVENTS, None) {
+        let created = meta_str(e, "creationTimestamp")
+            .and_then(parse_rfc3339)
+            .unwrap_or(now);
+        if now >= created + EVENT_TTL_MS {
+            expired.push((ns_name(e), name_of(e)));
+        } else {
+            timers.at(created + EVENT_TTL_MS);
+        }
+    }
+    for (ns, name) in expired {
+        delete(store, EVENTS, &ns, &name, now);
     }
 }
 
@@ -388,9 +443,21 @@ fn deployments(store: &mut Store, now: i64) {
         }
         match &current {
             Some(rs) if int(rs, "spec.replicas") != replicas => {
+                let old = int(rs, "spec.replicas");
                 let mut new = (**rs).clone();
                 new["spec"]["replicas"] = json!(replicas);
                 write(store, REPLICASETS, new, now);
+                let dir = if replicas > old { "up" } else { "down" };
+                let msg = format!("Scaled {dir} replica set {rs_name} from {old} to {replicas}");
+                record_event(
+                    store,
+                    &d,
+                    false,
+                    "ScalingReplicaSet",
+                    &msg,
+                    "deployment-controller",
+                    now,
+                );
             }
             Some(_) => {}
             None => {
@@ -410,6 +477,16 @@ fn deployments(store: &mut Store, now: i64) {
                     "spec": {"replicas": replicas, "selector": selector, "template": tmpl},
                 });
                 let _ = store.create_internal(REPLICASETS, rs, now);
+                let msg = format!("Scaled up replica set {rs_name} from 0 to {replicas}");
+                record_event(
+                    store,
+                    &d,
+                    false,
+                    "ScalingReplicaSet",
+                    &msg,
+                    "deployment-controller",
+                    now,
+                );
             }
         }
         // Status from the ReplicaSets as they are now.
@@ -484,16 +561,38 @@ fn replicasets(store: &mut Store, now: i64) {
             .collect();
         let want = int(&rs, "spec.replicas").max(0) as usize;
         let template = get_path(&rs, "spec.template").cloned().unwrap_or(json!({}));
-        for _ in mine.len()..want {
+        // Bounded per pass so a huge replica count cannot stall the cluster.
+        for _ in mine.len()..want.min(mine.len() + MAX_CREATES_PER_PASS) {
             let name = format!("{}-{}", name_of(&rs), crate::util::name_suffix(5));
-            let pod = new_pod("ReplicaSet", "apps/v1", &rs, &template, name, &[]);
-            let _ = store.create_internal(PODS, pod, now);
+            let pod = new_pod("ReplicaSet", "apps/v1", &rs, &template, name.clone(), &[]);
+            if store.create_internal(PODS, pod, now).is_ok() {
+                let msg = format!("Created pod: {name}");
+                record_event(
+                    store,
+                    &rs,
+                    false,
+                    "SuccessfulCreate",
+                    &msg,
+                    "replicaset-controller",
+                    now,
+                );
+            }
         }
         if mine.len() > want {
             // Not-ready and unscheduled pods go first, like the real controller.
             mine.sort_by_key(|p| (pod_ready(p), get_path(p, "spec.nodeName").is_some()));
             for p in mine.iter().take(mine.len() - want) {
                 delete(store, PODS, &ns_name(p), &name_of(p), now);
+                let msg = format!("Deleted pod: {}", name_of(p));
+                record_event(
+                    store,
+                    &rs,
+                    false,
+                    "SuccessfulDelete",
+                    &msg,
+                    "replicaset-controller",
+                    now,
+                );
             }
         }
         let pods_now: Vec<Obj> = store.list(PODS, Some(&ns_name(&rs))).cloned().collect();
@@ -534,7 +633,7 @@ fn statefulsets(store: &mut Store, now: i64) {
             })
             .collect();
         let hash = template_hash(&template);
-        for ord in 0..want {
+        for ord in 0..want.min(mine.len() as i64 + MAX_CREATES_PER_PASS as i64) {
             if mine.contains_key(&ord) {
                 continue;
             }
@@ -556,7 +655,18 @@ fn statefulsets(store: &mut Store, now: i64) {
                 ],
             );
             pod["spec"]["hostname"] = json!(format!("{name}-{ord}"));
-            let _ = store.create_internal(PODS, pod, now);
+            if store.create_internal(PODS, pod, now).is_ok() {
+                let msg = format!("create Pod {name}-{ord} in StatefulSet {name} successful");
+                record_event(
+                    store,
+                    &s,
+                    false,
+                    "SuccessfulCreate",
+                    &msg,
+                    "statefulset-controller",
+                    now,
+                );
+            }
             if !parallel {
                 break;
             }
@@ -698,6 +808,7 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
             }
             conditions.push(condition("FailureTarget", true, reason, msg, now, None));
             conditions.push(condition("Failed", true, reason, msg, now, None));
+            record_event(store, &j, true, reason, msg, "job-controller", now);
             strip_update_time(&mut conditions);
             status["conditions"] = json!(conditions);
             status["active"] = json!(0);
@@ -721,6 +832,15 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
                 None,
             ));
             strip_update_time(&mut conditions);
+            record_event(
+                store,
+                &j,
+                false,
+                "Completed",
+                "Job completed",
+                "job-controller",
+                now,
+            );
             status["conditions"] = json!(conditions);
             status["completionTime"] = json!(rfc3339(now));
             status["active"] = json!(0);
@@ -735,9 +855,9 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
             let job_ann = get_path(&j, "metadata.annotations")
                 .cloned()
                 .unwrap_or(json!({}));
-            for _ in 0..want.max(0) {
+            for _ in 0..want.clamp(0, MAX_CREATES_PER_PASS as i64) {
                 let name = format!("{}-{}", name_of(&j), crate::util::name_suffix(5));
-                let mut pod = new_pod("Job", "batch/v1", &j, &template, name, &[]);
+                let mut pod = new_pod("Job", "batch/v1", &j, &template, name.clone(), &[]);
                 for k in [ANN_RUN_SECONDS, ANN_OUTCOME] {
                     if let Some(v) = job_ann.get(k)
                         && get_path(&pod, &format!("metadata.annotations.{k}")).is_none()
@@ -747,9 +867,21 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
                         anns[k] = v.clone();
                     }
                 }
-                let _ = store.create_internal(PODS, pod, now);
+                if store.create_internal(PODS, pod, now).is_ok() {
+                    let msg = format!("Created pod: {name}");
+                    record_event(
+                        store,
+                        &j,
+                        false,
+                        "SuccessfulCreate",
+                        &msg,
+                        "job-controller",
+                        now,
+                    );
+                }
             }
-            status["active"] = json!(active.len() as i64 + want.max(0));
+            status["active"] =
+                json!(active.len() as i64 + want.clamp(0, MAX_CREATES_PER_PASS as i64));
             status["succeeded"] = json!(succeeded);
             status["failed"] = json!(failed);
             status["ready"] = json!(ready);
@@ -895,10 +1027,22 @@ fn schedule(store: &mut Store, now: i64) {
                 e.2 += 1000;
                 new["spec"]["nodeName"] = json!(node);
                 let mut status = old_status.clone();
+                status["phase"] = json!("Pending");
                 status["conditions"] =
                     json!([condition_pod("PodScheduled", true, None, None, now)]);
+                status["containerStatuses"] = container_statuses(
+                    p,
+                    json!({"waiting": {"reason": "ContainerCreating"}}),
+                    false,
+                );
                 new["status"] = status;
                 write(store, PODS, new, now);
+                let msg = format!(
+                    "Successfully assigned {}/{} to {node}",
+                    ns_name(p),
+                    name_of(p)
+                );
+                record_event(store, p, false, "Scheduled", &msg, "default-scheduler", now);
             }
             None => {
                 let mut reasons = Vec::new();
@@ -940,6 +1084,15 @@ fn schedule(store: &mut Store, now: i64) {
                     )]);
                     new["status"] = status;
                     write(store, PODS, new, now);
+                    record_event(
+                        store,
+                        p,
+                        true,
+                        "FailedScheduling",
+                        &msg,
+                        "default-scheduler",
+                        now,
+                    );
                 }
             }
         }

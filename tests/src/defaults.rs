@@ -69,6 +69,10 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
             spec.entry("terminationGracePeriodSeconds")
                 .or_insert(json!(30));
             spec.entry("dnsPolicy").or_insert(json!("ClusterFirst"));
+            if let Some(root) = obj.as_object_mut() {
+                root.entry("status")
+                    .or_insert(json!({"phase": "Pending", "qosClass": "BestEffort"}));
+            }
         }
         "Namespace" => {
             let spec = ensure_obj(obj, "spec");

@@ -1,5 +1,5 @@
 //! Decoding of Kubernetes protobuf request bodies for the few kinds kubectl
-//! creates through its typed clients (`kubectl create secret|configmap|namespace|serviceaccount`).
+//! creates through its typed clients (`kubectl create secret|configmap|namespace|serviceaccount|deployment|job`).
 //! Other kinds sent as protobuf get `415 UnsupportedMediaType`.
 
 use serde_json::{Map, Value, json};
@@ -14,6 +14,10 @@ enum F {
     /// `bytes`, rendered base64 like the JSON form.
     Bytes(&'static str),
     Bool(&'static str),
+    /// int32/int64 as varint.
+    Int(&'static str),
+    /// `map<string, Quantity>` (Quantity is a message with the string in field 1).
+    MapQuantity(&'static str),
     MapStr(&'static str),
     MapBytes(&'static str),
     RepStr(&'static str),
@@ -69,6 +73,95 @@ const SERVICE_ACCOUNT: &[(u32, F)] = &[
     (4, F::Bool("automountServiceAccountToken")),
 ];
 
+const LABEL_SELECTOR_REQ: &[(u32, F)] = &[
+    (1, F::Str("key")),
+    (2, F::Str("operator")),
+    (3, F::RepStr("values")),
+];
+
+const LABEL_SELECTOR: &[(u32, F)] = &[
+    (1, F::MapStr("matchLabels")),
+    (2, F::RepMsg("matchExpressions", LABEL_SELECTOR_REQ)),
+];
+
+const CONTAINER_PORT: &[(u32, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Int("hostPort")),
+    (3, F::Int("containerPort")),
+    (4, F::Str("protocol")),
+];
+
+const ENV_VAR: &[(u32, F)] = &[(1, F::Str("name")), (2, F::Str("value"))];
+
+const RESOURCES: &[(u32, F)] = &[
+    (1, F::MapQuantity("limits")),
+    (2, F::MapQuantity("requests")),
+];
+
+const CONTAINER: &[(u32, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Str("image")),
+    (3, F::RepStr("command")),
+    (4, F::RepStr("args")),
+    (5, F::Str("workingDir")),
+    (6, F::RepMsg("ports", CONTAINER_PORT)),
+    (7, F::RepMsg("env", ENV_VAR)),
+    (8, F::Msg("resources", RESOURCES)),
+    (14, F::Str("imagePullPolicy")),
+];
+
+const POD_SPEC: &[(u32, F)] = &[
+    (2, F::RepMsg("containers", CONTAINER)),
+    (3, F::Str("restartPolicy")),
+    (4, F::Int("terminationGracePeriodSeconds")),
+    (5, F::Int("activeDeadlineSeconds")),
+    (6, F::Str("dnsPolicy")),
+    (7, F::MapStr("nodeSelector")),
+    (8, F::Str("serviceAccountName")),
+];
+
+const POD_TEMPLATE: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", POD_SPEC)),
+];
+
+const DEPLOYMENT_SPEC: &[(u32, F)] = &[
+    (1, F::Int("replicas")),
+    (2, F::Msg("selector", LABEL_SELECTOR)),
+    (3, F::Msg("template", POD_TEMPLATE)),
+    (5, F::Int("minReadySeconds")),
+    (6, F::Int("revisionHistoryLimit")),
+    (7, F::Bool("paused")),
+    (9, F::Int("progressDeadlineSeconds")),
+];
+
+const DEPLOYMENT: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", DEPLOYMENT_SPEC)),
+];
+
+const JOB_SPEC: &[(u32, F)] = &[
+    (1, F::Int("parallelism")),
+    (2, F::Int("completions")),
+    (3, F::Int("activeDeadlineSeconds")),
+    (4, F::Msg("selector", LABEL_SELECTOR)),
+    (5, F::Bool("manualSelector")),
+    (6, F::Msg("template", POD_TEMPLATE)),
+    (7, F::Int("backoffLimit")),
+    (8, F::Int("ttlSecondsAfterFinished")),
+    (9, F::Str("completionMode")),
+    (10, F::Bool("suspend")),
+];
+
+const JOB: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", JOB_SPEC)),
+];
+
+/// Non-pointer numeric and bool fields whose zero value Go omits from JSON
+/// (pointer fields are only encoded when set, so their zero is meaningful).
+const OMIT_ZERO: &[&str] = &["minReadySeconds", "hostPort", "paused"];
+
 const TYPE_META: &[(u32, F)] = &[(1, F::Str("apiVersion")), (2, F::Str("kind"))];
 
 const UNKNOWN: &[(u32, F)] = &[(1, F::Msg("typeMeta", TYPE_META)), (2, F::Bytes("raw"))];
@@ -97,9 +190,11 @@ pub fn decode(body: &[u8]) -> Result<Value> {
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
+        ("apps/v1", "Deployment") => DEPLOYMENT,
+        ("batch/v1", "Job") => JOB,
         _ => {
             return Err(Error::UnsupportedMediaType(format!(
-                "kedge-sim decodes protobuf only for Secret, ConfigMap, Namespace and ServiceAccount (got {api_version} {kind}); send JSON"
+                "kedge-sim decodes protobuf only for Secret, ConfigMap, Namespace, ServiceAccount, Deployment and Job (got {api_version} {kind}); send JSON"
             )));
         }
     };
@@ -194,7 +289,7 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
             continue;
         };
         let want_wire = match f {
-            F::Bool(_) => 0,
+            F::Bool(_) | F::Int(_) => 0,
             _ => 2,
         };
         if wire != want_wire {
@@ -203,8 +298,12 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
             )));
         }
         match *f {
+            // Go omits empty strings (`omitempty`); gogo still encodes them.
             F::Str(n) => {
-                out.insert(n.into(), json!(utf8(r.bytes()?)?));
+                let v = utf8(r.bytes()?)?;
+                if !v.is_empty() {
+                    out.insert(n.into(), json!(v));
+                }
             }
             F::Bytes(n) => {
                 let v = r.bytes()?;
@@ -217,7 +316,23 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
                 out.insert(n.into(), json!(base64(v)));
             }
             F::Bool(n) => {
-                out.insert(n.into(), json!(r.varint()? != 0));
+                let v = r.varint()? != 0;
+                if v || !OMIT_ZERO.contains(&n) {
+                    out.insert(n.into(), json!(v));
+                }
+            }
+            // int32 negatives arrive sign-extended to 64 bits.
+            F::Int(n) => {
+                let v = r.varint()? as i64;
+                if v != 0 || !OMIT_ZERO.contains(&n) {
+                    out.insert(n.into(), json!(v));
+                }
+            }
+            F::MapQuantity(n) => {
+                let (k, v) = entry(r.bytes()?)?;
+                let q = message(&v, &[(1, F::Str("string"))], None)?;
+                let m = out.entry(n).or_insert_with(|| json!({}));
+                m[k] = q.get("string").cloned().unwrap_or(json!("0"));
             }
             F::MapStr(n) | F::MapBytes(n) => {
                 let (k, v) = entry(r.bytes()?)?;

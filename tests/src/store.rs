@@ -128,6 +128,21 @@ impl Store {
         s
     }
 
+    /// A scratch copy for dry-run writes: same objects (shared), no history, no
+    /// subscribers, so nothing it does is visible outside.
+    pub fn dry_clone(&self) -> Store {
+        let (tx, _) = broadcast::channel(1);
+        Store {
+            rv: self.rv,
+            defs: self.defs.clone(),
+            objects: self.objects.clone(),
+            log: VecDeque::new(),
+            log_cap: 1,
+            tx,
+            dirty: false,
+        }
+    }
+
     /// Subscribes to live events (call while holding the lock to avoid gaps).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()

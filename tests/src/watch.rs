@@ -83,9 +83,11 @@ pub(crate) fn watch(
     }
     let timeout = match r.q("timeoutSeconds") {
         None | Some("") => Duration::from_secs(1800),
+        // Capped like the server's maximum request timeout; also keeps `Instant` arithmetic safe.
         Some(t) => Duration::from_secs(
             t.parse::<u64>()
-                .map_err(|_| Error::BadRequest(format!("invalid timeoutSeconds {t:?}")))?,
+                .map_err(|_| Error::BadRequest(format!("invalid timeoutSeconds {t:?}")))?
+                .min(86_400),
         ),
     };
     let rv_param = r.q("resourceVersion").filter(|v| !v.is_empty());

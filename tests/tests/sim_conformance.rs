@@ -676,3 +676,107 @@ async fn discovery_documents() {
     assert_eq!(v["major"], "1");
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_is_rejected_without_harm() {
+    let (sim, raw) = start(fast()).await;
+    raw.post(CMS, cm("a", json!({}))).await;
+    let deps = "/apis/apps/v1/namespaces/default/deployments";
+    let bodies: [&[u8]; 8] = [
+        b"",
+        b"null",
+        b"[1,2,3]",
+        b"\"string\"",
+        b"{\"metadata\": 7}",
+        b"\xff\xfe\x00garbage",
+        b"k8s\x00\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        b"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"replicas\":\"many\"}}",
+    ];
+    let cts = [
+        "application/json",
+        "application/yaml",
+        "application/vnd.kubernetes.protobuf",
+        "application/merge-patch+json",
+        "application/json-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+    ];
+    for body in bodies {
+        for ct in cts {
+            for (method, path) in [
+                (Method::POST, CMS.to_string()),
+                (Method::PUT, format!("{CMS}/a")),
+                (Method::PATCH, format!("{CMS}/a?fieldManager=t")),
+                (Method::PATCH, format!("{deps}/missing/scale")),
+                (Method::DELETE, format!("{CMS}/nothere")),
+            ] {
+                let (code, v) = raw.bytes(method.clone(), &path, ct, body.to_vec()).await;
+                assert!(code < 500, "{method} {path} {ct} {body:?}: {code} {v}");
+            }
+        }
+    }
+    for q in [
+        "watch=true&timeoutSeconds=999999999999999999999999",
+        "watch=true&allowWatchBookmarks=maybe",
+        "watch=true&resourceVersion=-1",
+        "limit=-5",
+        "labelSelector=%28%28%28",
+        "fieldSelector=%3D%3D%3D",
+        "continue=%ff%fe",
+        "propagationPolicy=%00",
+    ] {
+        let req = Request::get(format!("{CMS}?timeoutSeconds=1&{q}"))
+            .body(kube::client::Body::from(Vec::new()))
+            .expect("request");
+        let resp = raw.client.send(req).await.expect("send");
+        assert!(resp.status().as_u16() < 500, "{q}: {}", resp.status());
+        let _ = resp.into_body().collect_bytes().await;
+    }
+    let (code, v) = raw.get(&format!("{CMS}/a")).await;
+    assert_eq!(code, 200, "still serving: {v}");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_are_not_persisted() {
+    let (sim, raw) = start(fast()).await;
+    let (code, v) = raw
+        .post(&format!("{CMS}?dryRun=All"), cm("dry", json!({})))
+        .await;
+    assert_eq!(code, 201, "{v}");
+    assert_eq!(v["metadata"]["name"], "dry");
+    let (code, _) = raw.get(&format!("{CMS}/dry")).await;
+    assert_eq!(code, 404);
+
+    raw.post(CMS, cm("real", json!({}))).await;
+    let (_, before) = raw.get(&format!("{CMS}/real")).await;
+    let (code, v) = raw
+        .call(
+            Method::PATCH,
+            &format!("{CMS}/real?dryRun=All"),
+            "application/merge-patch+json",
+            json!({"data": {"k": "changed"}}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(v["data"]["k"], "changed");
+    let (code, _) = raw
+        .call(
+            Method::DELETE,
+            &format!("{CMS}/real?dryRun=All"),
+            "application/json",
+            Value::Null,
+        )
+        .await;
+    assert_eq!(code, 200);
+    let (_, after) = raw.get(&format!("{CMS}/real")).await;
+    assert_eq!(
+        before, after,
+        "dry-run patch and delete left the object alone"
+    );
+    let (code, _) = raw
+        .post(&format!("{CMS}?dryRun=Some"), cm("x", json!({})))
+        .await;
+    assert_eq!(code, 400);
+    sim.shutdown().await;
+}

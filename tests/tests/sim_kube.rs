@@ -290,6 +290,22 @@ async fn deployments_get_pods_and_status() {
         .and_then(|c| c[0].message.clone())
         .unwrap_or_default();
     assert!(msg.contains("Insufficient cpu"), "{msg}");
+    // The scheduler also records a FailedScheduling Event, found by field selector like kubectl describe does.
+    let pod_name = pending[0].metadata.name.clone().unwrap_or_default();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(client.clone());
+    let evs = events
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name={pod_name},involvedObject.kind=Pod"
+        )))
+        .await
+        .expect("events");
+    assert!(
+        evs.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("FailedScheduling")
+                && e.type_.as_deref() == Some("Warning")),
+        "{evs:?}"
+    );
     let d = eventually(10, || {
         let deploys = deploys.clone();
         async move {

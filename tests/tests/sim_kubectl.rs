@@ -79,6 +79,14 @@ async fn deployment_lifecycle_with_kubectl() {
     assert_eq!(out.matches("Running").count(), 2, "{out}");
 
     // Client-side apply of a change patches (strategic merge) and reports "configured".
+    let out = kubectl_ok(&kc, &["apply", "--dry-run=server", "-f", &d3]).await;
+    assert!(out.contains("configured (server dry run)"), "{out}");
+    let out = kubectl_ok(
+        &kc,
+        &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"],
+    )
+    .await;
+    assert_eq!(out, "2");
     let out = kubectl_ok(&kc, &["apply", "-f", &d3]).await;
     assert!(out.contains("deployment.apps/web configured"), "{out}");
     let out = kubectl_ok(
@@ -126,6 +134,10 @@ async fn deployment_lifecycle_with_kubectl() {
         "{out}"
     );
     assert!(out.contains("NewReplicaSet:"), "{out}");
+    assert!(
+        out.contains("ScalingReplicaSet") && out.contains("deployment-controller"),
+        "{out}"
+    );
     let out = kubectl_ok(&kc, &["describe", "nodes"]).await;
     assert!(
         out.contains("node-0") && out.contains("Allocatable:"),
@@ -289,6 +301,68 @@ async fn jobs_secrets_and_watch_with_kubectl() {
     .await;
     assert_eq!(out, "YWRtaW4= Opaque");
 
+    // Typed-client creates travel as protobuf.
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "create",
+            "deployment",
+            "nginx",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=80",
+        ],
+    )
+    .await;
+    assert!(out.contains("deployment.apps/nginx created"), "{out}");
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Available",
+            "deploy/nginx",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let out = kubectl_ok(&kc, &["get", "deploy", "nginx", "-o", "jsonpath={.spec.template.spec.containers[0].ports[0].containerPort} {.status.readyReplicas}"]).await;
+    assert_eq!(out, "80 2");
+    kubectl_ok(
+        &kc,
+        &[
+            "create",
+            "job",
+            "once",
+            "--image=busybox",
+            "--",
+            "echo",
+            "hi",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=complete",
+            "job/once",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let out = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "job",
+            "once",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].command}",
+        ],
+    )
+    .await;
+    assert_eq!(out, r#"["echo","hi"]"#);
+
     kubectl_ok(&kc, &["apply", "-f", &fixture("job.yaml")]).await;
     kubectl_ok(
         &kc,
@@ -346,7 +420,7 @@ async fn jobs_secrets_and_watch_with_kubectl() {
     assert!(seen, "kubectl get -w did not print the new configmap");
     let _ = child.kill().await;
 
-    kubectl_ok(&kc, &["delete", "job", "work"]).await;
+    kubectl_ok(&kc, &["delete", "job", "work", "once"]).await;
     let out = kubectl_ok(&kc, &["get", "jobs", "-o", "name"]).await;
     assert!(out.trim().is_empty(), "{out}");
     sim.shutdown().await;

@@ -62,6 +62,18 @@ pub const DEFAULT_GRACE_PERIOD: &str = "1m";
         description = "member clusters used"
     ),
     printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        description = "whether autoscaling.keda.sh/paused or paused-replicas holds the total"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "whether the spec is valid and replicas are placed"
+    ),
+    printcolumn(
         name = "Target",
         type_ = "string",
         json_path = ".spec.scaledObjectSpec.scaleTargetRef.name",
