@@ -18,6 +18,12 @@ pub enum Error {
     /// A call to the hub cluster's API failed.
     #[error("hub cluster API: {0}")]
     Kube(#[from] kube::Error),
+    /// A call to the hub cluster's API did not answer in time.
+    #[error("hub cluster API: {what} timed out")]
+    Timeout {
+        /// The call.
+        what: &'static str,
+    },
     /// Adding or removing the finalizer, or the cleanup behind it, failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -47,6 +53,7 @@ impl Error {
             Error::Listen { .. } => "listen",
             Error::KubeConfig(_) => "kubeconfig",
             Error::Kube(_) => "kube_api",
+            Error::Timeout { .. } => "timeout",
             Error::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
                 | kube::runtime::finalizer::Error::CleanupFailed(e) => e.metric_label(),

@@ -420,6 +420,40 @@ async fn distributed_scaled_objects_end_to_end() {
         .wait_event("guarded", "CommandRefused", "NamespaceNotAllowed")
         .await;
 
+    // --- A `Value` metric is refused with a clear message; nothing is sent to members.
+    let valued = dso_yaml(
+        "valued",
+        "  memberClusters:\n  - {name: member-1}",
+        "absent",
+    )
+    .replace(
+        "        targetValue: \"5\"\n",
+        "        targetValue: \"5\"\n      metricType: Value\n",
+    );
+    assert!(valued.contains("metricType: Value"), "{valued}");
+    apply(&fleet, &valued, "valued.yaml").await;
+    let message = wait_for(LIMIT, "valued: Ready=False", || async {
+        let s = fleet.dso("valued")["status"].clone();
+        condition(&s, "Ready")
+            .filter(|c| c["status"] == "False")
+            .map(|c| c["message"].as_str().unwrap_or_default().to_owned())
+    })
+    .await;
+    assert!(
+        message.contains("spec.scaledObjectSpec.triggers[0].metricType")
+            && message.contains("AverageValue"),
+        "{message}"
+    );
+    fleet
+        .wait_event("valued", "InvalidSpec", "metricType")
+        .await;
+    assert!(
+        fleet
+            .hub_object("keda.sh/v1alpha1", "ScaledObject", "valued")
+            .is_none(),
+        "no child ScaledObject for an invalid DSO"
+    );
+
     // --- Pause: nothing changes in members while the total moves.
     fleet
         .kubectl(&["annotate", "dso/nginx", "autoscaling.keda.sh/paused=true"])
@@ -564,7 +598,12 @@ async fn distributed_scaled_objects_end_to_end() {
     // --- Restarting the hub changes nothing that was correct.
     wait_for(LIMIT, "status settled before the restart", || async {
         let s = fleet.dso("nginx")["status"].clone();
-        (s["membersHealthyCount"] == 2 && s["totalCurrentReplicas"] == 10).then_some(())
+        let w = fleet.dso("web")["status"].clone();
+        let web_back = ["member-1", "member-2"]
+            .iter()
+            .all(|m| w["memberClusterStatuses"][m]["state"] == "Ready")
+            && w["totalCurrentReplicas"] == 4;
+        (s["membersHealthyCount"] == 2 && s["totalCurrentReplicas"] == 10 && web_back).then_some(())
     })
     .await;
     let before: Vec<Vec<Option<i64>>> = ["nginx", "web"]
@@ -616,6 +655,53 @@ async fn distributed_scaled_objects_end_to_end() {
         "{table}"
     );
 
+    // --- The missing Deployment appears in member-3: it is Ready again and takes its share.
+    deployment(&fleet.sim, "member-3", "web", 1).await;
+    let web = wait_for(LIMIT, "web rebalanced onto member-3", || async {
+        let split = fleet.split("web", &MEMBERS);
+        let s = fleet.dso("web")["status"].clone();
+        let ready = s["memberClusterStatuses"]["member-3"]["state"] == "Ready";
+        let total: i64 = split.iter().flatten().sum();
+        (ready && total == 4 && split.iter().all(|r| r.is_some_and(|r| r >= 1))).then_some(split)
+    })
+    .await;
+    fleet.wait_event("web", "MemberReturned", "member-3").await;
+
+    // --- It is deleted again: the others hold their replicas for the grace period, then
+    // take member-3's share.
+    let others = |split: &[Option<i64>]| split[..2].to_vec();
+    let held = others(&web);
+    Api::<Deployment>::namespaced(
+        fleet.sim.cluster("member-3").unwrap().client().unwrap(),
+        "default",
+    )
+    .delete("web", &Default::default())
+    .await
+    .unwrap();
+    wait_for(LIMIT, "web: member-3 missing again", || async {
+        let s = fleet.dso("web")["status"].clone();
+        (s["memberClusterStatuses"]["member-3"]["state"] == "WorkloadMissing").then_some(())
+    })
+    .await;
+    let missing_since = Instant::now();
+    let moved = wait_for(LIMIT, "web: member-3's share moved", || async {
+        let split = fleet.split("web", &MEMBERS);
+        let total: i64 = split[..2].iter().flatten().sum();
+        if total != 4 {
+            if missing_since.elapsed() < GRACE - Duration::from_millis(500) {
+                assert_eq!(others(&split), held, "moved before the grace period");
+            }
+            return None;
+        }
+        Some(missing_since.elapsed())
+    })
+    .await;
+    assert!(
+        moved >= GRACE - Duration::from_millis(500),
+        "share moved {moved:?} after the workload was reported missing"
+    );
+    let web = fleet.split("web", &MEMBERS);
+
     // --- Deleting a DSO deletes its child ScaledObject and leaves the members' pods.
     fleet.kubectl(&["delete", "dso/web", "--wait=true"]).await;
     wait_for(LIMIT, "child ScaledObject web to go", || async {
@@ -625,7 +711,20 @@ async fn distributed_scaled_objects_end_to_end() {
             .then_some(())
     })
     .await;
-    assert_eq!(fleet.replicas("member-1", "web"), Some(2));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        fleet.split("web", &MEMBERS),
+        web,
+        "members keep their replicas"
+    );
+
+    // One member was lost once; the hub restart added no lost member to status or Events.
+    let lost: Vec<_> = fleet
+        .events("nginx")
+        .into_iter()
+        .filter(|(reason, _)| reason == "MemberLost")
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:#?}");
 }
 
 fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {

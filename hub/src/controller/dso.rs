@@ -52,6 +52,9 @@ pub const EVENT_WORKLOAD_MISSING: &str = "WorkloadMissing";
 /// Event reason: the spec or annotations are invalid.
 pub const EVENT_INVALID_SPEC: &str = "InvalidSpec";
 
+/// Condition reason and Event reason: the child ScaledObject cannot be created.
+pub const REASON_KEDA_UNAVAILABLE: &str = "KedaUnavailable";
+
 /// Longest wait between two reconciliations of one DSO.
 const RESYNC: Duration = Duration::from_secs(30);
 
@@ -132,7 +135,10 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     let owner = owner_key(&namespace, &name);
     let generation = dso.metadata.generation;
-    let previous = dso.status.clone().unwrap_or_default();
+    let observed = dso.status.clone().unwrap_or_default();
+    // What this process wrote last is newer than a cached object that has not caught up
+    // with the write yet; comparing with it keeps Events from repeating.
+    let previous = ctx.written(&owner).unwrap_or_else(|| observed.clone());
     let annotations = dso.annotations().clone();
     let selector = format!("{LABEL_DSO}={name}");
 
@@ -173,12 +179,39 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             );
             keep_transition_times(&mut conditions, &previous.conditions);
             status.conditions = conditions;
-            write_status(ctx, &namespace, &name, &status).await?;
+            if status != observed {
+                write_status(ctx, &namespace, &name, &status).await?;
+            }
+            ctx.remember(&owner, status);
             return Ok(Action::requeue(RESYNC));
         }
     };
 
-    apply_scaled_object(dso, ctx, &namespace, &name).await?;
+    // Without KEDA's CRD the split still follows `/scale` (kubectl scale); say so.
+    let keda_missing = match apply_scaled_object(dso, ctx, &namespace, &name).await {
+        Ok(()) => None,
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Some(format!(
+            "cannot create the ScaledObject: {} (is KEDA installed in the hub cluster?); \
+             the total changes only through /scale",
+            e.message
+        )),
+        Err(e) => return Err(e),
+    };
+    if let Some(message) = &keda_missing
+        && !previous
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_DEGRADED && c.reason == REASON_KEDA_UNAVAILABLE)
+    {
+        ctx.publish(
+            dso,
+            EventType::Warning,
+            REASON_KEDA_UNAVAILABLE,
+            "ApplyScaledObject",
+            message.clone(),
+        )
+        .await;
+    }
 
     // Every member the DSO may use: those listed, else every registered or connected one.
     let snapshots: BTreeMap<String, crate::fleet::MemberSnapshot> = ctx
@@ -188,9 +221,11 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         .map(|m| (m.name.clone(), m))
         .collect();
     let names: BTreeSet<String> = if dso.spec.member_clusters.is_empty() {
-        let registered = Api::<MemberCluster>::all(ctx.client.clone())
-            .list_metadata(&ListParams::default())
-            .await?;
+        let registered = super::bounded(
+            "list MemberClusters",
+            Api::<MemberCluster>::all(ctx.client.clone()).list_metadata(&ListParams::default()),
+        )
+        .await?;
         registered
             .items
             .iter()
@@ -210,7 +245,13 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     for member in &names {
         let workload = observe::target(dso, &namespace, member);
         let prev = previous.member_cluster_statuses.get(member);
-        let view = observe::view(member, snapshots.get(member), &workload, prev);
+        let view = observe::view(
+            member,
+            snapshots.get(member),
+            &workload,
+            prev,
+            ctx.starting(),
+        );
         let since = ctx.track(&owner, member, view.state, prev, now);
         views.push((view, since));
     }
@@ -292,7 +333,15 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             generation,
         ),
     });
-    conditions.push(if plan.shortfall > 0 {
+    conditions.push(if let Some(message) = keda_missing {
+        condition(
+            CONDITION_DEGRADED,
+            true,
+            REASON_KEDA_UNAVAILABLE,
+            message,
+            generation,
+        )
+    } else if plan.shortfall > 0 {
         condition(
             CONDITION_DEGRADED,
             true,
@@ -326,9 +375,10 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         selector: Some(selector),
         conditions,
     };
-    if status != previous {
+    if status != observed {
         write_status(ctx, &namespace, &name, &status).await?;
     }
+    ctx.remember(&owner, status);
 
     // Wake up when the first grace period of a member out of use runs out.
     let next = views
@@ -470,10 +520,13 @@ async fn write_status(
         "kind": "DistributedScaledObject",
         "status": status,
     });
-    api.patch_status(
-        name,
-        &PatchParams::apply(super::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
+    super::bounded(
+        "apply DistributedScaledObject status",
+        api.patch_status(
+            name,
+            &PatchParams::apply(super::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        ),
     )
     .await?;
     ctx.metrics.status_written(CONTROLLER);
@@ -524,10 +577,13 @@ async fn apply_scaled_object(
     let object = scaled_object(dso, namespace, name)?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
-    api.patch(
-        name,
-        &PatchParams::apply(super::FIELD_MANAGER).force(),
-        &Patch::Apply(&object),
+    super::bounded(
+        "apply ScaledObject",
+        api.patch(
+            name,
+            &PatchParams::apply(super::FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        ),
     )
     .await?;
     Ok(())

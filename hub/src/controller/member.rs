@@ -2,7 +2,7 @@
 //! shows what the hub knows of its agent session: state, versions, last heartbeat,
 //! certificate expiry and capacity.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -17,10 +17,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
 
-use super::{Context, FIELD_MANAGER, time};
-use crate::Result;
+use super::{Context, FIELD_MANAGER, bounded, time};
 use crate::fleet::MemberSnapshot;
 use crate::registry::SessionState;
+use crate::{Error, Result};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "membercluster";
@@ -151,13 +151,22 @@ pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
 /// Writes MemberCluster status from the fleet until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let mut changes = ctx.fleet.subscribe();
-    let mut written: HashMap<String, MemberClusterStatus> = HashMap::new();
+    let mut backoff = Duration::ZERO;
     loop {
         ctx.metrics.reconciled(CONTROLLER);
-        if let Err(error) = sync(&ctx, &mut written).await {
-            warn!(%error, "MemberCluster status not written");
-            ctx.metrics
-                .reconcile_failed(CONTROLLER, error.metric_label());
+        match sync(&ctx).await {
+            Ok(()) => backoff = Duration::ZERO,
+            Err(error) => {
+                warn!(%error, "MemberCluster status not written");
+                ctx.metrics
+                    .reconcile_failed(CONTROLLER, error.metric_label());
+                // Back off while the hub cluster refuses: 1 s doubling to 30 s.
+                backoff = (backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -173,15 +182,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 }
 
 #[instrument(skip_all)]
-async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>) -> Result<()> {
+async fn sync(ctx: &Context) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.client.clone());
-    let registered: BTreeMap<String, MemberCluster> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
-        .collect();
+    let registered: BTreeMap<String, MemberCluster> =
+        bounded("list MemberClusters", api.list(&ListParams::default()))
+            .await?
+            .items
+            .into_iter()
+            .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
+            .collect();
     let snapshots = ctx.fleet.members();
     let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
     for snapshot in &snapshots {
@@ -191,23 +200,30 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
         if let Some(status) = status(snapshot, old) {
             if !registered.contains_key(&snapshot.name) {
                 let object = MemberCluster::new(&snapshot.name, MemberClusterSpec::default());
-                match api.create(&PostParams::default(), &object).await {
+                match bounded(
+                    "create MemberCluster",
+                    api.create(&PostParams::default(), &object),
+                )
+                .await
+                {
                     Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                    Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {}
+                    Err(e) => return Err(e),
                 }
             }
             wanted.insert(snapshot.name.clone(), status);
         }
     }
     for (name, member) in &registered {
-        if !wanted.contains_key(name) && !name.is_empty() {
+        // Right after a hub start, agents are still finding the new hub.
+        if !wanted.contains_key(name) && !name.is_empty() && !ctx.starting() {
             wanted.insert(name.clone(), absent_status(member.status.as_ref()));
         }
     }
     for (name, status) in wanted {
         let current = registered.get(&name).and_then(|m| m.status.as_ref());
-        if current == Some(&status) || written.get(&name) == Some(&status) && current.is_some() {
+        // The list is read fresh each pass: write only what differs.
+        if current == Some(&status) {
             continue;
         }
         let patch = json!({
@@ -215,14 +231,16 @@ async fn sync(ctx: &Context, written: &mut HashMap<String, MemberClusterStatus>)
             "kind": "MemberCluster",
             "status": status,
         });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
+        bounded(
+            "apply MemberCluster status",
+            api.patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            ),
         )
         .await?;
         ctx.metrics.status_written(CONTROLLER);
-        written.insert(name, status);
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kedge_core::crd::DistributedScaledObject;
-use kedge_core::crd::dso::DsoMemberClusterStatus;
+use kedge_core::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -34,6 +34,20 @@ use crate::{Error, Result};
 
 /// The one field manager of every server-side apply the hub sends.
 pub const FIELD_MANAGER: &str = "kedge-hub";
+
+/// Longest wait for one call to the hub cluster's API.
+const API_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one API call under [`API_TIMEOUT`].
+pub async fn bounded<T>(
+    what: &'static str,
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(API_TIMEOUT, call).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(Error::Timeout { what }),
+    }
+}
 
 /// Coalescing window of fleet changes before every DSO is reconciled again.
 const FLEET_THROTTLE: Duration = Duration::from_millis(100);
@@ -99,9 +113,12 @@ impl Recorder {
             ),
             ..Default::default()
         };
-        Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
-            .await?;
+        bounded(
+            "create Event",
+            Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+                .create(&PostParams::default(), &event),
+        )
+        .await?;
         Ok(())
     }
 }
@@ -131,6 +148,12 @@ pub struct Context {
     pub scaled_objects: ApiResource,
     /// Since when each (DSO, member) has been in its state.
     states: Mutex<MemberStates>,
+    /// The DSO status this process wrote last, by owner.
+    written: Mutex<HashMap<String, DistributedScaledObjectStatus>>,
+    /// When the controllers started.
+    started: tokio::time::Instant,
+    /// How long after the start absent members keep their previous state.
+    startup_grace: Duration,
 }
 
 impl std::fmt::Debug for Context {
@@ -145,6 +168,9 @@ impl Context {
         let instance = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
             .ok();
+        // Agents notice a lost hub only after their own heartbeat deadline and then back off
+        // before dialing again: give them two deadlines.
+        let fleet_deadline = fleet.registry().liveness().deadline().saturating_mul(2);
         Self {
             recorder: Recorder::new(client.clone(), FIELD_MANAGER, instance),
             client,
@@ -155,7 +181,15 @@ impl Context {
                 "scaledobjects",
             ),
             states: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
+            started: tokio::time::Instant::now(),
+            startup_grace: fleet_deadline,
         }
+    }
+
+    /// Whether the hub started so recently that agents may not have reconnected yet.
+    pub fn starting(&self) -> bool {
+        self.started.elapsed() < self.startup_grace
     }
 
     fn states(&self) -> std::sync::MutexGuard<'_, MemberStates> {
@@ -187,6 +221,24 @@ impl Context {
     /// Forgets everything tracked for `owner`.
     pub fn forget(&self, owner: &str) {
         self.states().retain(|(o, _), _| o != owner);
+        self.written_map().remove(owner);
+    }
+
+    fn written_map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, DistributedScaledObjectStatus>> {
+        // Entries are replaced whole; a poisoned lock holds no torn entry.
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The status last written for `owner` by this process.
+    pub fn written(&self, owner: &str) -> Option<DistributedScaledObjectStatus> {
+        self.written_map().get(owner).cloned()
+    }
+
+    /// Records the status just written (or found already in place) for `owner`.
+    pub fn remember(&self, owner: &str, status: DistributedScaledObjectStatus) {
+        self.written_map().insert(owner.to_owned(), status);
     }
 
     /// Publishes an Event about a DSO; a failure is logged, never fatal.

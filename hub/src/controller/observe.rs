@@ -104,12 +104,15 @@ fn non_negative(v: i32) -> u32 {
 
 /// Describes `member` for a DSO whose workload there is `workload`. `previous` is the
 /// member's entry in the DSO's current status: it carries what was known before this hub
-/// process started (the replicas a member ran when it has not reported yet).
+/// process started (the replicas a member ran when it has not reported yet). While
+/// `starting` (the hub started less than a heartbeat deadline ago), a member that has not
+/// reconnected yet keeps its previous state: agents need a moment to find the new hub.
 pub fn view(
     member: &str,
     snapshot: Option<&MemberSnapshot>,
     workload: &WorkloadRef,
     previous: Option<&DsoMemberClusterStatus>,
+    starting: bool,
 ) -> MemberView {
     let report = snapshot.and_then(|s| s.workloads.get(workload));
     let (spec_replicas, ready_replicas, unschedulable) = match report {
@@ -144,7 +147,21 @@ pub fn view(
     let session = snapshot.and_then(|s| s.session.as_ref());
     let Some(session) = session else {
         let seen_before = previous.is_some_and(|p| p.state.as_deref() != Some(STATE_PENDING));
-        if seen_before {
+        let carried = previous.and_then(|p| {
+            [
+                STATE_READY,
+                STATE_UNREACHABLE,
+                STATE_WORKLOAD_MISSING,
+                STATE_REFUSED,
+            ]
+            .into_iter()
+            .find(|s| p.state.as_deref() == Some(*s))
+        });
+        if let (true, Some(state), Some(p)) = (starting, carried, previous) {
+            v.state = state;
+            v.description = p.description.clone().unwrap_or_default();
+            v.id = p.id.clone();
+        } else if seen_before {
             v.state = STATE_UNREACHABLE;
             v.description = "agent not connected since the hub started".to_owned();
             v.id = previous.and_then(|p| p.id.clone());
@@ -176,7 +193,8 @@ pub fn view(
         })
     });
     match failure {
-        Some(f) if f.code == FailureCode::NotFound => {
+        // A later report that the workload exists wins over an older acknowledgement.
+        Some(f) if f.code == FailureCode::NotFound && !report.is_some_and(|r| r.exists) => {
             v.state = STATE_WORKLOAD_MISSING;
             v.description =
                 format!("{kind_name} not found in the member; kedge does not create it");
@@ -208,6 +226,12 @@ pub fn view(
             }
         }
         _ => {}
+    }
+    if v.state == STATE_WORKLOAD_MISSING || v.state == STATE_REFUSED {
+        // Within the grace period the others plan around what this member was meant to
+        // run, as for an unreachable member: a workload re-created a moment later causes
+        // no churn elsewhere.
+        v.spec_replicas = previous.map_or(0, |p| non_negative(p.desired_replicas));
     }
     v
 }
@@ -304,7 +328,7 @@ mod tests {
     #[test]
     fn connected_member_with_a_report_is_ready_with_its_replicas() {
         let s = snapshot(SessionState::Connected, Some(status(true, 4, 3)));
-        let v = view("m1", Some(&s), &workload(), None);
+        let v = view("m1", Some(&s), &workload(), None, false);
         assert_eq!(v.state, STATE_READY);
         assert_eq!((v.spec_replicas, v.ready_replicas), (4, 3));
         let o = v.observation(Duration::from_secs(9)).unwrap();
@@ -317,13 +341,44 @@ mod tests {
     #[test]
     fn a_missing_workload_counts_as_unreachable_for_the_dso() {
         let s = snapshot(SessionState::Connected, Some(status(false, 0, 0)));
-        let v = view("m1", Some(&s), &workload(), None);
+        let v = view("m1", Some(&s), &workload(), None, false);
         assert_eq!(v.state, STATE_WORKLOAD_MISSING);
         assert!(v.description.contains("Deployment default/nginx not found"));
         let o = v.observation(Duration::from_secs(2)).unwrap();
         assert_eq!(o.state, MemberState::Unreachable);
         assert_eq!(o.unreachable_for, Duration::from_secs(2));
         assert_eq!(o.current_replicas, 0);
+        // It holds the share it was given while the grace period runs.
+        let previous = DsoMemberClusterStatus {
+            desired_replicas: 3,
+            state: Some(STATE_READY.into()),
+            ..Default::default()
+        };
+        let v = view("m1", Some(&s), &workload(), Some(&previous), false);
+        assert_eq!(v.observation(Duration::ZERO).unwrap().current_replicas, 3);
+        assert_eq!(v.ready_replicas, 0);
+    }
+
+    #[test]
+    fn a_workload_that_appears_is_ready_despite_the_older_not_found_ack() {
+        let mut s = snapshot(SessionState::Connected, Some(status(true, 0, 0)));
+        s.failures = vec![(
+            CommandTarget::Workload(workload()),
+            Failure {
+                retry: Retry::Permanent,
+                code: FailureCode::NotFound,
+                message: "deployments.apps \"nginx\" not found".into(),
+            },
+        )];
+        assert_eq!(
+            view("m1", Some(&s), &workload(), None, false).state,
+            STATE_READY
+        );
+        s.workloads.clear();
+        assert_eq!(
+            view("m1", Some(&s), &workload(), None, false).state,
+            STATE_WORKLOAD_MISSING
+        );
     }
 
     #[test]
@@ -337,7 +392,7 @@ mod tests {
                 message: "namespace default is not managed by this agent".into(),
             },
         )];
-        let v = view("m1", Some(&s), &workload(), None);
+        let v = view("m1", Some(&s), &workload(), None, false);
         assert_eq!(v.state, STATE_REFUSED);
         assert!(v.description.contains("NamespaceNotAllowed"), "{v:?}");
         assert!(v.description.contains("not managed"), "{v:?}");
@@ -346,12 +401,12 @@ mod tests {
     #[test]
     fn unreachable_and_unknown_members() {
         let s = snapshot(SessionState::Unreachable, Some(status(true, 4, 4)));
-        let v = view("m1", Some(&s), &workload(), None);
+        let v = view("m1", Some(&s), &workload(), None, false);
         assert_eq!(v.state, STATE_UNREACHABLE);
         assert!(v.description.contains("no heartbeat"));
         assert_eq!(v.observation(Duration::ZERO).unwrap().current_replicas, 4);
 
-        let never = view("m1", None, &workload(), None);
+        let never = view("m1", None, &workload(), None, false);
         assert_eq!(never.state, STATE_PENDING);
         assert!(never.observation(Duration::ZERO).is_none());
 
@@ -362,9 +417,31 @@ mod tests {
             state: Some(STATE_READY.into()),
             ..Default::default()
         };
-        let v = view("m1", None, &workload(), Some(&previous));
+        let v = view("m1", None, &workload(), Some(&previous), false);
         assert_eq!(v.state, STATE_UNREACHABLE);
         assert_eq!((v.spec_replicas, v.ready_replicas), (4, 3));
+        assert!(!v.connected);
+        // Right after the hub started, it keeps its previous state until its agent is back.
+        let v = view("m1", None, &workload(), Some(&previous), true);
+        assert_eq!(v.state, STATE_READY);
+        assert!(v.is_ready() && !v.connected);
+        assert_eq!(v.observation(Duration::ZERO).unwrap().current_replicas, 4);
+    }
+
+    #[test]
+    fn a_missing_workload_stays_missing_across_a_hub_restart_until_reported() {
+        let previous = DsoMemberClusterStatus {
+            state: Some(STATE_WORKLOAD_MISSING.into()),
+            description: Some("Deployment default/nginx not found".into()),
+            ..Default::default()
+        };
+        let s = snapshot(SessionState::Connected, None);
+        let v = view("m1", Some(&s), &workload(), Some(&previous), false);
+        assert_eq!(v.state, STATE_WORKLOAD_MISSING);
+        assert!(v.connected, "it is told its replicas, so that it reports");
+        let s = snapshot(SessionState::Connected, Some(status(true, 2, 2)));
+        let v = view("m1", Some(&s), &workload(), Some(&previous), false);
+        assert_eq!(v.state, STATE_READY, "the report wins");
     }
 
     #[test]

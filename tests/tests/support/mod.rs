@@ -156,6 +156,9 @@ pub fn start_hub(pki: &Pki, ports: HubPorts, heartbeat: &str, log: PathBuf) -> P
         heartbeat.into(),
         "--heartbeat-tolerance".into(),
         "3".into(),
+        // Sessions only: no hub cluster, whatever $KUBECONFIG says.
+        "--controllers".into(),
+        "false".into(),
     ];
     Proc::spawn(&bin("kedge-hub"), &args, log)
 }
