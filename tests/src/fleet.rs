@@ -78,7 +78,7 @@ fn free_tcp_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn spawn(program: &Path, args: &[String], envs: &[(&str, &Path)], log: &Path) -> Result<Child> {
+fn spawn(program: &Path, args: &[String], log: &Path) -> Result<Child> {
     let file = std::fs::File::create(log)?;
     let mut command = Command::new(program);
     command
@@ -87,9 +87,6 @@ fn spawn(program: &Path, args: &[String], envs: &[(&str, &Path)], log: &Path) ->
         .stdout(Stdio::null())
         .stderr(file)
         .kill_on_drop(true);
-    for (key, value) in envs {
-        command.env(key, value);
-    }
     command
         .spawn()
         .map_err(|e| Error::Fleet(format!("cannot start {}: {e}", program.display())))
@@ -170,7 +167,7 @@ impl Fleet {
             "2s".into(),
         ];
         let log = self.config.dir.join("logs").join(format!("{member}.log"));
-        spawn(&self.config.bin_dir.join("kedge-agent"), &args, &[], &log)
+        spawn(&self.config.bin_dir.join("kedge-agent"), &args, &log)
     }
 
     /// Kubeconfig of a cluster of the fleet (`hub` or a member).
@@ -280,15 +277,15 @@ fn start_hub(config: &FleetConfig, quic_port: u16, ops_port: u16) -> Result<Chil
         path("ca.pem"),
         "--heartbeat-interval".into(),
         config.heartbeat.clone(),
+        "--kubeconfig".into(),
+        config
+            .dir
+            .join(format!("{HUB_CLUSTER}.kubeconfig"))
+            .display()
+            .to_string(),
     ];
-    let kubeconfig = config.dir.join(format!("{HUB_CLUSTER}.kubeconfig"));
     let log = config.dir.join("logs").join("hub.log");
-    spawn(
-        &config.bin_dir.join("kedge-hub"),
-        &args,
-        &[("KUBECONFIG", &kubeconfig)],
-        &log,
-    )
+    spawn(&config.bin_dir.join("kedge-hub"), &args, &log)
 }
 
 async fn stop(child: &mut Child) {
