@@ -305,6 +305,7 @@ mod tests {
             pending_pods: 0,
             unschedulable_pods: 0,
             unschedulable_for_ms: 0,
+            room_replicas: None,
         };
         f.record_report(
             "m1",

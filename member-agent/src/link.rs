@@ -123,6 +123,7 @@ async fn report_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state = ReportState::default();
     let mut capacity_due = Instant::now();
+    let mut last_capacity = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -130,6 +131,22 @@ async fn report_loop(
             _ = report_now.notified() => {}
         }
         let full = full_report.swap(false, Ordering::AcqRel);
+        // Capacity first: each workload's room is computed from it.
+        let capacity = if full || Instant::now() >= capacity_due {
+            capacity_due = Instant::now() + capacity_interval;
+            match observe_capacity(&executor).await {
+                Ok(capacity) => {
+                    last_capacity = Some(capacity);
+                    Some(capacity)
+                }
+                Err(failure) => {
+                    warn!(message = %failure.message, "cannot observe cluster capacity");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let commands = desired
             .borrow()
             .as_ref()
@@ -137,7 +154,14 @@ async fn report_loop(
             .unwrap_or_default();
         let mut observed = Vec::with_capacity(commands.len());
         for command in &commands {
-            match observe_workload(&executor, &command.workload, unix_ms()).await {
+            match observe_workload(
+                &executor,
+                &command.workload,
+                last_capacity.as_ref(),
+                unix_ms(),
+            )
+            .await
+            {
                 Ok(status) => {
                     if status.exists && status.spec_replicas != command.replicas {
                         info!(workload = %command.workload.name, namespace = %command.workload.namespace,
@@ -153,18 +177,6 @@ async fn report_loop(
                 Err(failure) => debug!(message = %failure.message, "cannot observe workload"),
             }
         }
-        let capacity = if full || Instant::now() >= capacity_due {
-            capacity_due = Instant::now() + capacity_interval;
-            match observe_capacity(&executor).await {
-                Ok(capacity) => Some(capacity),
-                Err(failure) => {
-                    warn!(message = %failure.message, "cannot observe cluster capacity");
-                    None
-                }
-            }
-        } else {
-            None
-        };
         if let Some(report) = state.next(observed, capacity, full) {
             post(&outbox, AgentMessage::Report(report));
         }

@@ -56,10 +56,55 @@ pub fn pod_counts(pods: &[Pod]) -> (i32, i32, Option<i64>) {
     (pending, unschedulable, oldest)
 }
 
-/// Observes one workload; a missing workload is reported as such, never created.
+/// CPU (millicores) and memory (bytes) one pod of a workload requests, from its pod template
+/// (`spec.template.spec.containers[].resources.requests`).
+pub fn pod_requests(workload: &serde_json::Value) -> (u64, u64) {
+    let containers = workload
+        .pointer("/spec/template/spec/containers")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let request = |container: &serde_json::Value, resource: &str| {
+        container
+            .pointer(&format!("/resources/requests/{resource}"))
+            .and_then(serde_json::Value::as_str)
+            .and_then(|q| parse_quantity(q).ok())
+            .unwrap_or(0)
+            .max(0)
+    };
+    let cpu: i128 = containers.iter().map(|c| request(c, "cpu")).sum();
+    let memory: i128 = containers.iter().map(|c| request(c, "memory")).sum();
+    let clamp = |v: i128| u64::try_from(v).unwrap_or(u64::MAX);
+    // Quantities are milli-units: CPU stays in millicores, memory is divided to bytes.
+    (clamp(cpu), clamp(memory / 1000))
+}
+
+/// How many more pods requesting `(cpu millicores, memory bytes)` fit into the free capacity
+/// (allocatable minus requested, summed over Ready nodes); `None` when a pod requests
+/// nothing, so nothing bounds it. A sum over nodes: fragmentation across nodes is ignored.
+pub fn room_for(capacity: &ClusterCapacity, (cpu, memory): (u64, u64)) -> Option<u32> {
+    let free_cpu = capacity
+        .allocatable_cpu_millis
+        .saturating_sub(capacity.requested_cpu_millis);
+    let free_memory = capacity
+        .allocatable_memory_bytes
+        .saturating_sub(capacity.requested_memory_bytes);
+    let by_cpu = (cpu > 0).then(|| free_cpu / cpu);
+    let by_memory = (memory > 0).then(|| free_memory / memory);
+    let room = match (by_cpu, by_memory) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => return None,
+    };
+    Some(u32::try_from(room).unwrap_or(u32::MAX))
+}
+
+/// Observes one workload; a missing workload is reported as such, never created. With the
+/// cluster's `capacity`, also how many more replicas of it would fit.
 pub async fn observe_workload(
     executor: &Executor,
     workload: &WorkloadRef,
+    capacity: Option<&ClusterCapacity>,
     now_unix_ms: i64,
 ) -> Result<WorkloadStatus, kedge_protocol::Failure> {
     let mut status = WorkloadStatus {
@@ -71,6 +116,7 @@ pub async fn observe_workload(
         pending_pods: 0,
         unschedulable_pods: 0,
         unschedulable_for_ms: 0,
+        room_replicas: None,
     };
     let api = executor.workload_api(workload).await?;
     let what = format!(
@@ -88,6 +134,7 @@ pub async fn observe_workload(
     status.spec_replicas = int_at(&object.data, &["spec", "replicas"]);
     status.ready_replicas = int_at(&object.data, &["status", "readyReplicas"]);
     status.available_replicas = int_at(&object.data, &["status", "availableReplicas"]);
+    status.room_replicas = capacity.and_then(|c| room_for(c, pod_requests(&object.data)));
     let scale = api
         .get_scale(&workload.name)
         .await
@@ -320,7 +367,44 @@ mod tests {
             pending_pods: 0,
             unschedulable_pods: 0,
             unschedulable_for_ms: 0,
+            room_replicas: None,
         }
+    }
+
+    #[test]
+    fn room_is_free_capacity_over_one_pods_requests() {
+        let cap = ClusterCapacity {
+            allocatable_cpu_millis: 8000,
+            requested_cpu_millis: 1000,
+            allocatable_memory_bytes: 16 << 30,
+            requested_memory_bytes: 14 << 30,
+            ..Default::default()
+        };
+        // CPU allows 14, memory allows 4: memory decides.
+        assert_eq!(room_for(&cap, (500, 512 << 20)), Some(4));
+        assert_eq!(room_for(&cap, (500, 0)), Some(14));
+        assert_eq!(room_for(&cap, (0, 0)), None, "no requests: unbounded");
+        let full = ClusterCapacity {
+            requested_cpu_millis: 9000,
+            ..cap
+        };
+        assert_eq!(
+            room_for(&full, (500, 0)),
+            Some(0),
+            "over-committed clusters have no room"
+        );
+    }
+
+    #[test]
+    fn pod_requests_add_up_over_containers() {
+        let deployment = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "1"}}},
+            {"name": "c"},
+            {"name": "d", "resources": {"requests": {"cpu": "not-a-quantity"}}}
+        ]}}}});
+        assert_eq!(pod_requests(&deployment), (1250, 128 << 20));
+        assert_eq!(pod_requests(&serde_json::json!({})), (0, 0));
     }
 
     #[test]

@@ -251,6 +251,9 @@ pub struct WorkloadStatus {
     pub unschedulable_pods: i32,
     /// How long the oldest unschedulable pod has been so, 0 if none.
     pub unschedulable_for_ms: u64,
+    /// How many more replicas fit on the member's Ready nodes by the CPU and memory requests
+    /// of one pod of the workload; `None` when the pods request neither (unbounded).
+    pub room_replicas: Option<u32>,
 }
 
 /// Phase of a managed Job.

@@ -106,6 +106,7 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                         pending_pods: 0,
                         unschedulable_pods: 0,
                         unschedulable_for_ms: ms,
+                        room_replicas: None,
                     })
                     .collect(),
                 jobs: vec![JobStatus {

@@ -38,6 +38,8 @@ pub struct FleetConfig {
     pub heartbeat: String,
     /// Settings of every simulated cluster.
     pub sim: SimConfig,
+    /// Extra flags for every agent (e.g. shorter report intervals in tests).
+    pub agent_args: Vec<String>,
 }
 
 impl FleetConfig {
@@ -54,6 +56,7 @@ impl FleetConfig {
             bin_dir,
             heartbeat: "1s".into(),
             sim: SimConfig::default(),
+            agent_args: Vec::new(),
         })
     }
 }
@@ -166,6 +169,10 @@ impl Fleet {
             "--reconnect-max".into(),
             "2s".into(),
         ];
+        let args: Vec<String> = args
+            .into_iter()
+            .chain(self.config.agent_args.iter().cloned())
+            .collect();
         let log = self.config.dir.join("logs").join(format!("{member}.log"));
         spawn(&self.config.bin_dir.join("kedge-agent"), &args, &log)
     }

@@ -64,6 +64,8 @@ pub struct MemberView {
     pub ready_replicas: i32,
     /// Unschedulable pods and for how long.
     pub unschedulable: (u32, Duration),
+    /// More replicas that fit in the member by the pods' requests; `None` when unbounded.
+    pub room: Option<u32>,
     /// Whether the planner may consider the member at all (false: never seen, nothing known).
     pub known: bool,
     /// Whether the agent is connected, so that it can be told its replicas.
@@ -93,7 +95,11 @@ impl MemberView {
             current_replicas: self.spec_replicas,
             unschedulable_replicas: self.unschedulable.0,
             unschedulable_for: self.unschedulable.1,
-            capacity_replicas: None,
+            // What runs there now plus what still fits: the member's limit for tiers and the
+            // basis of dynamic weights.
+            capacity_replicas: self
+                .room
+                .map(|room| self.spec_replicas.saturating_add(room)),
         })
     }
 }
@@ -140,6 +146,7 @@ pub fn view(
         spec_replicas,
         ready_replicas,
         unschedulable,
+        room: report.filter(|r| r.exists).and_then(|r| r.room_replicas),
         known: true,
         connected: false,
     };
@@ -322,6 +329,7 @@ mod tests {
             pending_pods: 0,
             unschedulable_pods: 0,
             unschedulable_for_ms: 0,
+            room_replicas: None,
         }
     }
 
