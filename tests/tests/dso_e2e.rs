@@ -36,26 +36,14 @@ impl Fleet {
     }
 
     fn start_hub(&self, log: &str) -> Proc {
-        let p = &self.pki;
-        let args = [
-            "--listen".into(),
-            format!("127.0.0.1:{}", self.ports.quic),
-            "--ops-listen".into(),
-            format!("127.0.0.1:{}", self.ports.ops),
-            "--tls-cert".into(),
-            p.path("hub.pem"),
-            "--tls-key".into(),
-            p.path("hub-key.pem"),
-            "--tls-ca".into(),
-            p.path("ca.pem"),
-            "--heartbeat-interval".into(),
-            HEARTBEAT.into(),
-            "--heartbeat-tolerance".into(),
-            "3".into(),
-            "--kubeconfig".into(),
-            self.kubeconfig("hub").display().to_string(),
-        ];
-        Proc::spawn(&bin("kedge-hub"), &args, self.dir.join(log))
+        let hub = self.kubeconfig("hub").display().to_string();
+        start_hub_with(
+            &self.pki,
+            self.ports,
+            HEARTBEAT,
+            self.dir.join(log),
+            &["--kubeconfig", &hub],
+        )
     }
 
     fn start_agent(&self, member: &str, namespaces: Option<&str>, log: &str) -> Proc {

@@ -78,23 +78,14 @@ async fn without_keda_the_split_follows_kubectl_scale_and_status_says_why() {
     }
 
     let ports = HubPorts::new();
-    let args = [
-        "--listen".into(),
-        format!("127.0.0.1:{}", ports.quic),
-        "--ops-listen".into(),
-        format!("127.0.0.1:{}", ports.ops),
-        "--tls-cert".into(),
-        pki.path("hub.pem"),
-        "--tls-key".into(),
-        pki.path("hub-key.pem"),
-        "--tls-ca".into(),
-        pki.path("ca.pem"),
-        "--heartbeat-interval".into(),
-        "200ms".into(),
-        "--kubeconfig".into(),
-        hub_kc.display().to_string(),
-    ];
-    let _hub = Proc::spawn(&bin("kedge-hub"), &args, dir.path().join("hub.log"));
+    let hub_kubeconfig = hub_kc.display().to_string();
+    let _hub = start_hub_with(
+        &pki,
+        ports,
+        "200ms",
+        dir.path().join("hub.log"),
+        &["--kubeconfig", &hub_kubeconfig],
+    );
     let _agents: Vec<Proc> = MEMBERS
         .iter()
         .map(|m| start_agent(&pki, m, ports, dir.path().join(format!("{m}.log"))))

@@ -140,8 +140,20 @@ impl HubPorts {
     }
 }
 
+/// Starts a hub that only runs agent sessions (no hub cluster, whatever `$KUBECONFIG` says).
 pub fn start_hub(pki: &Pki, ports: HubPorts, heartbeat: &str, log: PathBuf) -> Proc {
-    let args = [
+    start_hub_with(pki, ports, heartbeat, log, &["--controllers", "false"])
+}
+
+/// Starts a hub with extra flags (e.g. `--kubeconfig HUB` to run the controllers).
+pub fn start_hub_with(
+    pki: &Pki,
+    ports: HubPorts,
+    heartbeat: &str,
+    log: PathBuf,
+    extra: &[&str],
+) -> Proc {
+    let mut args = vec![
         "--listen".into(),
         format!("127.0.0.1:{}", ports.quic),
         "--ops-listen".into(),
@@ -156,10 +168,8 @@ pub fn start_hub(pki: &Pki, ports: HubPorts, heartbeat: &str, log: PathBuf) -> P
         heartbeat.into(),
         "--heartbeat-tolerance".into(),
         "3".into(),
-        // Sessions only: no hub cluster, whatever $KUBECONFIG says.
-        "--controllers".into(),
-        "false".into(),
     ];
+    args.extend(extra.iter().map(|a| a.to_string()));
     Proc::spawn(&bin("kedge-hub"), &args, log)
 }
 
