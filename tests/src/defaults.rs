@@ -5,9 +5,16 @@ use serde_json::{Value, json};
 use crate::resources::ResourceDef;
 use crate::util::{meta_str, new_uid};
 
-/// Fills defaults the real API server would fill.
+/// Fills defaults the real API server would fill: for custom resources, the `default`s of
+/// the CRD's structural schema; for built-in kinds, the subset below.
 pub fn apply(def: &ResourceDef, obj: &mut Value) {
-    if def.crd || !obj.is_object() {
+    if !obj.is_object() {
+        return;
+    }
+    if def.crd {
+        if let Some(schema) = &def.schema {
+            schema_defaults(schema, obj, true);
+        }
         return;
     }
     match def.kind.as_str() {
@@ -99,6 +106,45 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
     }
 }
 
+/// Structural-schema defaulting as the API server does it: a property absent from an object
+/// gets its schema's `default`, then defaulting recurses into objects, array items and map
+/// values. `metadata` is never defaulted from the schema.
+fn schema_defaults(schema: &Value, value: &mut Value, top: bool) {
+    match value {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (name, prop) in props {
+                    if top && name == "metadata" {
+                        continue;
+                    }
+                    if !map.contains_key(name) {
+                        if let Some(default) = prop.get("default") {
+                            map.insert(name.clone(), default.clone());
+                        }
+                    }
+                    if let Some(child) = map.get_mut(name) {
+                        schema_defaults(prop, child, false);
+                    }
+                }
+            } else if let Some(values) =
+                schema.get("additionalProperties").filter(|v| v.is_object())
+            {
+                for child in map.values_mut() {
+                    schema_defaults(values, child, false);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    schema_defaults(item_schema, item, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 fn ensure_obj<'a>(obj: &'a mut Value, field: &str) -> &'a mut serde_json::Map<String, Value> {
     let root = match obj {
         Value::Object(m) => m,
@@ -117,5 +163,37 @@ fn ensure_obj<'a>(obj: &'a mut Value, field: &str) -> &'a mut serde_json::Map<St
     match v {
         Value::Object(m) => m,
         _ => unreachable!("just made an object"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_schema_defaults_fill_absent_fields_recursively() {
+        let schema = json!({"type": "object", "properties": {
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "default": "x"}}},
+            "spec": {"type": "object", "properties": {
+                "total": {"type": "integer", "default": 0},
+                "policy": {"type": "object", "default": {}, "properties": {
+                    "percent": {"type": "integer", "default": 50}}},
+                "members": {"type": "array", "items": {"type": "object", "properties": {
+                    "tier": {"type": "integer", "default": 0}}}},
+                "set": {"type": "integer", "default": 7}
+            }}
+        }});
+        let mut obj =
+            json!({"metadata": {}, "spec": {"members": [{"name": "a"}, {"tier": 2}], "set": 3}});
+        schema_defaults(&schema, &mut obj, true);
+        assert_eq!(
+            obj,
+            json!({"metadata": {}, "spec": {
+                "total": 0,
+                "policy": {"percent": 50},
+                "members": [{"name": "a", "tier": 0}, {"tier": 2}],
+                "set": 3
+            }})
+        );
     }
 }

@@ -40,6 +40,8 @@ pub struct ResourceDef {
     pub scale: Option<ScaleSpec>,
     /// CRD `additionalPrinterColumns` of the preferred version.
     pub printer_columns: Option<Value>,
+    /// CRD `openAPIV3Schema` of the preferred version (for defaulting).
+    pub schema: Option<Value>,
     /// Defined by a CRD.
     pub crd: bool,
     /// Storage key, `group/plural`.
@@ -68,6 +70,7 @@ impl ResourceDef {
             status,
             scale: None,
             printer_columns: None,
+            schema: None,
             crd: false,
             key: format!("{group}/{plural}").into(),
         }
@@ -222,6 +225,7 @@ impl ResourceDef {
             status: sub.and_then(|s| s.get("status")).is_some(),
             scale,
             printer_columns: first.get("additionalPrinterColumns").cloned(),
+            schema: first.pointer("/schema/openAPIV3Schema").cloned(),
             crd: true,
         })
     }
