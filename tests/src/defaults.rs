@@ -117,10 +117,10 @@ fn schema_defaults(schema: &Value, value: &mut Value, top: bool) {
                     if top && name == "metadata" {
                         continue;
                     }
-                    if !map.contains_key(name) {
-                        if let Some(default) = prop.get("default") {
-                            map.insert(name.clone(), default.clone());
-                        }
+                    if !map.contains_key(name)
+                        && let Some(default) = prop.get("default")
+                    {
+                        map.insert(name.clone(), default.clone());
                     }
                     if let Some(child) = map.get_mut(name) {
                         schema_defaults(prop, child, false);
