@@ -5,7 +5,7 @@
 //! a NAT) and forwards datagrams both ways. At runtime a test can add one-way latency
 //! (applied in each direction, order preserved), drop a fraction of datagrams, or
 //! partition the path (drop everything both ways). Shutdown is a `CancellationToken`;
-//! dropping the relay cancels it too.
+//! dropping the relay cancels it too. The tests run real QUIC (quinn) through it.
 //!
 //! Limits: at most [`MAX_SESSIONS`] client addresses (datagrams from further clients are
 //! dropped); sessions live until shutdown; each direction queues at most [`QUEUE_LEN`]
@@ -72,7 +72,11 @@ impl Shared {
     }
 
     fn deadline(&self) -> Instant {
-        Instant::now() + Duration::from_micros(self.latency_us.load(Ordering::Relaxed))
+        let now = Instant::now();
+        let latency = Duration::from_micros(self.latency_us.load(Ordering::Relaxed));
+        // An absurd latency holds datagrams for a day rather than overflowing the clock.
+        now.checked_add(latency)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400))
     }
 
     /// Applies faults to one datagram and queues it for delivery.
@@ -580,6 +584,24 @@ mod tests {
 
         conn.close(0u32.into(), b"done");
         server.close(0u32.into(), b"done");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn absurd_latency_holds_datagrams_without_panicking() -> io::Result<()> {
+        let (relay, stop) = setup().await?;
+        let c = client().await?;
+        relay.set_latency(Duration::MAX);
+        assert_eq!(
+            round_trip(&c, relay.local_addr(), "held", SILENCE).await,
+            None
+        );
+        assert_eq!(
+            relay.stats(),
+            RelayStats::default(),
+            "queued, not sent or dropped"
+        );
+        stop.cancel();
         Ok(())
     }
 
