@@ -50,6 +50,14 @@ impl ApplyError {
             ApplyError::BadRequest(_) => 400,
         }
     }
+
+    /// The `Status.reason` the server returns.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::Conflict(_) => "Conflict",
+            ApplyError::BadRequest(_) => "BadRequest",
+        }
+    }
 }
 
 /// A 409 apply conflict: the `Status.message` and one cause per conflicting field.
@@ -927,7 +935,8 @@ mod tests {
                 field: ".spec.replicas".into()
             }]
         );
-        assert_eq!(ApplyError::Conflict(c).status_code(), 409);
+        let err = ApplyError::Conflict(c);
+        assert_eq!((err.status_code(), err.reason()), (409, "Conflict"));
 
         // Same values: shared ownership, no conflict.
         let shared = ok(apply(Some(&live), &deploy(2, "app:1"), "kedge", false, T1));
