@@ -115,7 +115,7 @@ pub fn parse_quantity(s: &str) -> Result<i128> {
         exp10 += 1;
     }
     if sticky {
-        value += 1;
+        value = value.checked_add(1).ok_or(QuantityError::OutOfRange)?;
     }
     Ok(if negative { -value } else { value })
 }
@@ -280,6 +280,15 @@ mod tests {
             Err(QuantityError::OutOfRange)
         );
         assert_eq!(parse_quantity("1e-1000"), Ok(1));
+        // 38 significant digits are the most a quantity may carry; rounding stays in range.
+        let nines = "9".repeat(38);
+        let max: i128 = nines.parse().unwrap_or(0);
+        assert_eq!(parse_quantity(&format!("{nines}m")), Ok(max));
+        assert_eq!(parse_quantity(&format!("{nines}.5m")), Ok(max + 1));
+        assert_eq!(
+            parse_quantity(&format!("{nines}k")),
+            Err(QuantityError::OutOfRange)
+        );
     }
 
     #[test]

@@ -21,6 +21,46 @@ pub trait RbacSource {
     fn cluster_role_bindings(&self) -> Vec<Value>;
 }
 
+/// An [`RbacSource`] over a flat list of RBAC objects told apart by `kind` (`Role`,
+/// `ClusterRole`, `RoleBinding`, `ClusterRoleBinding`; anything else is ignored), e.g.
+/// everything a store lists under `rbac.authorization.k8s.io`.
+#[derive(Debug, Clone, Copy)]
+pub struct RbacObjects<'a>(pub &'a [Value]);
+
+impl RbacObjects<'_> {
+    fn of_kind<'s>(&'s self, kind: &'s str) -> impl Iterator<Item = &'s Value> + 's {
+        self.0.iter().filter(move |o| str_field(o, "/kind") == kind)
+    }
+}
+
+impl RbacSource for RbacObjects<'_> {
+    fn role(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.of_kind("Role")
+            .find(|r| {
+                str_field(r, "/metadata/namespace") == namespace
+                    && str_field(r, "/metadata/name") == name
+            })
+            .cloned()
+    }
+
+    fn cluster_role(&self, name: &str) -> Option<Value> {
+        self.of_kind("ClusterRole")
+            .find(|r| str_field(r, "/metadata/name") == name)
+            .cloned()
+    }
+
+    fn role_bindings(&self, namespace: &str) -> Vec<Value> {
+        self.of_kind("RoleBinding")
+            .filter(|b| str_field(b, "/metadata/namespace") == namespace)
+            .cloned()
+            .collect()
+    }
+
+    fn cluster_role_bindings(&self) -> Vec<Value> {
+        self.of_kind("ClusterRoleBinding").cloned().collect()
+    }
+}
+
 /// The authenticated user of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserInfo {
@@ -603,6 +643,41 @@ mod tests {
                 reason: "RBAC: role.rbac.authorization.k8s.io \"missing\" not found".into()
             }
         );
+    }
+
+    #[test]
+    fn flat_object_list_source() {
+        let objects = vec![
+            json!({"kind": "Role", "metadata": {"name": "r", "namespace": "a"},
+                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+            json!({"kind": "Role", "metadata": {"name": "r", "namespace": "b"},
+                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]}]}),
+            json!({"kind": "RoleBinding", "metadata": {"name": "rb", "namespace": "a"},
+                   "roleRef": {"kind": "Role", "name": "r"},
+                   "subjects": [{"kind": "User", "name": "eve"}]}),
+            json!({"kind": "ClusterRole", "metadata": {"name": "nodes"},
+                   "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]}),
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": "crb"},
+                   "roleRef": {"kind": "ClusterRole", "name": "nodes"},
+                   "subjects": [{"kind": "Group", "name": "ops"}]}),
+            json!({"kind": "ConfigMap", "metadata": {"name": "r", "namespace": "a"}}),
+        ];
+        let src = RbacObjects(&objects);
+        let eve = UserInfo::user("eve", &["ops"]);
+        let get = |ns: &str| RequestAttributes::resource("get", "", "pods", ns).named("p");
+        assert!(authorize(&src, &eve, &get("a")).allowed);
+        assert!(
+            !authorize(&src, &eve, &get("b")).allowed,
+            "the binding is in namespace a"
+        );
+        let del = RequestAttributes::resource("delete", "", "pods", "a").named("p");
+        assert!(
+            !authorize(&src, &eve, &del).allowed,
+            "namespace a's role only allows get"
+        );
+        let nodes = RequestAttributes::resource("list", "", "nodes", "");
+        assert!(authorize(&src, &eve, &nodes).allowed);
+        assert!(!authorize(&src, &UserInfo::user("mallory", &[]), &nodes).allowed);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! a NAT) and forwards datagrams both ways. At runtime a test can add one-way latency
 //! (applied in each direction, order preserved), drop a fraction of datagrams, or
 //! partition the path (drop everything both ways). Shutdown is a `CancellationToken`;
-//! dropping the relay cancels it too.
+//! dropping the relay cancels it too. The tests run real QUIC (quinn) through it.
 //!
 //! Limits: at most [`MAX_SESSIONS`] client addresses (datagrams from further clients are
 //! dropped); sessions live until shutdown; each direction queues at most [`QUEUE_LEN`]
@@ -72,7 +72,11 @@ impl Shared {
     }
 
     fn deadline(&self) -> Instant {
-        Instant::now() + Duration::from_micros(self.latency_us.load(Ordering::Relaxed))
+        let now = Instant::now();
+        let latency = Duration::from_micros(self.latency_us.load(Ordering::Relaxed));
+        // An absurd latency holds datagrams for a day rather than overflowing the clock.
+        now.checked_add(latency)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400))
     }
 
     /// Applies faults to one datagram and queues it for delivery.
@@ -496,6 +500,111 @@ mod tests {
             round_trip(&c, relay.local_addr(), "ok", WAIT)
                 .await
                 .is_some()
+        );
+        stop.cancel();
+        Ok(())
+    }
+
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+    /// A QUIC server that echoes every bidirectional stream, and a client endpoint that
+    /// trusts it.
+    async fn quic_pair() -> Result<(quinn::Endpoint, SocketAddr, quinn::Endpoint), BoxError> {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+        let cert = ck.cert.der().clone();
+        let key = rustls_pki_types::PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der());
+        let server_cfg = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key.into())?;
+        let server = quinn::Endpoint::server(server_cfg, "127.0.0.1:0".parse()?)?;
+        let server_addr = server.local_addr()?;
+        let accept = server.clone();
+        tokio::spawn(async move {
+            while let Some(incoming) = accept.accept().await {
+                tokio::spawn(async move {
+                    let Ok(conn) = incoming.await else { return };
+                    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                        tokio::spawn(async move {
+                            if let Ok(data) = recv.read_to_end(1024).await {
+                                let _ = send.write_all(&data).await;
+                                let _ = send.finish();
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert)?;
+        let client_cfg = quinn::ClientConfig::with_root_certificates(Arc::new(roots))?;
+        let mut client = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+        client.set_default_client_config(client_cfg);
+        Ok((server, server_addr, client))
+    }
+
+    async fn quic_echo(conn: &quinn::Connection, msg: &[u8]) -> Result<Vec<u8>, BoxError> {
+        let (mut send, mut recv) = conn.open_bi().await?;
+        send.write_all(msg).await?;
+        send.finish()?;
+        Ok(recv.read_to_end(1024).await?)
+    }
+
+    #[tokio::test]
+    async fn quic_through_the_relay_survives_loss_latency_and_partition() -> Result<(), BoxError> {
+        let (server, server_addr, client) = quic_pair().await?;
+        let relay = UdpRelay::start("127.0.0.1:0".parse()?, server_addr).await?;
+        relay.set_latency(Duration::from_millis(20));
+        let connecting = client.connect(relay.local_addr(), "localhost")?;
+        let conn = tokio::time::timeout(Duration::from_secs(10), connecting).await??;
+        let got = tokio::time::timeout(WAIT, quic_echo(&conn, b"hello")).await??;
+        assert_eq!(got, b"hello");
+
+        // Loss: QUIC retransmits, every exchange still completes.
+        // (10% per direction keeps retransmission backoff, and so the test's run time, short.)
+        relay.set_drop_rate(0.1);
+        // At least five exchanges, and keep going (boundedly) until some loss happened.
+        for i in 0..40 {
+            if i >= 5 && relay.stats().dropped > 0 {
+                break;
+            }
+            let msg = format!("lossy-{i}");
+            let got =
+                tokio::time::timeout(Duration::from_secs(20), quic_echo(&conn, msg.as_bytes()))
+                    .await??;
+            assert_eq!(got, msg.as_bytes());
+        }
+        assert!(relay.stats().dropped > 0);
+        relay.set_drop_rate(0.0);
+
+        // Partition: nothing gets through...
+        relay.set_partitioned(true);
+        let stalled = tokio::time::timeout(SILENCE, quic_echo(&conn, b"cut")).await;
+        assert!(
+            stalled.is_err(),
+            "an exchange completed through a partition"
+        );
+        // ...until it heals, on the same connection.
+        relay.set_partitioned(false);
+        let got =
+            tokio::time::timeout(Duration::from_secs(20), quic_echo(&conn, b"healed")).await??;
+        assert_eq!(got, b"healed");
+
+        conn.close(0u32.into(), b"done");
+        server.close(0u32.into(), b"done");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn absurd_latency_holds_datagrams_without_panicking() -> io::Result<()> {
+        let (relay, stop) = setup().await?;
+        let c = client().await?;
+        relay.set_latency(Duration::MAX);
+        assert_eq!(
+            round_trip(&c, relay.local_addr(), "held", SILENCE).await,
+            None
+        );
+        assert_eq!(
+            relay.stats(),
+            RelayStats::default(),
+            "queued, not sent or dropped"
         );
         stop.cancel();
         Ok(())

@@ -15,11 +15,11 @@ use serde_json::Value;
 /// Why a selector was rejected; the server answers these with 400 BadRequest.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
-    /// The selector string does not follow the grammar.
-    #[error("unable to parse requirement: {0}")]
+    /// The selector string does not follow the grammar (the message is apimachinery's).
+    #[error("{0}")]
     Syntax(String),
     /// A label key is not a valid qualified name.
-    #[error("invalid label key \"{key}\": {reason}")]
+    #[error("key: Invalid value: \"{key}\": {reason}")]
     InvalidKey {
         /// The rejected key.
         key: String,
@@ -27,7 +27,7 @@ pub enum SelectorError {
         reason: String,
     },
     /// A label value is not valid.
-    #[error("invalid label value: \"{value}\": {reason}")]
+    #[error("values: Invalid value: \"{value}\": {reason}")]
     InvalidValue {
         /// The rejected value.
         value: String,
@@ -511,7 +511,7 @@ impl Parser {
             tok = self.next();
         }
         let Token::Ident(key) = tok else {
-            return Err(SelectorError::Syntax(format!(
+            return Err(requirement_syntax(format!(
                 "found '{}', expected: identifier",
                 tok.literal()
             )));
@@ -532,7 +532,7 @@ impl Parser {
             Token::Ident(s) if s == "in" => Operator::In,
             Token::Ident(s) if s == "notin" => Operator::NotIn,
             t => {
-                return Err(SelectorError::Syntax(format!(
+                return Err(requirement_syntax(format!(
                     "found '{}', expected: {}",
                     t.literal(),
                     "'=', '!=', '==', 'in', notin'"
@@ -553,7 +553,7 @@ impl Parser {
                 self.pos += 1;
                 Ok(BTreeSet::from([v]))
             }
-            t => Err(SelectorError::Syntax(format!(
+            t => Err(requirement_syntax(format!(
                 "found '{}', expected: identifier",
                 t.literal()
             ))),
@@ -563,7 +563,7 @@ impl Parser {
     fn set_values(&mut self) -> Result<BTreeSet<String>> {
         let t = self.next();
         if t != Token::Open {
-            return Err(SelectorError::Syntax(format!(
+            return Err(requirement_syntax(format!(
                 "found '{}' expected: '('",
                 t.literal()
             )));
@@ -595,7 +595,7 @@ impl Parser {
                     return Ok(values);
                 }
                 t => {
-                    return Err(SelectorError::Syntax(format!(
+                    return Err(requirement_syntax(format!(
                         "found '{}', expected: ',' or ')'",
                         t.literal()
                     )));
@@ -603,6 +603,11 @@ impl Parser {
             }
         }
     }
+}
+
+/// A syntax error inside one requirement, worded as `labels.Parse` words it.
+fn requirement_syntax(msg: String) -> SelectorError {
+    SelectorError::Syntax(format!("unable to parse requirement: {msg}"))
 }
 
 const NAME_MAX: usize = 63;
@@ -1196,6 +1201,27 @@ mod tests {
                 LabelSelector::parse(bad)
             );
         }
+    }
+
+    #[test]
+    fn error_messages_match_apimachinery() {
+        let msg = |s: &str| LabelSelector::parse(s).map_err(|e| e.to_string());
+        assert_eq!(
+            msg("a,"),
+            Err("found '', expected: identifier after ','".into())
+        );
+        assert_eq!(
+            msg("a b"),
+            Err(
+                "unable to parse requirement: found 'b', expected: '=', '!=', '==', 'in', notin'"
+                    .into()
+            )
+        );
+        assert_eq!(
+            msg("a in (b"),
+            Err("unable to parse requirement: found '', expected: ',' or ')'".into())
+        );
+        assert!(msg("-a").is_err_and(|m| m.starts_with("key: Invalid value: \"-a\"")));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! `printPod` (e.g. sidecar restartable init containers); a CRD column whose JSONPath
 //! does not parse yields empty cells instead of rejecting the CRD.
 
+use std::borrow::Borrow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
@@ -44,9 +45,11 @@ impl IncludeObject {
 
 /// Builds the Table for `objects` of `resource` (plural, e.g. `pods`). For a custom
 /// resource pass the served CRD version's `additionalPrinterColumns` (or `None`).
-pub fn to_table(
+/// `objects` may be owned values or references (`&[Value]` or `&[&Value]`). The caller sets
+/// `metadata.resourceVersion` (and `continue`) of the returned Table.
+pub fn to_table<O: Borrow<Value>>(
     resource: &str,
-    objects: &[Value],
+    objects: &[O],
     printer_columns: Option<&Value>,
     now: SystemTime,
 ) -> Value {
@@ -60,9 +63,9 @@ pub fn to_table(
 }
 
 /// [`to_table`] with an explicit `includeObject`.
-pub fn to_table_with(
+pub fn to_table_with<O: Borrow<Value>>(
     resource: &str,
-    objects: &[Value],
+    objects: &[O],
     printer_columns: Option<&Value>,
     now: SystemTime,
     include: IncludeObject,
@@ -74,6 +77,7 @@ pub fn to_table_with(
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
+            let o: &Value = o.borrow();
             let mut row = Map::new();
             row.insert("cells".into(), Value::Array(cells(o)));
             if printer_columns.is_none()
@@ -1442,6 +1446,11 @@ mod tests {
                 json!("nginx:1,envoy"),
                 json!("app=web")
             ]
+        );
+        let by_ref = to_table("deployments", &[&d], None, now());
+        assert_eq!(
+            by_ref,
+            to_table("deployments", std::slice::from_ref(&d), None, now())
         );
         let t = to_table("statefulsets", std::slice::from_ref(&d), None, now());
         assert_eq!(names(&t), ["Name", "Ready", "Age", "Containers", "Images"]);

@@ -50,6 +50,14 @@ impl ApplyError {
             ApplyError::BadRequest(_) => 400,
         }
     }
+
+    /// The `Status.reason` the server returns.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApplyError::Conflict(_) => "Conflict",
+            ApplyError::BadRequest(_) => "BadRequest",
+        }
+    }
 }
 
 /// A 409 apply conflict: the `Status.message` and one cause per conflicting field.
@@ -927,7 +935,8 @@ mod tests {
                 field: ".spec.replicas".into()
             }]
         );
-        assert_eq!(ApplyError::Conflict(c).status_code(), 409);
+        let err = ApplyError::Conflict(c);
+        assert_eq!((err.status_code(), err.reason()), (409, "Conflict"));
 
         // Same values: shared ownership, no conflict.
         let shared = ok(apply(Some(&live), &deploy(2, "app:1"), "kedge", false, T1));
@@ -1253,6 +1262,29 @@ mod tests {
                 "spec": {"replicas": replicas, "template": {"spec": {"containers": containers}}}});
             let set = field_set(&obj, "Deployment", Scope::Main);
             prop_assert_eq!(from_fields_v1(&to_fields_v1(&set)), set);
+        }
+
+        /// Re-applying the same configuration changes nothing but the entry's time, and
+        /// every applied field is in the result.
+        #[test]
+        fn apply_is_idempotent_and_keeps_applied_fields(
+            labels in prop::collection::btree_map("[a-z]{1,4}", "[a-z0-9]{0,4}", 0..4),
+            names in prop::collection::btree_set("[a-z]{1,4}", 1..4),
+            replicas in 0i64..5,
+        ) {
+            let containers: Vec<Value> =
+                names.iter().map(|n| json!({"name": n, "image": format!("{n}:1")})).collect();
+            let cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "x", "labels": labels},
+                "spec": {"replicas": replicas, "template": {"spec": {"containers": containers}}}});
+            let once = apply(None, &cfg, "m", false, T0);
+            prop_assert!(once.is_ok());
+            let once = once.unwrap_or_default();
+            let twice = apply(Some(&once), &cfg, "m", false, T0);
+            prop_assert_eq!(twice.as_ref(), Ok(&once));
+            for p in field_set(&cfg, "Deployment", Scope::Main) {
+                prop_assert_eq!(get_at(&once, &p), get_at(&cfg, &p), "{}", path_string(&p));
+            }
         }
 
         #[test]

@@ -867,5 +867,29 @@ mod tests {
             let mut t = target;
             let _ = strategic_merge(&mut t, &patch, "Pod");
         }
+
+        /// Without lists, nulls or directives, strategic merge is JSON merge.
+        #[test]
+        fn maps_and_scalars_merge_like_json_merge(target in arb_map_tree(), patch in arb_map_tree()) {
+            let mut smp = target.clone();
+            prop_assert!(strategic_merge(&mut smp, &patch, "ConfigMap").is_ok());
+            let mut merge = target;
+            crate::patch::json_merge(&mut merge, &patch);
+            prop_assert_eq!(smp, merge);
+        }
+    }
+
+    fn arb_map_tree() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(|n| json!(n)),
+            "[a-z]{0,3}".prop_map(Value::String),
+        ];
+        let tree = leaf.prop_recursive(4, 32, 4, |inner| {
+            prop::collection::btree_map("[a-d]", inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect()))
+        });
+        prop::collection::btree_map("[a-d]", tree, 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()))
     }
 }
