@@ -91,6 +91,17 @@ pub enum WriteScope {
     Internal,
 }
 
+impl WriteScope {
+    /// The scope of a write to the main resource or to one of its subresources.
+    pub fn for_subresource(sub: Option<&str>) -> Self {
+        if sub == Some("status") {
+            WriteScope::Status
+        } else {
+            WriteScope::Main
+        }
+    }
+}
+
 /// The storage of one virtual cluster.
 #[derive(Debug)]
 pub struct Store {
@@ -242,6 +253,32 @@ impl Store {
             )));
         }
         Ok(self.log.iter().filter(|e| e.rv > rv).cloned().collect())
+    }
+
+    /// Stores a changed object under a new resourceVersion and emits `MODIFIED`.
+    fn store_modified(
+        &mut self,
+        def: &ResourceDef,
+        ns: &str,
+        name: &str,
+        mut new: Value,
+        old: Obj,
+    ) -> Obj {
+        let rv = self.next_rv();
+        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let obj = Arc::new(new);
+        self.objects
+            .entry(def.key.clone())
+            .or_default()
+            .insert((ns.to_string(), name.to_string()), obj.clone());
+        self.emit(
+            def.key.clone(),
+            ns.to_string(),
+            EventKind::Modified,
+            obj.clone(),
+            Some(old),
+        );
+        obj
     }
 
     fn next_rv(&mut self) -> u64 {
@@ -515,20 +552,7 @@ impl Store {
         if deleting && finalizers(&new).is_empty() {
             return Ok(self.remove(def, ns, name, Some(new)).unwrap_or(old));
         }
-        let rv = self.next_rv();
-        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-        let obj = Arc::new(new);
-        self.objects
-            .entry(def.key.clone())
-            .or_default()
-            .insert((ns.to_string(), name.to_string()), obj.clone());
-        self.emit(
-            def.key.clone(),
-            ns.to_string(),
-            EventKind::Modified,
-            obj.clone(),
-            Some(old),
-        );
+        let obj = self.store_modified(def, ns, name, new, old);
         if &*def.key == "apiextensions.k8s.io/customresourcedefinitions" {
             self.refresh_crd(name);
         }
@@ -593,20 +617,7 @@ impl Store {
         if is_ns {
             set_ns_terminating(&mut new);
         }
-        let rv = self.next_rv();
-        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-        let obj = Arc::new(new);
-        self.objects
-            .entry(def.key.clone())
-            .or_default()
-            .insert((ns.to_string(), name.to_string()), obj.clone());
-        self.emit(
-            def.key.clone(),
-            ns.to_string(),
-            EventKind::Modified,
-            obj.clone(),
-            Some(old),
-        );
+        let obj = self.store_modified(def, ns, name, new, old);
         Ok(obj)
     }
 
