@@ -687,11 +687,7 @@ fn update(
             write_scale(store, t, &current, &body, &manager_of(r), now)?
         }
         _ => {
-            let scope = if sub == Some("status") {
-                WriteScope::Status
-            } else {
-                WriteScope::Main
-            };
+            let scope = WriteScope::for_subresource(sub);
             let current = load(store, t, name)?;
             let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
@@ -871,11 +867,7 @@ fn patch(
                 if meta_str(&applied, "resourceVersion").is_none() {
                     meta_mut(&mut obj).remove("resourceVersion");
                 }
-                let scope = if sub == Some("status") {
-                    WriteScope::Status
-                } else {
-                    WriteScope::Main
-                };
+                let scope = WriteScope::for_subresource(sub);
                 let out = store.update(&t.def, &ns, name, obj, scope, now)?;
                 versioned(&t.def, &t.version, &out)
             }
@@ -936,11 +928,7 @@ fn patch(
         Some("scale") => write_scale(store, t, &current, &doc, &manager_of(r), now)?,
         _ => {
             let doc = track(&current, &doc, r, sub, now);
-            let scope = if sub == Some("status") {
-                WriteScope::Status
-            } else {
-                WriteScope::Main
-            };
+            let scope = WriteScope::for_subresource(sub);
             let out = store.update(&t.def, &ns, name, doc, scope, now)?;
             versioned(&t.def, &t.version, &out)
         }
