@@ -296,17 +296,7 @@ mod tests {
     fn reports_and_acks_show_in_snapshots_and_notify() {
         let f = fleet();
         let mut changes = f.subscribe();
-        let status = WorkloadStatus {
-            workload: replicas("a", 0, "").workload,
-            exists: false,
-            spec_replicas: 0,
-            ready_replicas: 0,
-            available_replicas: 0,
-            pending_pods: 0,
-            unschedulable_pods: 0,
-            unschedulable_for_ms: 0,
-            room_replicas: None,
-        };
+        let status = WorkloadStatus::absent(replicas("a", 0, "").workload);
         f.record_report(
             "m1",
             StatusReport {

@@ -107,17 +107,7 @@ pub async fn observe_workload(
     capacity: Option<&ClusterCapacity>,
     now_unix_ms: i64,
 ) -> Result<WorkloadStatus, kedge_protocol::Failure> {
-    let mut status = WorkloadStatus {
-        workload: workload.clone(),
-        exists: false,
-        spec_replicas: 0,
-        ready_replicas: 0,
-        available_replicas: 0,
-        pending_pods: 0,
-        unschedulable_pods: 0,
-        unschedulable_for_ms: 0,
-        room_replicas: None,
-    };
+    let mut status = WorkloadStatus::absent(workload.clone());
     let api = executor.workload_api(workload).await?;
     let what = format!(
         "reading {} {}/{}",

@@ -256,6 +256,23 @@ pub struct WorkloadStatus {
     pub room_replicas: Option<u32>,
 }
 
+impl WorkloadStatus {
+    /// The status of a workload that does not exist in the member cluster.
+    pub fn absent(workload: WorkloadRef) -> Self {
+        Self {
+            workload,
+            exists: false,
+            spec_replicas: 0,
+            ready_replicas: 0,
+            available_replicas: 0,
+            pending_pods: 0,
+            unschedulable_pods: 0,
+            unschedulable_for_ms: 0,
+            room_replicas: None,
+        }
+    }
+}
+
 /// Phase of a managed Job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobPhase {
