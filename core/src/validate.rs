@@ -374,10 +374,12 @@ pub fn dso(
         so.min_replica_count,
         so.max_replica_count,
     );
-    if spec.total_target_replicas < 0 {
+    if let Some(total) = spec.total_target_replicas
+        && total < 0
+    {
         p.add(
             "spec.totalTargetReplicas",
-            format!("must be >= 0, got {}", spec.total_target_replicas),
+            format!("must be >= 0, got {total}"),
         );
     }
     if so.scale_target_ref.name.is_empty() {

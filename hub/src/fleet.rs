@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use kedge_protocol::{
     Ack, ClusterCapacity, CommandTarget, DesiredState, Failure, StatusReport, WorkloadRef,
@@ -15,6 +15,10 @@ use tokio::sync::watch;
 
 use crate::registry::{MemberSession, SessionRegistry};
 
+/// Workload entries a member may report before the hub has asked it for anything in this
+/// session (after a hub restart the agent reports what it managed for the previous hub).
+pub const MAX_UNSOLICITED_WORKLOADS: usize = 256;
+
 /// Everything the hub knows about one member, at one instant.
 #[derive(Debug, Clone)]
 pub struct MemberSnapshot {
@@ -22,13 +26,16 @@ pub struct MemberSnapshot {
     pub name: String,
     /// Session state; `None` if the member never connected since the hub started.
     pub session: Option<MemberSession>,
+    /// Whether the current session's first full report has arrived.
+    pub session_reported: bool,
     /// Last reported state of each managed workload.
     pub workloads: BTreeMap<WorkloadRef, WorkloadStatus>,
     /// Last reported capacity.
     pub capacity: Option<ClusterCapacity>,
-    /// Commands that failed in the latest acknowledged revision, by target.
+    /// Commands that failed in the latest acknowledged revision, by target, unless a later
+    /// report showed the workload healthy.
     pub failures: Vec<(CommandTarget, Failure)>,
-    /// Revision of the latest desired state and the latest the agent acknowledged.
+    /// Revision of the latest desired state.
     pub revision: u64,
     /// Latest revision the agent acknowledged.
     pub acked_revision: u64,
@@ -40,12 +47,49 @@ pub struct MemberSnapshot {
 struct MemberEntry {
     /// Desired workloads by owner (`namespace/name` of the hub object).
     workloads: BTreeMap<String, Vec<WorkloadReplicas>>,
-    desired: watch::Sender<Arc<DesiredState>>,
+    /// Revision of the latest desired state.
+    revision: u64,
+    /// The desired state for the current session; `None` until a controller planned for
+    /// the member after its first full report of the session, so that a (re)connecting
+    /// agent is never sent a state planned from nothing.
+    desired: watch::Sender<Option<Arc<DesiredState>>>,
+    /// The current session and whether its first full report arrived.
+    session: Option<String>,
+    session_reported: bool,
     reported: BTreeMap<WorkloadRef, WorkloadStatus>,
     capacity: Option<ClusterCapacity>,
     failures: Vec<(CommandTarget, Failure)>,
     acked_revision: u64,
     last_report: Option<SystemTime>,
+}
+
+impl MemberEntry {
+    fn state(&self) -> DesiredState {
+        DesiredState {
+            revision: self.revision,
+            workloads: self.workloads.values().flatten().cloned().collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Whether the hub asked the member about `workload` (to scale or to hold it).
+    fn asked(&self, workload: &WorkloadRef) -> bool {
+        self.workloads
+            .values()
+            .flatten()
+            .any(|w| &w.workload == workload)
+    }
+}
+
+/// What [`Fleet::record_report`] did with a report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// Workload entries kept.
+    pub kept: usize,
+    /// Entries for workloads the hub did not ask about.
+    pub unsolicited: usize,
+    /// Entries beyond [`MAX_UNSOLICITED_WORKLOADS`].
+    pub over_limit: usize,
 }
 
 /// The fleet state.
@@ -62,10 +106,7 @@ pub struct Fleet {
 impl Fleet {
     /// An empty fleet over the session registry.
     pub fn new(registry: Arc<SessionRegistry>) -> Self {
-        let base_revision = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(1);
+        let base_revision = u64::try_from(kedge_protocol::unix_ms(SystemTime::now())).unwrap_or(1);
         Self {
             registry,
             members: Mutex::new(BTreeMap::new()),
@@ -95,11 +136,10 @@ impl Fleet {
             .entry(member.to_owned())
             .or_insert_with(|| MemberEntry {
                 workloads: BTreeMap::new(),
-                desired: watch::channel(Arc::new(DesiredState {
-                    revision: self.base_revision,
-                    ..Default::default()
-                }))
-                .0,
+                revision: self.base_revision,
+                desired: watch::channel(None).0,
+                session: None,
+                session_reported: false,
                 reported: BTreeMap::new(),
                 capacity: None,
                 failures: Vec::new(),
@@ -118,57 +158,131 @@ impl Fleet {
         self.changes.subscribe()
     }
 
-    /// The desired state of `member`, for its session to stream.
-    pub fn desired_state(&self, member: &str) -> watch::Receiver<Arc<DesiredState>> {
+    /// A new session of `member` started: nothing is sent to it until its first full report
+    /// has arrived and a controller planned from it.
+    pub fn session_started(&self, member: &str, session_id: &str) {
+        let mut members = self.lock();
+        let entry = self.entry(&mut members, member);
+        entry.session = Some(session_id.to_owned());
+        entry.session_reported = false;
+        entry.desired.send_replace(None);
+    }
+
+    /// The desired state of `member` for its session to stream: `None` until planned.
+    pub fn desired_state(&self, member: &str) -> watch::Receiver<Option<Arc<DesiredState>>> {
         let mut members = self.lock();
         self.entry(&mut members, member).desired.subscribe()
     }
 
-    /// Sets the workloads `owner` wants on `member` (empty removes them). A new revision is
-    /// published only when something changed.
-    pub fn set_workloads(&self, member: &str, owner: &str, mut workloads: Vec<WorkloadReplicas>) {
+    /// Sets the workloads `owner` wants on `member` (empty removes them), planned from the
+    /// first full report of session `session`; this also releases the desired state to that
+    /// session. Nothing happens when the member is in another session by now, or that
+    /// session has not reported yet. A new revision is published only when something changed.
+    pub fn set_workloads(
+        &self,
+        member: &str,
+        session: &str,
+        owner: &str,
+        mut workloads: Vec<WorkloadReplicas>,
+    ) {
         workloads.sort_by(|a, b| a.workload.cmp(&b.workload));
         let mut members = self.lock();
         let entry = self.entry(&mut members, member);
+        if entry.session.as_deref() != Some(session) || !entry.session_reported {
+            return;
+        }
         let unchanged = match entry.workloads.get(owner) {
             Some(current) => *current == workloads,
             None => workloads.is_empty(),
         };
-        if unchanged {
+        let released = entry.desired.borrow().is_some();
+        if unchanged && released {
             return;
         }
-        if workloads.is_empty() {
-            entry.workloads.remove(owner);
-        } else {
-            entry.workloads.insert(owner.to_owned(), workloads);
+        if !unchanged {
+            if workloads.is_empty() {
+                entry.workloads.remove(owner);
+            } else {
+                entry.workloads.insert(owner.to_owned(), workloads);
+            }
+            entry.revision += 1;
         }
-        let revision = entry.desired.borrow().revision + 1;
-        let state = DesiredState {
-            revision,
-            workloads: entry.workloads.values().flatten().cloned().collect(),
-            ..Default::default()
+        let state = entry.state();
+        entry.desired.send_replace(Some(Arc::new(state)));
+    }
+
+    /// Removes what `owner` wanted from `member` without releasing a desired state to a
+    /// session that has not been planned for (the member is no longer used, or another
+    /// owner claims the workload).
+    pub fn clear_workloads(&self, member: &str, owner: &str) {
+        let mut members = self.lock();
+        let Some(entry) = members.get_mut(member) else {
+            return;
         };
-        entry.desired.send_replace(Arc::new(state));
+        if entry.workloads.remove(owner).is_none() {
+            return;
+        }
+        entry.revision += 1;
+        let state = entry.state();
+        if entry.desired.borrow().is_some() {
+            entry.desired.send_replace(Some(Arc::new(state)));
+        }
+    }
+
+    /// Members holding commands of `owner`.
+    pub fn holders(&self, owner: &str) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.workloads.contains_key(owner))
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Removes everything `owner` wanted on every member.
     pub fn clear_owner(&self, owner: &str) {
-        let names: Vec<String> = self.lock().keys().cloned().collect();
-        for member in names {
-            self.set_workloads(&member, owner, Vec::new());
+        for member in self.holders(owner) {
+            self.clear_workloads(&member, owner);
         }
     }
 
-    /// Records an agent report.
-    pub fn record_report(&self, member: &str, report: StatusReport) {
+    /// Records an agent report of session `session_id`. Entries for workloads the hub did
+    /// not ask the member about are dropped once it has asked for something; before that
+    /// (the first report after a hub restart) at most [`MAX_UNSOLICITED_WORKLOADS`] are
+    /// kept. A report of an older session is ignored.
+    pub fn record_report(&self, member: &str, session_id: &str, report: StatusReport) -> Recorded {
+        let mut recorded = Recorded::default();
         {
             let mut members = self.lock();
             let entry = self.entry(&mut members, member);
+            if entry.session.as_deref() != Some(session_id) {
+                return recorded;
+            }
+            let planned = entry.desired.borrow().is_some();
             if report.full {
                 entry.reported.clear();
+                entry.session_reported = true;
             }
             for status in report.workloads {
+                let asked = entry.asked(&status.workload);
+                if planned && !asked {
+                    recorded.unsolicited += 1;
+                    continue;
+                }
+                if !asked
+                    && !entry.reported.contains_key(&status.workload)
+                    && entry.reported.len() >= MAX_UNSOLICITED_WORKLOADS
+                {
+                    recorded.over_limit += 1;
+                    continue;
+                }
+                // A report that shows the workload healthy supersedes an older failure.
+                if status.exists && status.failure.is_none() {
+                    entry.failures.retain(|(target, _)| {
+                        !matches!(target, CommandTarget::Workload(w) if *w == status.workload)
+                    });
+                }
                 entry.reported.insert(status.workload.clone(), status);
+                recorded.kept += 1;
             }
             if report.capacity.is_some() {
                 entry.capacity = report.capacity;
@@ -176,9 +290,10 @@ impl Fleet {
             entry.last_report = Some(SystemTime::now());
         }
         self.notify();
+        recorded
     }
 
-    /// Records an agent acknowledgement.
+    /// Records an agent acknowledgement: its failures replace the earlier ones.
     pub fn record_ack(&self, member: &str, ack: Ack) {
         {
             let mut members = self.lock();
@@ -228,13 +343,20 @@ fn snapshot(
     session: Option<MemberSession>,
     entry: Option<&MemberEntry>,
 ) -> MemberSnapshot {
+    let session_reported = entry.is_some_and(|e| {
+        e.session_reported
+            && session
+                .as_ref()
+                .is_some_and(|s| e.session.as_deref() == Some(s.session_id.as_str()))
+    });
     MemberSnapshot {
         name: name.to_owned(),
         session,
+        session_reported,
         workloads: entry.map(|e| e.reported.clone()).unwrap_or_default(),
         capacity: entry.and_then(|e| e.capacity),
         failures: entry.map(|e| e.failures.clone()).unwrap_or_default(),
-        revision: entry.map_or(0, |e| e.desired.borrow().revision),
+        revision: entry.map_or(0, |e| e.revision),
         acked_revision: entry.map_or(0, |e| e.acked_revision),
         last_report: entry.and_then(|e| e.last_report),
     }
@@ -258,59 +380,126 @@ mod tests {
         )))
     }
 
+    fn workload(name: &str) -> WorkloadRef {
+        WorkloadRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+        }
+    }
+
     fn replicas(name: &str, n: i32, owner: &str) -> WorkloadReplicas {
         WorkloadReplicas {
-            workload: WorkloadRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "ns".into(),
-                name: name.into(),
-            },
-            replicas: n,
+            workload: workload(name),
+            replicas: Some(n),
             owner: owner.into(),
         }
+    }
+
+    fn full(workloads: Vec<WorkloadStatus>) -> StatusReport {
+        StatusReport {
+            full: true,
+            workloads,
+            jobs: vec![],
+            capacity: None,
+        }
+    }
+
+    fn healthy(name: &str) -> WorkloadStatus {
+        WorkloadStatus {
+            exists: true,
+            ..WorkloadStatus::absent(workload(name))
+        }
+    }
+
+    #[test]
+    fn nothing_is_released_to_a_session_before_its_first_full_report() {
+        let f = fleet();
+        f.session_started("m1", "s1");
+        let mut rx = f.desired_state("m1");
+        assert!(rx.borrow_and_update().is_none());
+        // A controller planning before the report changes nothing.
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        assert!(rx.borrow_and_update().is_none(), "planned from nothing");
+        f.record_report("m1", "s1", full(vec![]));
+        // A plan for another session is ignored too.
+        f.set_workloads("m1", "s0", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        assert!(rx.borrow_and_update().is_none());
+        // Planned after the report: released, even when it is empty.
+        f.set_workloads("m1", "s1", "ns/a", vec![]);
+        let state = rx.borrow_and_update().clone().expect("released");
+        assert!(state.workloads.is_empty());
+        // A new session starts closed again.
+        f.session_started("m1", "s2");
+        assert!(rx.borrow_and_update().is_none());
     }
 
     #[test]
     fn desired_state_merges_owners_and_bumps_revisions_only_on_change() {
         let f = fleet();
+        f.session_started("m1", "s1");
+        f.record_report("m1", "s1", full(vec![]));
         let mut rx = f.desired_state("m1");
-        let r0 = rx.borrow_and_update().revision;
-        f.set_workloads("m1", "ns/a", vec![replicas("a", 2, "ns/a")]);
-        f.set_workloads("m1", "ns/b", vec![replicas("b", 3, "ns/b")]);
-        let state = rx.borrow_and_update().clone();
-        assert_eq!(state.revision, r0 + 2);
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        let r0 = rx.borrow_and_update().clone().unwrap().revision;
+        f.set_workloads("m1", "s1", "ns/b", vec![replicas("b", 3, "ns/b")]);
+        let state = rx.borrow_and_update().clone().unwrap();
+        assert_eq!(state.revision, r0 + 1);
         assert_eq!(state.workloads.len(), 2);
-        f.set_workloads("m1", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
         assert!(
             !rx.has_changed().unwrap(),
             "an unchanged set publishes nothing"
         );
+        assert_eq!(f.holders("ns/a"), vec!["m1".to_owned()]);
         f.clear_owner("ns/a");
-        let state = rx.borrow_and_update().clone();
+        let state = rx.borrow_and_update().clone().unwrap();
         assert_eq!(state.workloads, vec![replicas("b", 3, "ns/b")]);
-        assert_eq!(state.revision, r0 + 3);
+        assert_eq!(state.revision, r0 + 2);
+        assert!(f.holders("ns/a").is_empty());
     }
 
     #[test]
-    fn reports_and_acks_show_in_snapshots_and_notify() {
+    fn reports_are_bounded_to_what_was_asked() {
         let f = fleet();
-        let mut changes = f.subscribe();
-        let status = WorkloadStatus::absent(replicas("a", 0, "").workload);
-        f.record_report(
+        f.session_started("m1", "s1");
+        // Before anything was asked (a hub restart): kept, up to the limit.
+        let many: Vec<WorkloadStatus> = (0..MAX_UNSOLICITED_WORKLOADS + 10)
+            .map(|i| healthy(&format!("w{i}")))
+            .collect();
+        let r = f.record_report("m1", "s1", full(many));
+        assert_eq!(r.kept, MAX_UNSOLICITED_WORKLOADS);
+        assert_eq!(r.over_limit, 10);
+        // Once the hub asked for `a`, only `a` is kept.
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 1, "ns/a")]);
+        let r = f.record_report(
             "m1",
+            "s1",
             StatusReport {
-                full: true,
-                workloads: vec![status.clone()],
-                jobs: vec![],
-                capacity: None,
+                workloads: vec![healthy("a"), healthy("intruder")],
+                ..full(vec![])
             },
         );
-        assert!(changes.has_changed().unwrap());
-        changes.borrow_and_update();
+        assert_eq!((r.kept, r.unsolicited), (1, 1));
+        let m = f.member("m1").unwrap();
+        assert!(m.workloads.contains_key(&workload("a")));
+        assert!(!m.workloads.contains_key(&workload("intruder")));
+        // A report of an old session is ignored.
+        let r = f.record_report("m1", "s0", full(vec![healthy("a")]));
+        assert_eq!(r, Recorded::default());
+    }
+
+    #[test]
+    fn a_later_healthy_report_clears_a_failure() {
+        let f = fleet();
+        f.session_started("m1", "s1");
+        f.record_report("m1", "s1", full(vec![]));
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 1, "ns/a")]);
+        let mut changes = f.subscribe();
         let failure = Failure {
             retry: kedge_protocol::Retry::Permanent,
-            code: kedge_protocol::FailureCode::NamespaceNotAllowed,
+            code: kedge_protocol::FailureCode::Forbidden,
             message: "no".into(),
         };
         f.record_ack(
@@ -318,19 +507,44 @@ mod tests {
             Ack {
                 revision: 7,
                 results: vec![kedge_protocol::CommandResult {
-                    target: CommandTarget::Workload(status.workload.clone()),
+                    target: CommandTarget::Workload(workload("a")),
                     failure: Some(failure.clone()),
                 }],
             },
         );
         assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
         let m = f.member("m1").unwrap();
-        assert_eq!(m.workloads.get(&status.workload), Some(&status));
         assert_eq!(m.acked_revision, 7);
         assert_eq!(
             m.failures,
-            vec![(CommandTarget::Workload(status.workload), failure)]
+            vec![(CommandTarget::Workload(workload("a")), failure.clone())]
         );
+        // A report that still cannot read it keeps the failure…
+        let unreadable = WorkloadStatus {
+            failure: Some(failure),
+            ..WorkloadStatus::absent(workload("a"))
+        };
+        f.record_report(
+            "m1",
+            "s1",
+            StatusReport {
+                full: false,
+                ..full(vec![unreadable])
+            },
+        );
+        assert_eq!(f.member("m1").unwrap().failures.len(), 1);
+        // …a healthy one clears it.
+        f.record_report(
+            "m1",
+            "s1",
+            StatusReport {
+                full: false,
+                ..full(vec![healthy("a")])
+            },
+        );
+        assert!(changes.has_changed().unwrap());
+        assert!(f.member("m1").unwrap().failures.is_empty());
         assert!(f.member("nobody").is_none());
     }
 }

@@ -54,6 +54,8 @@ pub struct HubMetrics {
     sessions_refused: Family<ReasonLabel, Counter>,
     frames_rejected: Family<ReasonLabel, Counter>,
     messages_received: Family<KindLabel, Counter>,
+    report_entries_dropped: Family<ReasonLabel, Counter>,
+    reports_throttled: Counter,
     heartbeats: Counter,
 }
 
@@ -93,6 +95,16 @@ impl HubMetrics {
             self.messages_received.clone(),
         );
         r.register("heartbeats", "Heartbeats received", self.heartbeats.clone());
+        r.register(
+            "report_entries_dropped",
+            "Workload entries of agent reports dropped: not asked for, or over the per-member limit",
+            self.report_entries_dropped.clone(),
+        );
+        r.register(
+            "reports_throttled",
+            "Agent reports delayed because a session exceeded its report rate",
+            self.reports_throttled.clone(),
+        );
         r.register(
             "reconciles",
             "Reconciliations started, by controller",
@@ -166,6 +178,16 @@ impl HubMetrics {
                 kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    pub(crate) fn report_entries_dropped(&self, why: &str, n: u64) {
+        self.report_entries_dropped
+            .get_or_create(&reason(why))
+            .inc_by(n);
+    }
+
+    pub(crate) fn report_throttled(&self) {
+        self.reports_throttled.inc();
     }
 
     pub(crate) fn heartbeat(&self) {

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use kedge_protocol::unix_ms;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -112,12 +113,6 @@ pub struct SessionRegistry {
     entries: Mutex<BTreeMap<String, Entry>>,
     liveness: Liveness,
     metrics: HubMetrics,
-}
-
-fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl SessionRegistry {

@@ -45,6 +45,40 @@ impl Default for ServerLimits {
     }
 }
 
+/// Reports a session may send in a burst before it is slowed down.
+const REPORT_BURST: u32 = 20;
+/// Reports per second a session may send on average (agents send at most one per report
+/// interval, plus one per desired-state change).
+const REPORT_RATE: u32 = 10;
+
+/// A token bucket: `take` returns how long to wait when the bucket is empty.
+#[derive(Debug)]
+struct RateLimit {
+    tokens: f64,
+    burst: f64,
+    per_second: f64,
+    last: Instant,
+}
+
+impl RateLimit {
+    fn new(burst: u32, per_second: u32) -> Self {
+        Self {
+            tokens: f64::from(burst),
+            burst: f64::from(burst),
+            per_second: f64::from(per_second.max(1)),
+            last: Instant::now(),
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> Option<Duration> {
+        let refill = now.saturating_duration_since(self.last).as_secs_f64() * self.per_second;
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.last = now;
+        self.tokens -= 1.0;
+        (self.tokens < 0.0).then(|| Duration::from_secs_f64(-self.tokens / self.per_second))
+    }
+}
+
 /// Everything a connection handler needs.
 #[derive(Debug)]
 pub struct ServerContext {
@@ -326,6 +360,7 @@ impl Session<'_> {
             Instant::now(),
             SystemTime::now(),
         );
+        self.ctx.fleet.session_started(&member, &session_id);
         self.ctx.fleet.notify();
         let interval = registry.liveness().interval;
         let welcome = HubMessage::Welcome(Welcome {
@@ -357,22 +392,21 @@ impl Session<'_> {
     ) -> String {
         let mut heartbeats: Option<tokio::task::JoinHandle<()>> = None;
         let member = &self.identity.member;
-        // Level-triggered: the full desired state now, then every new revision.
+        // Level-triggered: the full desired state once the controllers planned from this
+        // session's first full report (never a state planned from nothing), then every new
+        // revision. Until then the agent keeps what it was told before.
         let mut desired = self.ctx.fleet.desired_state(member);
-        let initial = desired.borrow_and_update().clone();
-        if let Err(e) = control
-            .send(&HubMessage::DesiredState((*initial).clone()))
-            .await
-        {
-            return self.stream_failed(&e, "control");
-        }
+        desired.mark_changed();
+        let mut reports = RateLimit::new(REPORT_BURST, REPORT_RATE);
         let reason = loop {
             tokio::select! {
                 changed = desired.changed() => {
                     if changed.is_err() {
                         break "desired state channel closed".to_owned();
                     }
-                    let state = desired.borrow_and_update().clone();
+                    let Some(state) = desired.borrow_and_update().clone() else {
+                        continue;
+                    };
                     debug!(revision = state.revision, workloads = state.workloads.len(), "sending desired state");
                     if let Err(e) = control.send(&HubMessage::DesiredState((*state).clone())).await {
                         break self.stream_failed(&e, "control");
@@ -400,7 +434,20 @@ impl Session<'_> {
                         self.ctx.metrics.message_received("report");
                         debug!(full = report.full, workloads = report.workloads.len(),
                             jobs = report.jobs.len(), "status report");
-                        self.ctx.fleet.record_report(member, report);
+                        // A flooding agent is slowed down, not dropped: while this session
+                        // waits, QUIC flow control holds the agent's further reports back.
+                        if let Some(wait) = reports.take(Instant::now()) {
+                            self.ctx.metrics.report_throttled();
+                            debug!(?wait, "report rate exceeded; reading the next one later");
+                            tokio::time::sleep(wait).await;
+                        }
+                        let recorded = self.ctx.fleet.record_report(member, session_id, report);
+                        if recorded.unsolicited > 0 || recorded.over_limit > 0 {
+                            warn!(unsolicited = recorded.unsolicited, over_limit = recorded.over_limit,
+                                "dropped report entries the hub did not ask for");
+                            self.ctx.metrics.report_entries_dropped("unsolicited", recorded.unsolicited as u64);
+                            self.ctx.metrics.report_entries_dropped("over_limit", recorded.over_limit as u64);
+                        }
                     }
                     Ok(Some(other)) => {
                         let kind = match other {
@@ -475,5 +522,24 @@ impl Session<'_> {
             }
             .in_current_span(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_rate_limit_allows_a_burst_then_the_rate() {
+        let start = Instant::now();
+        let mut limit = RateLimit::new(3, 10);
+        for _ in 0..3 {
+            assert_eq!(limit.take(start), None);
+        }
+        let wait = limit.take(start).expect("over the burst");
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-6, "{wait:?}");
+        // After waiting, the next one is due again at the rate.
+        let later = start + Duration::from_millis(200);
+        assert_eq!(limit.take(later), None);
     }
 }

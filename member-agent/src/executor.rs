@@ -229,13 +229,19 @@ impl Executor {
         ))
     }
 
-    /// Sets a workload's replicas through `/scale`, unless it already has them.
+    /// Sets a workload's replicas through `/scale`, unless it already has them. A command
+    /// without a count holds the workload: only the namespace policy and the kind are
+    /// checked, nothing is written.
     pub async fn scale(&self, command: &WorkloadReplicas) -> Result<bool, Failure> {
         let w = &command.workload;
-        if command.replicas < 0 {
+        let Some(replicas) = command.replicas else {
+            self.workload_api(w).await?;
+            return Ok(false);
+        };
+        if replicas < 0 {
             return Err(invalid(format!(
-                "negative replica count {} for {}",
-                command.replicas, w.name
+                "negative replica count {replicas} for {}",
+                w.name
             )));
         }
         let api = self.workload_api(w).await?;
@@ -244,10 +250,10 @@ impl Executor {
             .get_scale(&w.name)
             .await
             .map_err(|e| classify(&e, &what))?;
-        if scale.spec.as_ref().and_then(|s| s.replicas) == Some(command.replicas) {
+        if scale.spec.as_ref().and_then(|s| s.replicas) == Some(replicas) {
             return Ok(false);
         }
-        let patch = Patch::Merge(json!({ "spec": { "replicas": command.replicas } }));
+        let patch = Patch::Merge(json!({ "spec": { "replicas": replicas } }));
         api.patch_scale(
             &w.name,
             &PatchParams {
@@ -258,7 +264,7 @@ impl Executor {
         )
         .await
         .map_err(|e| classify(&e, &what))?;
-        info!(workload = %what, replicas = command.replicas, owner = %command.owner, "scaled");
+        info!(workload = %what, replicas, owner = %command.owner, "scaled");
         Ok(true)
     }
 

@@ -29,27 +29,6 @@ use crate::executor::{Executor, NamespacePolicy};
 use crate::metrics::AgentMetrics;
 use crate::session::{SessionEnd, SessionParams};
 
-async fn kube_client(args: &AgentArgs) -> Result<kube::Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(
-                kubeconfig,
-                &kube::config::KubeConfigOptions::default(),
-            )
-            .await
-            .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| {
-            Error::Kube(format!(
-                "{e}; run in a pod with a ServiceAccount or pass --kubeconfig"
-            ))
-        })?,
-    };
-    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
-}
-
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let metrics = AgentMetrics::default();
@@ -65,7 +44,9 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     )
     .await?;
 
-    let client = kube_client(&args).await?;
+    let client = kedge_net::kube_client::client(args.kubeconfig.as_deref())
+        .await
+        .map_err(|e| Error::Kube(e.to_string()))?;
     let executor = Arc::new(Executor::new(
         client,
         NamespacePolicy::new(&args.namespaces),

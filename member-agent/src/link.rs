@@ -3,18 +3,21 @@
 //! keep running (fail-static), and each new session gets a full report and the full desired
 //! state again.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use kedge_protocol::{AgentMessage, DesiredState};
+use kedge_protocol::{AgentMessage, DesiredState, WorkloadRef, WorkloadStatus, unix_ms};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::executor::Executor;
-use crate::observe::{ReportState, observe_capacity, observe_workload};
+use crate::observe::{
+    Autoscalers, ReportState, observe_autoscalers, observe_capacity, observe_workload,
+};
 
 /// Messages waiting for the next session; bounded, because reports and acks are
 /// level-triggered: what is dropped is superseded by the next full report.
@@ -101,11 +104,43 @@ async fn apply_loop(
     }
 }
 
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+/// Replica changes outside kedge within this window…
+const EDIT_WINDOW: Duration = Duration::from_secs(60);
+/// …this many times mean something else scales the workload: the agent stops restoring it
+/// and reports the conflict, instead of fighting.
+const EDITS_BEFORE_CONFLICT: usize = 3;
+
+/// Tells a one-off hand edit (restored) from something that keeps changing a workload's
+/// replicas (a local autoscaler, a script): counts changes to values kedge did not ask for.
+#[derive(Debug, Default)]
+struct Drift {
+    edits: VecDeque<Instant>,
+    last_seen: Option<i32>,
+}
+
+impl Drift {
+    /// Records that the workload has `spec` replicas while kedge wants `desired`; returns a
+    /// description of the conflict when it keeps being changed.
+    fn observe(&mut self, spec: i32, desired: i32, now: Instant) -> Option<String> {
+        if spec != desired && self.last_seen.is_some_and(|seen| seen != spec) {
+            self.edits.push_back(now);
+        }
+        self.last_seen = Some(spec);
+        while self
+            .edits
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) > EDIT_WINDOW)
+        {
+            self.edits.pop_front();
+        }
+        (self.edits.len() >= EDITS_BEFORE_CONFLICT).then(|| {
+            format!(
+                "something in the member changed the replicas {} times within {}s (now {spec})",
+                self.edits.len(),
+                EDIT_WINDOW.as_secs()
+            )
+        })
+    }
 }
 
 /// Observes managed workloads (restoring replica counts changed outside kedge) and the
@@ -123,7 +158,7 @@ async fn report_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state = ReportState::default();
     let mut capacity_due = Instant::now();
-    let mut last_capacity = None;
+    let mut drift: HashMap<WorkloadRef, Drift> = HashMap::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -131,14 +166,10 @@ async fn report_loop(
             _ = report_now.notified() => {}
         }
         let full = full_report.swap(false, Ordering::AcqRel);
-        // Capacity first: each workload's room is computed from it.
         let capacity = if full || Instant::now() >= capacity_due {
             capacity_due = Instant::now() + capacity_interval;
             match observe_capacity(&executor).await {
-                Ok(capacity) => {
-                    last_capacity = Some(capacity);
-                    Some(capacity)
-                }
+                Ok(capacity) => Some(capacity),
                 Err(failure) => {
                     warn!(message = %failure.message, "cannot observe cluster capacity");
                     None
@@ -153,32 +184,78 @@ async fn report_loop(
             .map(|d| d.workloads.clone())
             .unwrap_or_default();
         let mut observed = Vec::with_capacity(commands.len());
+        let mut autoscalers: HashMap<String, Autoscalers> = HashMap::new();
         for command in &commands {
-            match observe_workload(
-                &executor,
-                &command.workload,
-                last_capacity.as_ref(),
-                unix_ms(),
-            )
-            .await
+            let w = &command.workload;
+            let mut status = match observe_workload(&executor, w, unix_ms(SystemTime::now())).await
             {
-                Ok(status) => {
-                    if status.exists && status.spec_replicas != command.replicas {
-                        info!(workload = %command.workload.name, namespace = %command.workload.namespace,
-                            found = status.spec_replicas, desired = command.replicas,
+                Ok(status) => status,
+                // Reported, so the hub sees why (RBAC, namespace policy) and holds it.
+                Err(failure) => {
+                    debug!(message = %failure.message, "cannot observe workload");
+                    WorkloadStatus {
+                        failure: Some(failure),
+                        ..WorkloadStatus::absent(w.clone())
+                    }
+                }
+            };
+            if status.exists {
+                if !autoscalers.contains_key(&w.namespace) {
+                    let found = observe_autoscalers(&executor, &w.namespace).await;
+                    autoscalers.insert(w.namespace.clone(), found);
+                }
+                status.conflict = autoscalers.get(&w.namespace).and_then(|a| a.targeting(w));
+                if let Some(want) = command.replicas {
+                    let edits = drift.entry(w.clone()).or_default().observe(
+                        status.spec_replicas,
+                        want,
+                        Instant::now(),
+                    );
+                    status.conflict = status.conflict.or(edits);
+                    if let Some(other) = &status.conflict {
+                        debug!(workload = %w.name, %other, "not restoring replicas: something else scales it");
+                    } else if status.spec_replicas != want {
+                        info!(workload = %w.name, namespace = %w.namespace,
+                            found = status.spec_replicas, desired = want,
                             "replicas were changed outside kedge; restoring");
                         if let Err(failure) = executor.scale(command).await {
                             warn!(message = %failure.message, "cannot restore replicas");
                         }
                     }
-                    observed.push(status);
                 }
-                // Refused namespaces and the like are reported through acks.
-                Err(failure) => debug!(message = %failure.message, "cannot observe workload"),
             }
+            observed.push(status);
         }
+        drift.retain(|w, _| commands.iter().any(|c| c.workload == *w));
         if let Some(report) = state.next(observed, capacity, full) {
             post(&outbox, AgentMessage::Report(report));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_edit_is_restored_repeated_edits_are_a_conflict() {
+        let t0 = Instant::now();
+        let mut d = Drift::default();
+        assert_eq!(d.observe(3, 3, t0), None);
+        // The hub raises the count: not an edit, the agent is about to apply it.
+        assert_eq!(d.observe(3, 5, t0), None);
+        assert_eq!(d.observe(5, 5, t0), None);
+        // Someone edits: restored twice, the third time is a conflict.
+        let s = Duration::from_secs(1);
+        assert_eq!(d.observe(7, 5, t0 + s), None);
+        assert_eq!(d.observe(5, 5, t0 + 2 * s), None);
+        assert_eq!(d.observe(8, 5, t0 + 3 * s), None);
+        assert_eq!(d.observe(5, 5, t0 + 4 * s), None);
+        let conflict = d.observe(9, 5, t0 + 5 * s).expect("a conflict");
+        assert!(conflict.contains("3 times"), "{conflict}");
+        // Left alone, it stays a conflict within the window…
+        assert!(d.observe(9, 5, t0 + 30 * s).is_some());
+        // …and is gone once the edits are older than the window.
+        assert_eq!(d.observe(9, 5, t0 + 70 * s), None);
     }
 }

@@ -5,11 +5,13 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kedge_core::quantity::parse_quantity;
 use kedge_protocol::{ClusterCapacity, StatusReport, WorkloadRef, WorkloadStatus};
-use kube::Api;
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Api, ResourceExt};
+use tracing::debug;
 
 use crate::executor::{Executor, classify};
 
@@ -79,32 +81,74 @@ pub fn pod_requests(workload: &serde_json::Value) -> (u64, u64) {
     (clamp(cpu), clamp(memory / 1000))
 }
 
-/// How many more pods requesting `(cpu millicores, memory bytes)` fit into the free capacity
-/// (allocatable minus requested, summed over Ready nodes); `None` when a pod requests
-/// nothing, so nothing bounds it. A sum over nodes: fragmentation across nodes is ignored.
-pub fn room_for(capacity: &ClusterCapacity, (cpu, memory): (u64, u64)) -> Option<u32> {
-    let free_cpu = capacity
-        .allocatable_cpu_millis
-        .saturating_sub(capacity.requested_cpu_millis);
-    let free_memory = capacity
-        .allocatable_memory_bytes
-        .saturating_sub(capacity.requested_memory_bytes);
-    let by_cpu = (cpu > 0).then(|| free_cpu / cpu);
-    let by_memory = (memory > 0).then(|| free_memory / memory);
-    let room = match (by_cpu, by_memory) {
-        (Some(a), Some(b)) => a.min(b),
-        (Some(a), None) | (None, Some(a)) => a,
-        (None, None) => return None,
-    };
-    Some(u32::try_from(room).unwrap_or(u32::MAX))
+/// Who else scales workloads in one namespace: `(what, target kind, target name)` for every
+/// HorizontalPodAutoscaler and KEDA ScaledObject there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Autoscalers(pub Vec<(String, String, String)>);
+
+impl Autoscalers {
+    /// The first autoscaler targeting `workload`, by name.
+    pub fn targeting(&self, workload: &WorkloadRef) -> Option<String> {
+        self.0
+            .iter()
+            .find(|(_, kind, name)| *kind == workload.kind && *name == workload.name)
+            .map(|(what, ..)| what.clone())
+    }
 }
 
-/// Observes one workload; a missing workload is reported as such, never created. With the
-/// cluster's `capacity`, also how many more replicas of it would fit.
+/// Lists the autoscalers of `namespace`. Kinds the member does not serve, or the agent may
+/// not read, count as none: the agent cannot see them, and says so in its log.
+pub async fn observe_autoscalers(executor: &Executor, namespace: &str) -> Autoscalers {
+    let mut found = Vec::new();
+    let so = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    );
+    let scaled_objects: Api<DynamicObject> =
+        Api::namespaced_with(executor.client().clone(), namespace, &so);
+    match scaled_objects.list(&ListParams::default()).await {
+        Ok(list) => {
+            for o in list.items {
+                let target = o.data.pointer("/spec/scaleTargetRef");
+                let text = |key: &str, default: &str| {
+                    target
+                        .and_then(|t| t.get(key))
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or(default)
+                        .to_owned()
+                };
+                found.push((
+                    format!("KEDA ScaledObject {namespace}/{}", o.name_any()),
+                    text("kind", "Deployment"),
+                    text("name", ""),
+                ));
+            }
+        }
+        Err(e) => debug!(error = %e, %namespace, "cannot list ScaledObjects"),
+    }
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(executor.client().clone(), namespace);
+    match hpas.list(&ListParams::default()).await {
+        Ok(list) => {
+            for h in list.items {
+                let Some(spec) = h.spec.as_ref() else {
+                    continue;
+                };
+                found.push((
+                    format!("HorizontalPodAutoscaler {namespace}/{}", h.name_any()),
+                    spec.scale_target_ref.kind.clone(),
+                    spec.scale_target_ref.name.clone(),
+                ));
+            }
+        }
+        Err(e) => debug!(error = %e, %namespace, "cannot list HorizontalPodAutoscalers"),
+    }
+    Autoscalers(found)
+}
+
+/// Observes one workload; a missing workload is reported as such, never created.
 pub async fn observe_workload(
     executor: &Executor,
     workload: &WorkloadRef,
-    capacity: Option<&ClusterCapacity>,
     now_unix_ms: i64,
 ) -> Result<WorkloadStatus, kedge_protocol::Failure> {
     let mut status = WorkloadStatus::absent(workload.clone());
@@ -124,7 +168,7 @@ pub async fn observe_workload(
     status.spec_replicas = int_at(&object.data, &["spec", "replicas"]);
     status.ready_replicas = int_at(&object.data, &["status", "readyReplicas"]);
     status.available_replicas = int_at(&object.data, &["status", "availableReplicas"]);
-    status.room_replicas = capacity.and_then(|c| room_for(c, pod_requests(&object.data)));
+    (status.pod_cpu_millis, status.pod_memory_bytes) = pod_requests(&object.data);
     let scale = api
         .get_scale(&workload.name)
         .await
@@ -139,7 +183,9 @@ pub async fn observe_workload(
         let (pending, unschedulable, oldest) = pod_counts(&list.items);
         status.pending_pods = pending;
         status.unschedulable_pods = unschedulable;
-        status.unschedulable_for_ms = oldest.map_or(0, |since| (now_unix_ms - since).max(0) as u64);
+        status.unschedulable_for_ms = oldest.map_or(0, |since| {
+            u64::try_from(now_unix_ms.saturating_sub(since)).unwrap_or(0)
+        });
     }
     Ok(status)
 }
@@ -344,45 +390,39 @@ mod tests {
 
     fn status(name: &str, ready: i32) -> WorkloadStatus {
         WorkloadStatus {
-            workload: WorkloadRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "ns".into(),
-                name: name.into(),
-            },
             exists: true,
             spec_replicas: 3,
             ready_replicas: ready,
             available_replicas: ready,
-            pending_pods: 0,
-            unschedulable_pods: 0,
-            unschedulable_for_ms: 0,
-            room_replicas: None,
+            ..WorkloadStatus::absent(WorkloadRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "ns".into(),
+                name: name.into(),
+            })
         }
     }
 
     #[test]
-    fn room_is_free_capacity_over_one_pods_requests() {
-        let cap = ClusterCapacity {
-            allocatable_cpu_millis: 8000,
-            requested_cpu_millis: 1000,
-            allocatable_memory_bytes: 16 << 30,
-            requested_memory_bytes: 14 << 30,
-            ..Default::default()
-        };
-        // CPU allows 14, memory allows 4: memory decides.
-        assert_eq!(room_for(&cap, (500, 512 << 20)), Some(4));
-        assert_eq!(room_for(&cap, (500, 0)), Some(14));
-        assert_eq!(room_for(&cap, (0, 0)), None, "no requests: unbounded");
-        let full = ClusterCapacity {
-            requested_cpu_millis: 9000,
-            ..cap
-        };
+    fn autoscalers_match_by_kind_and_name() {
+        let a = Autoscalers(vec![
+            (
+                "HorizontalPodAutoscaler ns/x".into(),
+                "StatefulSet".into(),
+                "a".into(),
+            ),
+            (
+                "HorizontalPodAutoscaler ns/web".into(),
+                "Deployment".into(),
+                "a".into(),
+            ),
+        ]);
+        let w = status("a", 1).workload;
         assert_eq!(
-            room_for(&full, (500, 0)),
-            Some(0),
-            "over-committed clusters have no room"
+            a.targeting(&w).as_deref(),
+            Some("HorizontalPodAutoscaler ns/web")
         );
+        assert_eq!(a.targeting(&status("b", 1).workload), None);
     }
 
     #[test]

@@ -3,11 +3,12 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use kedge_net::ops::Readiness;
 use kedge_protocol::{
-    AgentMessage, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION, Welcome, close_code,
+    AgentMessage, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION, Welcome,
+    close_code, unix_ms,
 };
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio::time::{Instant, timeout};
@@ -267,13 +268,6 @@ async fn serve(
     }
 }
 
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// Sends a heartbeat every `interval` and closes the connection when `tolerance` intervals
 /// pass without an answer. Returns why it stopped.
 async fn heartbeat_loop(
@@ -298,7 +292,7 @@ async fn heartbeat_loop(
                     return reason;
                 }
                 seq += 1;
-                let beat = AgentMessage::Heartbeat(Heartbeat { seq, sent_unix_ms: unix_ms() });
+                let beat = AgentMessage::Heartbeat(Heartbeat { seq, sent_unix_ms: unix_ms(SystemTime::now()) });
                 if let Err(e) = stream.send(&beat).await {
                     return lost_reason(&connection, e);
                 }

@@ -1,13 +1,15 @@
 //! What both kedge binaries share on the network: the PKI that issues hub and member
 //! certificates ([`pki`]), QUIC endpoint configuration with mutual TLS ([`tls`]), the member
 //! identity carried in a client certificate ([`identity`]), the ops HTTP endpoint serving
-//! `/metrics`, `/healthz` and `/readyz` ([`ops`]), and logging set-up ([`telemetry`]).
+//! `/metrics`, `/healthz` and `/readyz` ([`ops`]), logging set-up ([`telemetry`]) and the
+//! Kubernetes client builder ([`kube_client`]).
 //!
 //! This crate was split out of the two binaries because both need exactly the same TLS and
 //! ops code; keeping it once means the hub and the agent cannot drift apart on security
 //! settings.
 
 pub mod identity;
+pub mod kube_client;
 pub mod ops;
 pub mod pki;
 pub mod signals;
@@ -58,6 +60,9 @@ pub enum Error {
     /// The peer certificate does not name a valid member.
     #[error("peer certificate: {0}")]
     Identity(String),
+    /// No Kubernetes client could be built from the kubeconfig or the environment.
+    #[error("kubeconfig: {0}")]
+    KubeConfig(String),
     /// A socket could not be bound.
     #[error("cannot bind {addr}: {source}")]
     Bind {

@@ -23,10 +23,10 @@ pub use error::{Error, Result};
 pub use message::*;
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// The oldest protocol version this build still accepts from a peer.
-pub const MIN_PROTOCOL_VERSION: u16 = 1;
+pub const MIN_PROTOCOL_VERSION: u16 = 2;
 
 /// QUIC/TLS application protocol name.
 pub const ALPN: &[u8] = b"kedge/1";
@@ -39,6 +39,12 @@ pub const DEFAULT_PORT: u16 = 7443;
 /// Large enough for a full desired state of several thousand workloads and Job manifests;
 /// small enough that a hostile peer cannot make the other side buffer much.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Unix milliseconds of `t` as they travel on the wire (0 before the epoch, saturating).
+pub fn unix_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 /// Whether a peer speaking `version` can be served by this build.
 pub fn is_supported_version(version: u16) -> bool {

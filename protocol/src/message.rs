@@ -116,13 +116,14 @@ pub struct WorkloadRef {
     pub name: String,
 }
 
-/// "Workload W should run R replicas", on behalf of one hub object.
+/// "Workload W should run R replicas", or "hold W": on behalf of one hub object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadReplicas {
     /// The target in the member cluster.
     pub workload: WorkloadRef,
-    /// Desired replicas.
-    pub replicas: i32,
+    /// Desired replicas; `None` holds the workload: the agent observes and reports it but
+    /// never changes its replicas (the hub cannot plan for it: missing, refused, contested).
+    pub replicas: Option<i32>,
     /// The hub object this comes from, `namespace/name` of the DistributedScaledObject.
     pub owner: String,
 }
@@ -251,9 +252,18 @@ pub struct WorkloadStatus {
     pub unschedulable_pods: i32,
     /// How long the oldest unschedulable pod has been so, 0 if none.
     pub unschedulable_for_ms: u64,
-    /// How many more replicas fit on the member's Ready nodes by the CPU and memory requests
-    /// of one pod of the workload; `None` when the pods request neither (unbounded).
-    pub room_replicas: Option<u32>,
+    /// CPU one pod of the workload requests (millicores, from its pod template); 0: none.
+    /// The hub derives the member's room for the workload from this and the reported
+    /// capacity, so a member cannot claim more room than its capacity holds.
+    pub pod_cpu_millis: u64,
+    /// Memory one pod of the workload requests (bytes); 0: none.
+    pub pod_memory_bytes: u64,
+    /// Why the agent cannot read or act on the workload (RBAC, namespace policy), if so.
+    /// A later report without it clears an earlier failure.
+    pub failure: Option<Failure>,
+    /// Something else in the member scales the workload (a local HPA or ScaledObject, or
+    /// repeated edits by hand): the agent says who and stops restoring replicas.
+    pub conflict: Option<String>,
 }
 
 impl WorkloadStatus {
@@ -268,7 +278,10 @@ impl WorkloadStatus {
             pending_pods: 0,
             unschedulable_pods: 0,
             unschedulable_for_ms: 0,
-            room_replicas: None,
+            pod_cpu_millis: 0,
+            pod_memory_bytes: 0,
+            failure: None,
+            conflict: None,
         }
     }
 }

@@ -88,7 +88,13 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
         (
             any::<bool>(),
             prop::collection::vec(
-                (workload_ref(), any::<bool>(), any::<i32>(), any::<u64>()),
+                (
+                    workload_ref(),
+                    any::<bool>(),
+                    any::<i32>(),
+                    any::<u64>(),
+                    any::<Option<String>>()
+                ),
                 0..5
             ),
             any::<Option<u64>>()
@@ -97,7 +103,7 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                 full,
                 workloads: workloads
                     .into_iter()
-                    .map(|(workload, exists, n, ms)| WorkloadStatus {
+                    .map(|(workload, exists, n, ms, conflict)| WorkloadStatus {
                         workload,
                         exists,
                         spec_replicas: n,
@@ -106,7 +112,10 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                         pending_pods: 0,
                         unschedulable_pods: 0,
                         unschedulable_for_ms: ms,
-                        room_replicas: None,
+                        pod_cpu_millis: ms,
+                        pod_memory_bytes: 0,
+                        failure: None,
+                        conflict,
                     })
                     .collect(),
                 jobs: vec![JobStatus {
@@ -146,7 +155,7 @@ fn hub_message() -> impl Strategy<Value = HubMessage> {
         any::<u64>().prop_map(|seq| HubMessage::HeartbeatAck(HeartbeatAck { seq })),
         (
             any::<u64>(),
-            prop::collection::vec((workload_ref(), any::<i32>()), 0..6),
+            prop::collection::vec((workload_ref(), any::<Option<i32>>()), 0..6),
             prop::collection::vec(any::<u8>(), 0..64)
         )
             .prop_map(

@@ -181,7 +181,9 @@ pub fn render(dso: Option<&DistributedScaledObject>, log: &[String], t: u64) -> 
     let status = dso.status.clone().unwrap_or_default();
     out.push_str(&format!(
         "dso/nginx  desired total {}   current total {}   healthy members {}/{}\n\n",
-        dso.spec.total_target_replicas,
+        dso.spec
+            .total_target_replicas
+            .map_or_else(|| "(not set yet)".to_owned(), |t| t.to_string()),
         status.total_current_replicas,
         status.members_healthy_count,
         status.members_total_count

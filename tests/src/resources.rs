@@ -285,6 +285,17 @@ pub fn builtins() -> Vec<ResourceDef> {
         .all()
         .scalable(),
         R::builtin("batch", "v1", "Job", "jobs", true, &[], true).all(),
+        // Stored only: kedge's agent looks for autoscalers that would fight it.
+        R::builtin(
+            "autoscaling",
+            "v2",
+            "HorizontalPodAutoscaler",
+            "horizontalpodautoscalers",
+            true,
+            &["hpa"],
+            true,
+        )
+        .all(),
         R::builtin(
             "coordination.k8s.io",
             "v1",

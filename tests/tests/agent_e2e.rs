@@ -166,17 +166,17 @@ async fn the_agent_applies_refuses_reports_and_restores() {
         workloads: vec![
             WorkloadReplicas {
                 workload: workload("apps", "web"),
-                replicas: 3,
+                replicas: Some(3),
                 owner: owner.clone(),
             },
             WorkloadReplicas {
                 workload: workload("apps", "ghost"),
-                replicas: 2,
+                replicas: Some(2),
                 owner: owner.clone(),
             },
             WorkloadReplicas {
                 workload: workload("kube-system", "coredns"),
-                replicas: 0,
+                replicas: Some(0),
                 owner: owner.clone(),
             },
         ],

@@ -32,7 +32,7 @@ async fn agents_connect_reconnect_after_hub_restart_and_turn_unreachable() {
     for member in MEMBERS {
         let s = state_of(&sessions, member).unwrap();
         assert_eq!(s["agentVersion"], env!("CARGO_PKG_VERSION"));
-        assert_eq!(s["protocolVersion"], 1);
+        assert_eq!(s["protocolVersion"], kedge_protocol::PROTOCOL_VERSION);
         assert!(
             s["kubernetesVersion"].as_str().unwrap().starts_with('v'),
             "{s}"

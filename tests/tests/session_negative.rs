@@ -11,7 +11,8 @@ use std::time::Duration;
 use kedge_net::pki::{CertificateAuthority, Validity};
 use kedge_net::tls::{self, TlsMaterial, TransportTuning};
 use kedge_protocol::{
-    AgentMessage, FramedStream, Hello, HubMessage, PROTOCOL_VERSION, RefusalCode, close_code,
+    AgentMessage, FramedStream, Hello, HubMessage, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    RefusalCode, close_code,
 };
 use quinn::{Connection, ConnectionError};
 use support::*;
@@ -256,7 +257,7 @@ async fn protocol_version_mismatch_is_refused_with_a_reason() {
     );
     assert_eq!(
         (refusal.min_protocol_version, refusal.max_protocol_version),
-        (1, PROTOCOL_VERSION)
+        (MIN_PROTOCOL_VERSION, PROTOCOL_VERSION)
     );
     connection.close(close_code::REFUSED.into(), b"ok");
     f.hub_logged(&["session refused", "future-agent", "protocol version"])

@@ -39,3 +39,62 @@ pub const STATE_READY: &str = "Ready";
 pub const STATE_UNREACHABLE: &str = "Unreachable";
 /// Member state: registered, agent never connected.
 pub const STATE_PENDING: &str = "Pending";
+/// Member state: connected, but no report since it (re)connected: nothing is planned for it.
+pub const STATE_NOT_REPORTED: &str = "NotReported";
+/// Member state: connected, but the workload does not exist there.
+pub const STATE_WORKLOAD_MISSING: &str = "WorkloadMissing";
+/// Member state: connected, but the agent refuses or cannot act on the workload.
+pub const STATE_REFUSED: &str = "Refused";
+/// Member state: something else scales the workload (another DSO, a local autoscaler).
+pub const STATE_CONFLICT: &str = "Conflict";
+
+/// Condition: something else also scales a workload of this resource.
+pub const CONDITION_CONFLICT: &str = "Conflict";
+/// Condition: whether the fleet-wide total has been written through `/scale`.
+pub const CONDITION_TOTAL_SET: &str = "TotalSet";
+
+/// Reason: an agent keeps failing to apply a command (transient errors).
+pub const REASON_COMMAND_FAILING: &str = "CommandFailing";
+/// Reason: part of the last reconciliation failed (hub cluster API, status write).
+pub const REASON_RECONCILE_FAILED: &str = "ReconcileFailed";
+/// Reason: the child ScaledObject cannot be created because KEDA is not installed.
+pub const REASON_KEDA_UNAVAILABLE: &str = "KedaUnavailable";
+/// Reason: no total was ever written through `/scale`; members keep what they run.
+pub const REASON_AWAITING_TOTAL: &str = "AwaitingTotal";
+/// Reason: the total was written through `/scale`.
+pub const REASON_TOTAL_SET: &str = "TotalSet";
+/// Reason: another DSO claimed the same workload first.
+pub const REASON_CLAIMED_ELSEWHERE: &str = "ClaimedByAnotherDSO";
+/// Reason: something in a member scales the workload besides kedge.
+pub const REASON_LOCAL_AUTOSCALER: &str = "ScaledInMember";
+/// Reason: no conflict.
+pub const REASON_NO_CONFLICT: &str = "NoConflict";
+
+/// A condition whose `lastTransitionTime` is `now`, or the previous one of the same type
+/// when its status did not change (the Kubernetes convention).
+pub fn condition(
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: std::time::SystemTime,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let status = if status { "True" } else { "False" };
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(
+            || crate::time::to_time(now),
+            |c| c.last_transition_time.clone(),
+        );
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}

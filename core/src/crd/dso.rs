@@ -88,8 +88,11 @@ pub const DEFAULT_GRACE_PERIOD: &str = "1m";
 #[serde(rename_all = "camelCase")]
 pub struct DistributedScaledObjectSpec {
     /// Fleet-wide total replicas, written through `/scale` by KEDA's HPA or `kubectl scale`.
-    #[serde(default)]
-    pub total_target_replicas: i32,
+    /// Absent until the first such write: until then members keep what they run (a DSO
+    /// applied over running workloads never scales them down before a metric is read).
+    /// `/scale` reads an absent total as 0, as the API server does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_target_replicas: Option<i32>,
     /// Member clusters to use; empty means every registered member with equal weight.
     // A list map keyed by name: server-side apply merges entries, and the apiserver itself
     // refuses duplicate names.
@@ -220,7 +223,16 @@ pub struct DsoMemberClusterStatus {
     /// When `state` last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_status_change_time: Option<Time>,
-    /// `Ready` or `Unreachable`.
+    /// `Ready`, `Pending`, `NotReported`, `Unreachable`, `WorkloadMissing`, `Refused` or
+    /// `Conflict`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Whether the member gets no share (lost longer than the grace period, never
+    /// connected, or the workload is scaled by another DSO).
+    #[serde(default)]
+    pub excluded: bool,
+    /// The last time the member's ready replicas moved towards `desiredReplicas` (or
+    /// reached it): a member stuck far from it shows an old time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scaling_progress_time: Option<Time>,
 }

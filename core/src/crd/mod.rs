@@ -247,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn dso_scale_paths_and_default_total() {
+    fn dso_scale_paths_and_an_unset_total() {
         let crd = DistributedScaledObject::crd();
         let version = &crd.spec.versions[0];
         let scale = version
@@ -264,7 +264,10 @@ mod tests {
         let schema = serde_json::to_value(&version.schema).expect("schema serializes");
         let total =
             &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["totalTargetReplicas"];
-        assert_eq!(total["default"], serde_json::json!(0));
+        // No default: an absent total means "never written through /scale", and the hub then
+        // holds what runs instead of scaling to 0.
+        assert!(total.get("default").is_none(), "{total}");
+        assert_eq!(total["type"], "integer");
         let policy = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["rebalancingPolicy"]
             ["properties"];
         assert_eq!(
@@ -312,7 +315,10 @@ spec:
       metadata: {resourceKind: ConfigMap, resourceName: mock-metric, key: metric-value, targetValue: "5"}
 "#;
         let dso: DistributedScaledObject = serde_yaml::from_str(yaml).expect("reference example");
-        assert_eq!(dso.spec.total_target_replicas, 0);
+        assert_eq!(
+            dso.spec.total_target_replicas, None,
+            "unset until /scale is written"
+        );
         let policy = dso.spec.rebalancing_policy.expect("policy given");
         assert_eq!(policy.max_rebalance_percentage, 50);
         assert!(policy.avoid_disruption);

@@ -4,20 +4,23 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kedge_core::crd::conditions::{CONDITION_READY, STATE_PENDING, STATE_READY, STATE_UNREACHABLE};
+use kedge_core::crd::conditions::{
+    CONDITION_READY, STATE_PENDING, STATE_READY, STATE_UNREACHABLE, condition,
+};
 use kedge_core::crd::member::MemberCapacity;
 use kedge_core::crd::{GROUP, MemberCluster, MemberClusterSpec, MemberClusterStatus, VERSION};
+use kedge_core::time::from_unix_ms;
 use kedge_protocol::ClusterCapacity;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
 
-use super::{Context, FIELD_MANAGER, bounded, time};
+use super::{Context, FIELD_MANAGER, bounded};
 use crate::fleet::MemberSnapshot;
 use crate::registry::SessionState;
 use crate::{Error, Result};
@@ -55,32 +58,22 @@ fn capacity(c: &ClusterCapacity) -> MemberCapacity {
     }
 }
 
-fn from_unix_ms(ms: i64) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    time(UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
-}
-
 fn ready_condition(
     ok: bool,
     reason: &str,
     message: String,
     old: Option<&MemberClusterStatus>,
 ) -> Condition {
-    let status = if ok { "True" } else { "False" }.to_owned();
-    let last_transition_time = old
-        .and_then(|o| o.conditions.iter().find(|c| c.type_ == CONDITION_READY))
-        .filter(|c| c.status == status)
-        .map_or_else(
-            || time(std::time::SystemTime::now()),
-            |c| c.last_transition_time.clone(),
-        );
-    Condition {
-        type_: CONDITION_READY.to_owned(),
-        status,
-        reason: reason.to_owned(),
+    let previous = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
+    condition(
+        previous,
+        CONDITION_READY,
+        ok,
+        reason,
         message,
-        observed_generation: None,
-        last_transition_time,
-    }
+        None,
+        std::time::SystemTime::now(),
+    )
 }
 
 /// The status of a member the hub has a session record of.
@@ -252,6 +245,7 @@ mod tests {
 
     fn snapshot(state: SessionState) -> MemberSnapshot {
         MemberSnapshot {
+            session_reported: true,
             name: "m1".into(),
             session: Some(MemberSession {
                 member: "m1".into(),
@@ -304,9 +298,12 @@ mod tests {
         assert_eq!(down.state.as_deref(), Some(STATE_UNREACHABLE));
         assert_eq!(down.conditions[0].message, "no heartbeat for 3s");
         let mut old = up.clone();
-        old.conditions[0].last_transition_time = time(UNIX_EPOCH);
+        old.conditions[0].last_transition_time = kedge_core::time::to_time(std::time::UNIX_EPOCH);
         let again = status(&snapshot(SessionState::Connected), Some(&old)).unwrap();
-        assert_eq!(again.conditions[0].last_transition_time, time(UNIX_EPOCH));
+        assert_eq!(
+            again.conditions[0].last_transition_time,
+            kedge_core::time::to_time(std::time::UNIX_EPOCH)
+        );
 
         assert_eq!(absent_status(None).state.as_deref(), Some(STATE_PENDING));
         let absent = absent_status(Some(&up));

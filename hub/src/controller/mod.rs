@@ -6,22 +6,22 @@ pub mod dso;
 pub mod member;
 pub mod observe;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kedge_core::crd::DistributedScaledObject;
-use kedge_core::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
+use kedge_core::crd::dso::DistributedScaledObjectStatus;
+use kedge_core::dso::member::MemberPhase;
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource};
 use tokio::sync::watch;
@@ -131,8 +131,8 @@ impl std::fmt::Debug for Recorder {
     }
 }
 
-/// (owner `ns/name`, member) → (state, since when).
-type MemberStates = HashMap<(String, String), (&'static str, SystemTime)>;
+/// (owner `ns/name`, member) → (phase, since when).
+type MemberPhases = HashMap<(String, String), (MemberPhase, SystemTime)>;
 
 /// What the controllers share.
 pub struct Context {
@@ -146,13 +146,17 @@ pub struct Context {
     pub metrics: HubMetrics,
     /// `keda.sh/v1alpha1` ScaledObject.
     pub scaled_objects: ApiResource,
-    /// Since when each (DSO, member) has been in its state.
-    states: Mutex<MemberStates>,
+    /// Every DSO, as the controller's reflector sees them (for claims on shared workloads).
+    dsos: Option<Store<DistributedScaledObject>>,
+    /// Since when each (DSO, member) has been in its phase.
+    phases: Mutex<MemberPhases>,
     /// The DSO status this process wrote last, by owner.
     written: Mutex<HashMap<String, DistributedScaledObjectStatus>>,
+    /// Failures of the last reconciliation by owner, for its next `Degraded` condition.
+    errors: Mutex<HashMap<String, Vec<String>>>,
     /// When the controllers started.
     started: tokio::time::Instant,
-    /// How long after the start absent members keep their previous state.
+    /// How long after the start MemberClusters of absent agents keep their state.
     startup_grace: Duration,
 }
 
@@ -162,28 +166,45 @@ impl std::fmt::Debug for Context {
     }
 }
 
+/// Every map here is replaced entry by entry; a poisoned lock holds no torn entry.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The KEDA `ScaledObject` resource.
+fn scaled_object_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
+        "scaledobjects",
+    )
+}
+
 impl Context {
-    /// A context over `client` and `fleet`.
-    pub fn new(client: Client, fleet: Arc<Fleet>, metrics: HubMetrics) -> Self {
+    /// A context over `client` and `fleet`; `dsos` is the DSO controller's reflector store.
+    pub fn new(
+        client: Client,
+        fleet: Arc<Fleet>,
+        metrics: HubMetrics,
+        dsos: Option<Store<DistributedScaledObject>>,
+    ) -> Self {
         let instance = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
             .ok();
         // Agents notice a lost hub only after their own heartbeat deadline and then back off
         // before dialing again: give them two deadlines.
-        let fleet_deadline = fleet.registry().liveness().deadline().saturating_mul(2);
+        let startup_grace = fleet.registry().liveness().deadline().saturating_mul(2);
         Self {
             recorder: Recorder::new(client.clone(), FIELD_MANAGER, instance),
             client,
             fleet,
             metrics,
-            scaled_objects: ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject"),
-                "scaledobjects",
-            ),
-            states: Mutex::new(HashMap::new()),
+            scaled_objects: scaled_object_resource(),
+            dsos,
+            phases: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            errors: Mutex::new(HashMap::new()),
             started: tokio::time::Instant::now(),
-            startup_grace: fleet_deadline,
+            startup_grace,
         }
     }
 
@@ -192,53 +213,56 @@ impl Context {
         self.started.elapsed() < self.startup_grace
     }
 
-    fn states(&self) -> std::sync::MutexGuard<'_, MemberStates> {
-        // Entries are replaced whole; a poisoned lock holds no torn entry.
-        self.states.lock().unwrap_or_else(|p| p.into_inner())
+    /// Every DSO the controller knows.
+    pub fn dsos(&self) -> Vec<Arc<DistributedScaledObject>> {
+        self.dsos.as_ref().map(Store::state).unwrap_or_default()
     }
 
-    /// Records that `member` is in `state` for `owner`; returns since when.
-    pub fn track(
-        &self,
-        owner: &str,
-        member: &str,
-        state: &'static str,
-        previous: Option<&DsoMemberClusterStatus>,
-        now: SystemTime,
-    ) -> SystemTime {
-        let mut states = self.states();
-        let key = (owner.to_owned(), member.to_owned());
-        let since = observe::since(
-            state,
-            states.get(&key).map(|(s, t)| (*s, *t)),
-            previous,
-            now,
-        );
-        states.insert(key, (state, since));
-        since
+    /// The phase `member` was last seen in for `owner`, and since when.
+    pub fn tracked(&self, owner: &str, member: &str) -> Option<(MemberPhase, SystemTime)> {
+        lock(&self.phases)
+            .get(&(owner.to_owned(), member.to_owned()))
+            .copied()
+    }
+
+    /// Records the phases of `owner`'s members.
+    pub fn track(&self, owner: &str, phases: &BTreeMap<String, (MemberPhase, SystemTime)>) {
+        let mut map = lock(&self.phases);
+        map.retain(|(o, m), _| o != owner || phases.contains_key(m));
+        for (member, phase) in phases {
+            map.insert((owner.to_owned(), member.clone()), *phase);
+        }
+    }
+
+    /// Keeps a failure of `owner`'s reconciliation for its next status.
+    pub fn record_error(&self, owner: &str, message: String) {
+        let mut errors = lock(&self.errors);
+        let list = errors.entry(owner.to_owned()).or_default();
+        if !list.contains(&message) {
+            list.push(message);
+        }
+    }
+
+    /// The failures recorded for `owner` since its last reconciliation.
+    pub fn take_errors(&self, owner: &str) -> Vec<String> {
+        lock(&self.errors).remove(owner).unwrap_or_default()
     }
 
     /// Forgets everything tracked for `owner`.
     pub fn forget(&self, owner: &str) {
-        self.states().retain(|(o, _), _| o != owner);
-        self.written_map().remove(owner);
-    }
-
-    fn written_map(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, DistributedScaledObjectStatus>> {
-        // Entries are replaced whole; a poisoned lock holds no torn entry.
-        self.written.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.phases).retain(|(o, _), _| o != owner);
+        lock(&self.written).remove(owner);
+        lock(&self.errors).remove(owner);
     }
 
     /// The status last written for `owner` by this process.
     pub fn written(&self, owner: &str) -> Option<DistributedScaledObjectStatus> {
-        self.written_map().get(owner).cloned()
+        lock(&self.written).get(owner).cloned()
     }
 
     /// Records the status just written (or found already in place) for `owner`.
     pub fn remember(&self, owner: &str, status: DistributedScaledObjectStatus) {
-        self.written_map().insert(owner.to_owned(), status);
+        lock(&self.written).insert(owner.to_owned(), status);
     }
 
     /// Publishes an Event about a DSO; a failure is logged, never fatal.
@@ -260,14 +284,6 @@ impl Context {
     }
 }
 
-/// A status time: whole seconds, as the API server stores it.
-pub fn time(t: SystemTime) -> Time {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    Time(Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH))
-}
-
 /// Where the hub cluster is.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -279,19 +295,29 @@ pub struct ControllerConfig {
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path)
-                .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| Error::KubeConfig(format!("{}: {e}", path.display())))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| Error::KubeConfig(e.to_string()))?,
-    };
-    Ok(Client::try_from(config)?)
+    kedge_net::kube_client::client(kubeconfig.map(PathBuf::as_path))
+        .await
+        .map_err(|e| Error::KubeConfig(e.to_string()))
+}
+
+/// The other DSOs whose workload has the same kind and name as `changed`'s (a superset of
+/// those that target the same workload in some member).
+fn sharing_a_target(
+    store: &Store<DistributedScaledObject>,
+    changed: &DistributedScaledObject,
+) -> Vec<ObjectRef<DistributedScaledObject>> {
+    let target = &changed.spec.scaled_object_spec.scale_target_ref;
+    let me = ObjectRef::from_obj(changed);
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            let t = &o.spec.scaled_object_spec.scale_target_ref;
+            t.name == target.name && t.kind == target.kind
+        })
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .filter(|r| *r != me)
+        .collect()
 }
 
 /// A stream that yields once per burst of fleet changes.
@@ -326,26 +352,34 @@ pub async fn run(
             }
         }
     };
-    let ctx = Arc::new(Context::new(client.clone(), fleet.clone(), metrics));
-    let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
-    if config.dso {
-        info!("DistributedScaledObject controller started");
-        let dsos = Api::<DistributedScaledObject>::all(client.clone());
-        let children = Api::<DynamicObject>::all_with(client.clone(), &ctx.scaled_objects);
-        let stop = shutdown.clone();
-        Controller::new(dsos, watcher::Config::default())
-            .owns_with(
-                children,
-                ctx.scaled_objects.clone(),
-                watcher::Config::default(),
-            )
-            .reconcile_all_on(fleet_changes(fleet.subscribe()))
-            .graceful_shutdown_on(async move { stop.cancelled().await })
-            .run(dso::reconcile, dso::error_policy, ctx)
-            .for_each(|_| futures::future::ready(()))
-            .await;
-    } else {
-        shutdown.cancelled().await;
+    if !config.dso {
+        let ctx = Arc::new(Context::new(client, fleet, metrics, None));
+        member::run(ctx, shutdown).await;
+        return;
     }
+    let dsos = Api::<DistributedScaledObject>::all(client.clone());
+    let children = Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource());
+    let controller = Controller::new(dsos.clone(), watcher::Config::default()).owns_with(
+        children,
+        scaled_object_resource(),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    // A DSO that appears, changes or goes may change who wins a workload it shares with
+    // others: reconcile those too, so both sides show the conflict (and its end) at once.
+    let contenders = store.clone();
+    let controller = controller.watches(dsos, watcher::Config::default(), move |changed| {
+        sharing_a_target(&contenders, &changed)
+    });
+    let ctx = Arc::new(Context::new(client, fleet.clone(), metrics, Some(store)));
+    let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
+    info!("DistributedScaledObject controller started");
+    let stop = shutdown.clone();
+    controller
+        .reconcile_all_on(fleet_changes(fleet.subscribe()))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(dso::reconcile, dso::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
     let _ = members.await;
 }
