@@ -116,16 +116,32 @@ const EDITS_BEFORE_CONFLICT: usize = 3;
 struct Drift {
     edits: VecDeque<Instant>,
     last_seen: Option<i32>,
+    restored: bool,
 }
 
 impl Drift {
     /// Records that the workload has `spec` replicas while kedge wants `desired`; returns a
-    /// description of the conflict when it keeps being changed.
+    /// description of the conflict when it keeps being changed. An edit is a count kedge did
+    /// not ask for that is new since the last look, or that came back after a restore; a new
+    /// count from the hub not applied yet and a restore that keeps failing are not.
     fn observe(&mut self, spec: i32, desired: i32, now: Instant) -> Option<String> {
-        if spec != desired && self.last_seen.is_some_and(|seen| seen != spec) {
+        let changed = self.restored || self.last_seen.is_some_and(|seen| seen != spec);
+        if spec != desired && changed {
             self.edits.push_back(now);
         }
+        self.seen(spec, now)
+    }
+
+    /// Records a look at a held workload (not kedge's to restore, so nothing is an edit);
+    /// edits counted before stay a conflict until they leave the window, so that holding a
+    /// conflicting workload does not by itself end the conflict.
+    fn hold(&mut self, spec: i32, now: Instant) -> Option<String> {
+        self.seen(spec, now)
+    }
+
+    fn seen(&mut self, spec: i32, now: Instant) -> Option<String> {
         self.last_seen = Some(spec);
+        self.restored = false;
         while self
             .edits
             .front()
@@ -205,12 +221,15 @@ async fn report_loop(
                     autoscalers.insert(w.namespace.clone(), found);
                 }
                 status.conflict = autoscalers.get(&w.namespace).and_then(|a| a.targeting(w));
-                if let Some(want) = command.replicas {
-                    let edits = drift.entry(w.clone()).or_default().observe(
-                        status.spec_replicas,
-                        want,
-                        Instant::now(),
-                    );
+                let drift = drift.entry(w.clone()).or_default();
+                let Some(want) = command.replicas else {
+                    let edits = drift.hold(status.spec_replicas, Instant::now());
+                    status.conflict = status.conflict.or(edits);
+                    observed.push(status);
+                    continue;
+                };
+                {
+                    let edits = drift.observe(status.spec_replicas, want, Instant::now());
                     status.conflict = status.conflict.or(edits);
                     if let Some(other) = &status.conflict {
                         debug!(workload = %w.name, %other, "not restoring replicas: something else scales it");
@@ -218,8 +237,11 @@ async fn report_loop(
                         info!(workload = %w.name, namespace = %w.namespace,
                             found = status.spec_replicas, desired = want,
                             "replicas were changed outside kedge; restoring");
-                        if let Err(failure) = executor.scale(command).await {
-                            warn!(message = %failure.message, "cannot restore replicas");
+                        match executor.scale(command).await {
+                            Ok(_) => drift.restored = true,
+                            Err(failure) => {
+                                warn!(message = %failure.message, "cannot restore replicas")
+                            }
                         }
                     }
                 }
@@ -248,8 +270,10 @@ mod tests {
         // Someone edits: restored twice, the third time is a conflict.
         let s = Duration::from_secs(1);
         assert_eq!(d.observe(7, 5, t0 + s), None);
+        d.restored = true;
         assert_eq!(d.observe(5, 5, t0 + 2 * s), None);
         assert_eq!(d.observe(8, 5, t0 + 3 * s), None);
+        d.restored = true;
         assert_eq!(d.observe(5, 5, t0 + 4 * s), None);
         let conflict = d.observe(9, 5, t0 + 5 * s).expect("a conflict");
         assert!(conflict.contains("3 times"), "{conflict}");
@@ -257,5 +281,54 @@ mod tests {
         assert!(d.observe(9, 5, t0 + 30 * s).is_some());
         // …and is gone once the edits are older than the window.
         assert_eq!(d.observe(9, 5, t0 + 70 * s), None);
+    }
+
+    #[test]
+    fn edits_between_two_looks_count_and_failing_restores_do_not() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        // Restored each time, edited again before the agent saw its own restore.
+        let mut d = Drift::default();
+        assert_eq!(d.observe(3, 3, t0), None);
+        for (i, edit) in [6, 6, 7].into_iter().enumerate() {
+            let seen = d.observe(edit, 3, t0 + (i as u32 + 1) * s);
+            d.restored = true;
+            if i < 2 {
+                assert_eq!(seen, None, "edit {i}");
+            } else {
+                assert!(seen.is_some(), "three edits are a conflict");
+            }
+        }
+        // A restore that keeps failing (RBAC) leaves the same count in place: one edit.
+        let mut d = Drift::default();
+        assert_eq!(d.observe(3, 3, t0), None);
+        for i in 1..10 {
+            assert_eq!(d.observe(6, 3, t0 + i * s), None, "look {i}");
+        }
+        assert_eq!(d.edits.len(), 1);
+    }
+
+    #[test]
+    fn a_hold_is_no_edit_and_keeps_the_conflict() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut d = Drift::default();
+        assert_eq!(d.observe(3, 3, t0), None);
+        // Held: changed by hand, not an edit.
+        assert_eq!(d.hold(5, t0 + s), None);
+        assert_eq!(d.hold(6, t0 + 2 * s), None);
+        // Counted again at 3: seen at 6 before the agent applies 3, not an edit…
+        assert_eq!(d.observe(6, 3, t0 + 3 * s), None);
+        assert!(d.edits.is_empty());
+        // …a new count after that is.
+        assert_eq!(d.observe(7, 3, t0 + 4 * s), None);
+        assert_eq!(d.edits.len(), 1);
+        // A conflict stays one while held, until its edits leave the window.
+        d.restored = true;
+        assert_eq!(d.observe(8, 3, t0 + 5 * s), None);
+        d.restored = true;
+        assert!(d.observe(9, 3, t0 + 6 * s).is_some());
+        assert!(d.hold(9, t0 + 30 * s).is_some());
+        assert_eq!(d.hold(9, t0 + 70 * s), None);
     }
 }

@@ -50,20 +50,22 @@ async fn next<T>(
     what: &str,
     mut pick: impl FnMut(AgentMessage) -> Option<T>,
 ) -> T {
-    tokio::time::timeout(Duration::from_secs(20), async {
+    let mut last = None;
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
             let message = control
                 .recv()
                 .await
                 .unwrap()
                 .expect("agent closed the control stream");
+            last = Some(format!("{message:?}"));
             if let Some(found) = pick(message) {
                 return found;
             }
         }
     })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+    .await;
+    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; the last message was {last:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,16 +221,28 @@ async fn the_agent_applies_refuses_reports_and_restores() {
         "a missing workload was created"
     );
 
-    // Reports: web exists with 3 replicas, ghost is reported missing.
+    // Reports: web exists with 3 replicas and its pods' requests, ghost is reported missing,
+    // coredns carries the reason the agent cannot read it.
     next(
         &mut control,
-        "a report of web (3) and ghost (missing)",
+        "a report of web (3), ghost (missing) and coredns (refused)",
         |m| match m {
             AgentMessage::Report(r) => {
-                let web = r.workloads.iter().find(|w| w.workload.name == "web");
-                let ghost = r.workloads.iter().find(|w| w.workload.name == "ghost");
-                (web.is_some_and(|w| w.exists && w.spec_replicas == 3)
-                    && ghost.is_some_and(|g| !g.exists))
+                let find = |n: &str| r.workloads.iter().find(|w| w.workload.name == n);
+                let web = find("web");
+                let ghost = find("ghost");
+                let coredns = find("coredns");
+                (web.is_some_and(|w| {
+                    w.exists
+                        && w.spec_replicas == 3
+                        && w.pod_cpu_millis == 100
+                        && w.failure.is_none()
+                }) && ghost.is_some_and(|g| !g.exists && g.failure.is_none())
+                    && coredns.is_some_and(|c| {
+                        c.failure
+                            .as_ref()
+                            .is_some_and(|f| f.code == FailureCode::NamespaceNotAllowed)
+                    }))
                 .then_some(())
             }
             _ => None,
@@ -257,13 +271,145 @@ async fn the_agent_applies_refuses_reports_and_restores() {
         agent.log_text()
     );
 
+    // Held (no count): a hand edit stays; the agent keeps reporting the workload.
+    let hold = |revision: u64, replicas: Option<i32>| DesiredState {
+        revision,
+        workloads: vec![WorkloadReplicas {
+            workload: workload("apps", "web"),
+            replicas,
+            owner: owner.clone(),
+        }],
+        ..Default::default()
+    };
+    control
+        .send(&HubMessage::DesiredState(hold(2, None)))
+        .await
+        .unwrap();
+    next(&mut control, "the ack of revision 2", |m| match m {
+        AgentMessage::Ack(a) if a.revision == 2 => Some(()),
+        _ => None,
+    })
+    .await;
+    let scale_to = |n: i32| {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch_scale(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"spec": {"replicas": n}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    scale_to(5).await;
+    next(&mut control, "a report of web at 5", |m| match m {
+        AgentMessage::Report(r) => r
+            .workloads
+            .iter()
+            .any(|w| w.workload.name == "web" && w.spec_replicas == 5)
+            .then_some(()),
+        _ => None,
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(5),
+        "a held workload was changed"
+    );
+
+    // Counted again: restored; edited again and again: a conflict, and no more restores.
+    control
+        .send(&HubMessage::DesiredState(hold(3, Some(3))))
+        .await
+        .unwrap();
+    let replicas_become = |n: i32| {
+        let deployments = deployments.clone();
+        let agent = &agent;
+        async move {
+            tokio::time::timeout(Duration::from_secs(15), async {
+                while deployments.get("web").await.unwrap().spec.unwrap().replicas != Some(n) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("web never reached {n}:\n{}", agent.log_text()));
+        }
+    };
+    // The hand edit above was the first within the minute: two more make three.
+    replicas_become(3).await;
+    scale_to(6).await;
+    replicas_become(3).await;
+    scale_to(8).await;
+    let conflict = next(&mut control, "a reported conflict", |m| match m {
+        AgentMessage::Report(r) => r
+            .workloads
+            .iter()
+            .find(|w| w.workload.name == "web")
+            .and_then(|w| w.conflict.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(
+        conflict.contains("changed the replicas 3 times"),
+        "{conflict}"
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        deployments.get("web").await.unwrap().spec.unwrap().replicas,
+        Some(8),
+        "the agent kept fighting"
+    );
+
+    // A local HorizontalPodAutoscaler targeting a workload is reported by name.
+    deployments
+        .create(&PostParams::default(), &deployment("api", 2))
+        .await
+        .unwrap();
+    let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> =
+        Api::namespaced(client.clone(), "apps");
+    hpas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "api", "namespace": "apps"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                "maxReplicas": 5}
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    // The hub holds a workload in conflict (web) while it counts api.
+    let mut with_api = hold(4, None);
+    with_api.workloads.push(WorkloadReplicas {
+        workload: workload("apps", "api"),
+        replicas: Some(4),
+        owner: owner.clone(),
+    });
+    control
+        .send(&HubMessage::DesiredState(with_api))
+        .await
+        .unwrap();
+    let conflict = next(&mut control, "the HPA reported", |m| match m {
+        AgentMessage::Report(r) => r
+            .workloads
+            .iter()
+            .find(|w| w.workload.name == "api")
+            .and_then(|w| w.conflict.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(conflict, "HorizontalPodAutoscaler apps/api");
+
     // The hub goes away: nothing changes in the member cluster.
     connection.close(0u32.into(), b"hub gone");
     endpoint.close(0u32.into(), b"hub gone");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         deployments.get("web").await.unwrap().spec.unwrap().replicas,
-        Some(3)
+        Some(8)
     );
     assert!(
         agent.is_running(),

@@ -57,7 +57,10 @@ impl Proc {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(program)
             .args(args)
-            .env("RUST_LOG", "info,kedge_hub=debug")
+            .env(
+                "RUST_LOG",
+                std::env::var("KEDGE_TEST_LOG").unwrap_or_else(|_| "info,kedge_hub=debug".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
