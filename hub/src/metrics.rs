@@ -55,6 +55,7 @@ pub struct HubMetrics {
     frames_rejected: Family<ReasonLabel, Counter>,
     messages_received: Family<KindLabel, Counter>,
     heartbeats: Counter,
+    leader: Gauge,
 }
 
 fn reason(reason: &str) -> ReasonLabel {
@@ -93,6 +94,11 @@ impl HubMetrics {
             self.messages_received.clone(),
         );
         r.register("heartbeats", "Heartbeats received", self.heartbeats.clone());
+        r.register(
+            "leader",
+            "1 while this hub is the active one (holds the lease, or runs without a hub cluster)",
+            self.leader.clone(),
+        );
         r.register(
             "reconciles",
             "Reconciliations started, by controller",
@@ -170,5 +176,9 @@ impl HubMetrics {
 
     pub(crate) fn heartbeat(&self) {
         self.heartbeats.inc();
+    }
+
+    pub(crate) fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
     }
 }
