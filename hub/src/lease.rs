@@ -299,7 +299,7 @@ impl Elector {
                         return self.lose(&tx, reason);
                     }
                     Some(_) => warn!(error = %e, "cannot renew the lease; retrying"),
-                    None => warn!(error = %e, "cannot read the lease; retrying"),
+                    None => warn!(error = %e, "cannot read or claim the lease; retrying"),
                 },
             }
             // The next round after one period, but never past the deadline of the holder.
