@@ -54,9 +54,32 @@ pub struct HubArgs {
     /// server alone.
     #[arg(long, env = "KEDGE_HUB_CONTROLLERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub controllers: bool,
+    /// Name of the coordination.k8s.io/v1 Lease that elects the one active hub.
+    #[arg(long, env = "KEDGE_HUB_LEASE_NAME", default_value = "kedge-hub")]
+    pub lease_name: String,
+    /// Namespace of the Lease; default: $POD_NAMESPACE, else kedge-system.
+    #[arg(long, env = "KEDGE_HUB_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// How long a hub that stopped renewing keeps the Lease (whole seconds, at least 1s;
+    /// rounded up). A standby takes over within about this long after the active hub dies.
+    #[arg(long, env = "KEDGE_HUB_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
+    pub lease_duration: Duration,
     /// Log format: text or json.
     #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// Parses `--lease-duration`: a humantime duration of at least one second, rounded up to whole
+/// seconds because `leaseDurationSeconds` is an integer.
+fn parse_lease_duration(value: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(value).map_err(|e| e.to_string())?;
+    if duration < Duration::from_secs(1) {
+        return Err(format!(
+            "{value} is too short: a lease lasts at least 1s (leaseDurationSeconds is whole seconds)"
+        ));
+    }
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    Ok(Duration::from_secs(seconds))
 }
 
 impl HubArgs {
@@ -77,11 +100,88 @@ impl HubArgs {
             })
     }
 
+    /// The Lease this hub competes for, as candidate `identity`; `None` without a hub
+    /// cluster (`--controllers false`), where the hub is active alone.
+    /// `pod_namespace` is `$POD_NAMESPACE`, the default namespace.
+    pub fn lease(
+        &self,
+        pod_namespace: Option<String>,
+        identity: String,
+    ) -> Option<crate::lease::LeaseConfig> {
+        self.controllers.then(|| crate::lease::LeaseConfig {
+            name: self.lease_name.clone(),
+            namespace: self
+                .lease_namespace
+                .clone()
+                .or(pod_namespace.filter(|ns| !ns.is_empty()))
+                .unwrap_or_else(|| "kedge-system".to_owned()),
+            duration: self.lease_duration,
+            identity,
+        })
+    }
+
     /// Server limits.
     pub fn limits(&self) -> ServerLimits {
         ServerLimits {
             max_connections: self.max_connections.max(1),
             ..ServerLimits::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<HubArgs, clap::Error> {
+        let mut args = vec![
+            "kedge-hub",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-ca",
+            "ca",
+        ];
+        args.extend_from_slice(extra);
+        HubArgs::try_parse_from(args)
+    }
+
+    #[test]
+    fn lease_defaults() {
+        let args = parse(&[]).unwrap();
+        let lease = args.lease(None, "me".into()).unwrap();
+        assert_eq!(lease.name, "kedge-hub");
+        assert_eq!(lease.namespace, "kedge-system");
+        assert_eq!(lease.duration, Duration::from_secs(15));
+        assert_eq!(lease.identity, "me");
+        let lease = args.lease(Some("hub-ns".into()), "me".into()).unwrap();
+        assert_eq!(lease.namespace, "hub-ns");
+        let args = parse(&["--lease-namespace", "explicit", "--lease-name", "l"]).unwrap();
+        let lease = args.lease(Some("hub-ns".into()), "me".into()).unwrap();
+        assert_eq!(
+            (lease.name.as_str(), lease.namespace.as_str()),
+            ("l", "explicit")
+        );
+    }
+
+    #[test]
+    fn no_lease_without_a_hub_cluster() {
+        let args = parse(&["--controllers", "false"]).unwrap();
+        assert_eq!(args.lease(None, "me".into()), None);
+    }
+
+    #[test]
+    fn lease_durations() {
+        let duration = |v: &str| parse(&["--lease-duration", v]).map(|a| a.lease_duration);
+        assert_eq!(duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(duration("1m").unwrap(), Duration::from_secs(60));
+        assert_eq!(duration("1500ms").unwrap(), Duration::from_secs(2));
+        for bad in ["0s", "0", "999ms", "soon"] {
+            let error = duration(bad).unwrap_err().to_string();
+            assert!(error.contains("--lease-duration"), "{bad}: {error}");
+        }
+        let error = duration("500ms").unwrap_err().to_string();
+        assert!(error.contains("at least 1s"), "{error}");
     }
 }

@@ -43,6 +43,9 @@ pub enum Error {
         /// Why.
         source: serde_json::Error,
     },
+    /// This hub held the lease and lost it; it stops so that it restarts as a standby.
+    #[error("lost the hub lease: {0}")]
+    LeaseLost(String),
 }
 
 impl Error {
@@ -61,6 +64,7 @@ impl Error {
             },
             Error::MissingField { .. } => "missing_field",
             Error::Serialize { .. } => "serialize",
+            Error::LeaseLost(_) => "lease_lost",
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod controller;
 mod error;
 pub mod fleet;
+pub mod lease;
 pub mod metrics;
 pub mod registry;
 pub mod server;
@@ -22,13 +23,15 @@ use axum::routing::get;
 use kedge_net::ops::{self, Readiness};
 use kedge_net::tls::{self, TlsMaterial, TransportTuning};
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 pub use error::{Error, Result};
 
 use crate::config::HubArgs;
 use crate::fleet::Fleet;
+use crate::lease::Role;
 use crate::metrics::HubMetrics;
 use crate::registry::SessionRegistry;
 use crate::server::ServerContext;
@@ -89,35 +92,148 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     .await?;
 
     let fleet = Arc::new(Fleet::new(registry.clone()));
-    let sweeper = tokio::spawn(sweep(fleet.clone(), shutdown.clone()));
-    let controllers = match args.controllers() {
-        Some(config) => {
+    // Everything this process does stops on `stop`: on a signal, or when the lease is lost.
+    let stop = shutdown.child_token();
+    let sweeper = tokio::spawn(sweep(fleet.clone(), stop.clone()));
+    let pod_name = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .ok();
+    let lease = args.lease(
+        std::env::var("POD_NAMESPACE").ok(),
+        lease::identity(pod_name),
+    );
+    let (role_tx, role) = watch::channel(match lease {
+        Some(_) => Role::Standby { holder: None },
+        None => Role::Leader,
+    });
+    let leadership = match (args.controllers(), lease) {
+        (Some(config), Some(lease)) => {
             if args.dsj_enabled {
                 warn!(
                     "DSJ_ENABLED is set, but this hub has no DistributedScaledJob controller yet"
                 );
             }
-            Some(tokio::spawn(controller::run(
-                config,
-                fleet.clone(),
-                metrics.clone(),
-                shutdown.clone(),
+            Some(tokio::spawn(lead(
+                Leading {
+                    config,
+                    lease,
+                    fleet: fleet.clone(),
+                    metrics: metrics.clone(),
+                    readiness: readiness.clone(),
+                },
+                role_tx,
+                stop.clone(),
             )))
         }
-        None => None,
+        _ => {
+            metrics.set_leader(true);
+            readiness.set(true);
+            None
+        }
     };
-    let ctx = Arc::new(ServerContext::new(fleet, metrics, args.limits()));
-    readiness.set(true);
+    let ctx = Arc::new(ServerContext::new(fleet, metrics, args.limits()).with_role(role));
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
-    server::serve(endpoint, ctx, shutdown).await;
+    server::serve(endpoint, ctx, stop.clone()).await;
     readiness.set(false);
     let _ = sweeper.await;
-    if let Some(controllers) = controllers {
-        let _ = controllers.await;
-    }
+    let outcome = match leadership {
+        Some(task) => task.await.unwrap_or(Ok(())),
+        None => Ok(()),
+    };
     let _ = ops.task.await;
-    info!("kedge-hub stopped");
-    Ok(())
+    match &outcome {
+        Ok(()) => info!("kedge-hub stopped"),
+        Err(error) => error!(%error, "kedge-hub stopped"),
+    }
+    outcome
+}
+
+/// What the active hub runs.
+struct Leading {
+    config: controller::ControllerConfig,
+    lease: lease::LeaseConfig,
+    fleet: Arc<Fleet>,
+    metrics: HubMetrics,
+    readiness: Readiness,
+}
+
+/// Competes for the lease and runs the controllers while holding it.
+///
+/// A hub that loses the lease stops acting at once, as controller-runtime does: it aborts its
+/// controllers, cancels `stop` (which closes every agent session with the retryable
+/// `SHUTDOWN` code, so agents move on to the new active hub) and returns
+/// [`Error::LeaseLost`], so the process exits non-zero and Kubernetes restarts it as a
+/// standby. Resuming in place would need every controller and the fleet state to be reset;
+/// a restart does that for free and cannot forget anything.
+///
+/// On a normal shutdown it stops the controllers first and then releases the lease, so a
+/// standby takes over at its next read instead of after the lease duration.
+async fn lead(
+    leading: Leading,
+    role_tx: watch::Sender<Role>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let Leading {
+        config,
+        lease,
+        fleet,
+        metrics,
+        readiness,
+    } = leading;
+    let Some(client) = controller::connect(&config, &stop).await else {
+        return Ok(());
+    };
+    let mut role = role_tx.subscribe();
+    let release = CancellationToken::new();
+    let elector = lease::Elector::new(client.clone(), lease).start(role_tx, release.clone());
+    let controllers_stop = stop.child_token();
+    let mut controllers: Option<tokio::task::JoinHandle<()>> = None;
+    let outcome = loop {
+        tokio::select! {
+            _ = stop.cancelled() => break Ok(()),
+            changed = role.changed() => {
+                if changed.is_err() {
+                    break Ok(());
+                }
+                let current = role.borrow_and_update().clone();
+                match current {
+                    Role::Leader => {
+                        readiness.set(true);
+                        metrics.set_leader(true);
+                        controllers.get_or_insert_with(|| {
+                            tokio::spawn(controller::run(
+                                config.clone(),
+                                client.clone(),
+                                fleet.clone(),
+                                metrics.clone(),
+                                controllers_stop.clone(),
+                            ))
+                        });
+                    }
+                    Role::Standby { .. } => {
+                        readiness.set(false);
+                        metrics.set_leader(false);
+                    }
+                    Role::Lost { reason } => {
+                        readiness.set(false);
+                        metrics.set_leader(false);
+                        if let Some(task) = controllers.take() {
+                            task.abort();
+                        }
+                        stop.cancel();
+                        break Err(Error::LeaseLost(reason));
+                    }
+                }
+            }
+        }
+    };
+    if let Some(task) = controllers {
+        controllers_stop.cancel();
+        let _ = task.await;
+    }
+    release.cancel();
+    let _ = elector.await;
+    outcome
 }
 
 /// Marks members whose heartbeats are overdue, at twice the heartbeat rate.

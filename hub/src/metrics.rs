@@ -57,6 +57,7 @@ pub struct HubMetrics {
     report_entries_dropped: Family<ReasonLabel, Counter>,
     reports_throttled: Counter,
     heartbeats: Counter,
+    leader: Gauge,
 }
 
 fn reason(reason: &str) -> ReasonLabel {
@@ -104,6 +105,11 @@ impl HubMetrics {
             "reports_throttled",
             "Agent reports delayed because a session exceeded its report rate",
             self.reports_throttled.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this hub is the active one (holds the lease, or runs without a hub cluster)",
+            self.leader.clone(),
         );
         r.register(
             "reconciles",
@@ -192,5 +198,9 @@ impl HubMetrics {
 
     pub(crate) fn heartbeat(&self) {
         self.heartbeats.inc();
+    }
+
+    pub(crate) fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
     }
 }

@@ -13,12 +13,13 @@ use kedge_protocol::{
     PROTOCOL_VERSION, Refusal, RefusalCode, Welcome, close_code, is_supported_version,
 };
 use quinn::{Connection, RecvStream, SendStream, VarInt};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::fleet::Fleet;
+use crate::lease::Role;
 use crate::metrics::HubMetrics;
 use crate::registry::{NewSession, SessionRegistry};
 
@@ -93,6 +94,8 @@ pub struct ServerContext {
     /// Distinguishes session ids of this hub process.
     pub boot_id: u64,
     session_counter: AtomicU64,
+    /// Whether this hub holds the lease; a standby refuses sessions.
+    role: watch::Receiver<Role>,
 }
 
 impl ServerContext {
@@ -110,7 +113,14 @@ impl ServerContext {
             limits,
             boot_id,
             session_counter: AtomicU64::new(0),
+            role: watch::channel(Role::Leader).1,
         }
+    }
+
+    /// Accepts sessions only while `role` is [`Role::Leader`] (default: always).
+    pub fn with_role(mut self, role: watch::Receiver<Role>) -> Self {
+        self.role = role;
+        self
     }
 
     fn next_session_id(&self) -> String {
@@ -344,6 +354,13 @@ impl Session<'_> {
         let Some((mut control, hello)) = self.handshake().await else {
             return;
         };
+        // After the Hello, so the agent reads a reason and moves on to its next hub address.
+        let refusal = self.ctx.role.borrow().refusal();
+        if let Some(message) = refusal {
+            self.refuse(&mut control, RefusalCode::Unavailable, message)
+                .await;
+            return;
+        }
         let member = self.identity.member.clone();
         let session_id = self.ctx.next_session_id();
         let registry = &self.ctx.registry;

@@ -13,10 +13,11 @@ use kedge_net::telemetry::LogFormat;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kedge-agent", version)]
 pub struct AgentArgs {
-    /// The hub's QUIC address, HOST:PORT.
-    #[arg(long, env = "KEDGE_AGENT_HUB")]
-    pub hub: String,
-    /// Name to verify in the hub's certificate; defaults to HOST of --hub.
+    /// The hub's QUIC address, HOST:PORT; several, comma-separated, for hubs in high
+    /// availability: the agent dials them round robin until the active one accepts.
+    #[arg(long, env = "KEDGE_AGENT_HUB", value_delimiter = ',', required = true)]
+    pub hub: Vec<String>,
+    /// Name to verify in every hub's certificate; defaults to HOST of each --hub address.
     #[arg(long, env = "KEDGE_AGENT_HUB_SERVER_NAME")]
     pub hub_server_name: Option<String>,
     /// PEM file with this member's client certificate.
@@ -58,15 +59,23 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    /// The TLS server name to verify: --hub-server-name, else the host part of --hub.
-    pub fn server_name(&self) -> String {
+    /// The hub addresses, in order, without blanks.
+    pub fn hubs(&self) -> Vec<String> {
+        self.hub
+            .iter()
+            .map(|h| h.trim())
+            .filter(|h| !h.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The TLS server name to verify for `hub`: --hub-server-name, else the host part of
+    /// `hub`.
+    pub fn server_name(&self, hub: &str) -> String {
         if let Some(name) = &self.hub_server_name {
             return name.clone();
         }
-        let host = self
-            .hub
-            .rsplit_once(':')
-            .map_or(self.hub.as_str(), |(host, _)| host);
+        let host = hub.rsplit_once(':').map_or(hub, |(host, _)| host);
         host.trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned()
@@ -93,11 +102,27 @@ mod tests {
 
     #[test]
     fn server_name_defaults_to_the_hub_host() {
-        assert_eq!(args("hub.example:7443").server_name(), "hub.example");
-        assert_eq!(args("127.0.0.1:7443").server_name(), "127.0.0.1");
-        assert_eq!(args("[::1]:7443").server_name(), "::1");
+        let name = |hub: &str| args(hub).server_name(hub);
+        assert_eq!(name("hub.example:7443"), "hub.example");
+        assert_eq!(name("127.0.0.1:7443"), "127.0.0.1");
+        assert_eq!(name("[::1]:7443"), "::1");
         let mut a = args("10.0.0.1:7443");
         a.hub_server_name = Some("kedge-hub.kedge-system.svc".into());
-        assert_eq!(a.server_name(), "kedge-hub.kedge-system.svc");
+        assert_eq!(a.server_name("10.0.0.1:7443"), "kedge-hub.kedge-system.svc");
+    }
+
+    #[test]
+    fn several_hubs() {
+        let a = args("hub-0.example:7443, hub-1.example:7443,,[::1]:7443");
+        assert_eq!(
+            a.hubs(),
+            ["hub-0.example:7443", "hub-1.example:7443", "[::1]:7443"]
+        );
+        let names: Vec<String> = a.hubs().iter().map(|h| a.server_name(h)).collect();
+        assert_eq!(names, ["hub-0.example", "hub-1.example", "::1"]);
+        let mut a = a;
+        a.hub_server_name = Some("kedge-hub".into());
+        assert!(a.hubs().iter().all(|h| a.server_name(h) == "kedge-hub"));
+        assert_eq!(args("hub:7443").hubs(), ["hub:7443"]);
     }
 }

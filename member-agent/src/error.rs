@@ -6,6 +6,9 @@ pub enum Error {
     /// TLS material or ops endpoint set-up failed.
     #[error(transparent)]
     Net(#[from] kedge_net::Error),
+    /// `--hub` lists no address.
+    #[error("--hub lists no hub address")]
+    NoHub,
     /// The member cluster's API could not be configured.
     #[error("cannot configure access to the member cluster: {0}")]
     Kube(String),

@@ -10,6 +10,7 @@ pub mod executor;
 mod link;
 pub mod metrics;
 pub mod observe;
+mod rotation;
 mod session;
 
 use std::sync::Arc;
@@ -27,7 +28,9 @@ pub use error::{Error, Result};
 use crate::config::AgentArgs;
 use crate::executor::{Executor, NamespacePolicy};
 use crate::metrics::AgentMetrics;
-use crate::session::{SessionEnd, SessionParams};
+use crate::rotation::{Attempt, Pause, Rotation};
+use crate::session::{Dial, SessionEnd, SessionParams};
+use kedge_protocol::RefusalCode;
 
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
@@ -61,16 +64,19 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
     let client_config =
         tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
+    let hubs = args.hubs();
+    if hubs.is_empty() {
+        return Err(Error::NoHub);
+    }
     let params = SessionParams {
-        server_name: args.server_name(),
         namespaces: args.namespaces.clone(),
         heartbeat_tolerance: args.heartbeat_tolerance,
         metrics: metrics.clone(),
         readiness: readiness.clone(),
         executor,
     };
-    info!(hub = %args.hub, server_name = %params.server_name, ops = %ops.local_addr,
-        version = env!("CARGO_PKG_VERSION"), "kedge-agent starting");
+    info!(hubs = ?hubs, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"),
+        "kedge-agent starting");
 
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(args.reconnect_initial)
@@ -79,10 +85,25 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         .with_randomization_factor(0.5)
         .with_max_elapsed_time(None)
         .build();
+    // The short pause between hubs: the initial reconnect delay, jittered, never growing.
+    let mut short = backoff::ExponentialBackoffBuilder::new()
+        .with_initial_interval(args.reconnect_initial)
+        .with_max_interval(args.reconnect_initial)
+        .with_multiplier(1.0)
+        .with_randomization_factor(0.5)
+        .with_max_elapsed_time(None)
+        .build();
+    let mut rotation = Rotation::new(hubs.len());
     let mut endpoint: Option<quinn::Endpoint> = None;
     loop {
+        let hub = &hubs[rotation.current()];
+        let dial = Dial {
+            hub: hub.clone(),
+            server_name: args.server_name(hub),
+            alternatives: hubs.len() > 1,
+        };
         let attempt = session::connect_and_serve(
-            &args.hub,
+            &dial,
             &client_config,
             &params,
             &mut link,
@@ -92,24 +113,48 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         .await;
         readiness.set(false);
         metrics.connected.set(0);
-        match attempt {
+        let ended = match attempt {
             Ok(SessionEnd::Shutdown) => break,
             Ok(SessionEnd::Lost {
                 reason,
                 established,
             }) => {
+                warn!(%hub, %reason, "session with the hub lost; reconnecting");
                 if established {
-                    backoff.reset();
+                    Attempt::SessionEnded
+                } else {
+                    Attempt::Failed
                 }
-                warn!(%reason, "session with the hub lost; reconnecting");
+            }
+            Err(Error::Refused {
+                code: RefusalCode::Unavailable,
+                message,
+            }) => {
+                info!(%hub, %message, "hub unavailable; trying the next address");
+                Attempt::Unavailable
             }
             Err(e @ Error::Refused { .. }) => {
-                warn!(error = %e, "hub refused the session; will retry")
+                warn!(%hub, error = %e, "hub refused the session; will retry");
+                Attempt::Failed
             }
-            Err(e) => warn!(error = %e, "cannot reach the hub; will retry"),
+            Err(e) => {
+                warn!(%hub, error = %e, "cannot reach the hub; will retry");
+                Attempt::Failed
+            }
+        };
+        let delay = match rotation.after(ended) {
+            Pause::Short => short.next_backoff(),
+            Pause::Backoff { reset } => {
+                if reset {
+                    backoff.reset();
+                }
+                backoff.next_backoff()
+            }
         }
-        let delay = backoff.next_backoff().unwrap_or(args.reconnect_max);
-        info!(delay = %humantime::format_duration(std::time::Duration::from_millis(delay.as_millis() as u64)), "reconnecting after backoff");
+        .unwrap_or(args.reconnect_max);
+        info!(next = %hubs[rotation.current()],
+            delay = %humantime::format_duration(std::time::Duration::from_millis(delay.as_millis() as u64)),
+            "reconnecting after a pause");
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(delay) => {}

@@ -25,13 +25,18 @@ type Stream = FramedStream<RecvStream, SendStream, HubMessage, AgentMessage>;
 /// How long the hub may take to complete the handshake or answer `Hello`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the TLS handshake with one of several hubs may take. A dead hub's UDP port never
+/// answers (QUIC does not see ICMP errors), so this is what a dead address costs before the
+/// next is tried; a live hub completes the handshake in a round trip, and 3s still covers two
+/// retransmissions of a lost first packet.
+const DIAL_TIMEOUT_WITH_ALTERNATIVES: Duration = Duration::from_secs(3);
+
 /// The shortest heartbeat interval the agent honours, whatever the hub asks.
 const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
 
 /// What every session needs.
 #[derive(Debug, Clone)]
 pub(crate) struct SessionParams {
-    pub(crate) server_name: String,
     pub(crate) namespaces: Vec<String>,
     pub(crate) heartbeat_tolerance: u32,
     pub(crate) metrics: AgentMetrics,
@@ -87,20 +92,41 @@ fn endpoint_for(
     Ok(endpoint)
 }
 
+/// One hub address to dial.
+#[derive(Debug, Clone)]
+pub(crate) struct Dial {
+    /// HOST:PORT.
+    pub(crate) hub: String,
+    /// Name to verify in its certificate.
+    pub(crate) server_name: String,
+    /// Whether other addresses could be tried instead (a shorter handshake timeout).
+    pub(crate) alternatives: bool,
+}
+
+impl Dial {
+    fn handshake_timeout(&self) -> Duration {
+        if self.alternatives {
+            DIAL_TIMEOUT_WITH_ALTERNATIVES
+        } else {
+            HANDSHAKE_TIMEOUT
+        }
+    }
+}
+
 /// Connects once and serves the session until it ends.
 pub(crate) async fn connect_and_serve(
-    hub: &str,
+    dial: &Dial,
     config: &quinn::ClientConfig,
     params: &SessionParams,
     link: &mut SessionLink,
     endpoint: &mut Option<quinn::Endpoint>,
     shutdown: &CancellationToken,
 ) -> Result<SessionEnd> {
-    let addr = resolve(hub).await?;
-    let connecting = endpoint_for(addr, config, endpoint)?.connect(addr, &params.server_name)?;
+    let addr = resolve(&dial.hub).await?;
+    let connecting = endpoint_for(addr, config, endpoint)?.connect(addr, &dial.server_name)?;
     let connection = tokio::select! {
         _ = shutdown.cancelled() => return Ok(SessionEnd::Shutdown),
-        connected = timeout(HANDSHAKE_TIMEOUT, connecting) => match connected {
+        connected = timeout(dial.handshake_timeout(), connecting) => match connected {
             Err(_) => {
                 params.metrics.connect_result("timeout");
                 return Err(Error::Timeout("the TLS handshake"));

@@ -311,7 +311,21 @@ async fn stop(child: &mut Child) {
 }
 
 /// Installs kedge's CRDs and KEDA's ScaledObject CRD.
+/// The namespace the hub runs in (its Lease lives there), as the Helm chart would create it.
+pub const HUB_NAMESPACE: &str = "kedge-system";
+
+/// What installing the hub chart puts in the hub cluster: the CRDs (with KEDA's
+/// ScaledObject) and the hub's namespace.
 async fn install_crds(client: kube::Client) -> Result<()> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": HUB_NAMESPACE}}))
+            .map_err(|e| Error::Fleet(format!("namespace {HUB_NAMESPACE}: {e}")))?;
+    match namespaces.create(&PostParams::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
     let api: Api<CustomResourceDefinition> = Api::all(client);
     let keda: CustomResourceDefinition = serde_yaml::from_str(KEDA_SCALEDOBJECT_CRD)
         .map_err(|e| Error::Fleet(format!("KEDA CRD: {e}")))?;

@@ -330,28 +330,34 @@ fn fleet_changes(rx: watch::Receiver<u64>) -> impl futures::Stream<Item = ()> + 
     })
 }
 
-/// Runs the controllers until `shutdown`. Without a reachable configuration for the hub
-/// cluster it retries with backoff; the QUIC sessions are unaffected either way.
-pub async fn run(
-    config: ControllerConfig,
-    fleet: Arc<Fleet>,
-    metrics: HubMetrics,
-    shutdown: CancellationToken,
-) {
+/// A client of the hub cluster. Without a reachable configuration it retries with backoff
+/// (the QUIC server runs meanwhile); `None` when `shutdown` comes first.
+pub async fn connect(config: &ControllerConfig, shutdown: &CancellationToken) -> Option<Client> {
     let mut delay = Duration::from_secs(1);
-    let client = loop {
+    loop {
         match client(config.kubeconfig.as_ref()).await {
-            Ok(c) => break c,
+            Ok(c) => return Some(c),
             Err(error) => {
                 warn!(%error, retry_in = ?delay, "no hub cluster client; controllers wait");
                 tokio::select! {
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => return None,
                     _ = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
-    };
+    }
+}
+
+/// Runs the controllers until `shutdown`. Only the active hub (the lease holder, or the
+/// only hub when there is no lease) calls this.
+pub async fn run(
+    config: ControllerConfig,
+    client: Client,
+    fleet: Arc<Fleet>,
+    metrics: HubMetrics,
+    shutdown: CancellationToken,
+) {
     if !config.dso {
         let ctx = Arc::new(Context::new(client, fleet, metrics, None));
         member::run(ctx, shutdown).await;

@@ -42,7 +42,8 @@ impl Fleet {
             self.ports,
             HEARTBEAT,
             self.dir.join(log),
-            &["--kubeconfig", &hub],
+            // A hub killed mid-test holds its Lease this long; the next one waits it out.
+            &["--kubeconfig", &hub, "--lease-duration", "2s"],
         )
     }
 
@@ -267,6 +268,10 @@ pub async fn start(members: &[&str]) -> (tempfile::TempDir, Fleet) {
         "/tests/fixtures/scaledobject-crd.yaml"
     );
     fleet.kubectl(&["apply", "-f", keda]).await;
+    // The hub's namespace, where its Lease lives (the Helm chart creates it).
+    fleet
+        .kubectl(&["create", "namespace", "kedge-system"])
+        .await;
     (dir, fleet)
 }
 
