@@ -31,14 +31,14 @@ pub struct HubArgs {
     #[arg(long, env = "KEDGE_HUB_TLS_CA")]
     pub tls_ca: PathBuf,
     /// How often agents must send a heartbeat (e.g. 5s, 500ms).
-    #[arg(long, env = "KEDGE_HUB_HEARTBEAT_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "KEDGE_HUB_HEARTBEAT_INTERVAL", default_value = "5s", value_parser = duration_within(HEARTBEAT_INTERVAL))]
     pub heartbeat_interval: Duration,
     /// Missed heartbeat intervals before a member is Unreachable.
-    #[arg(long, env = "KEDGE_HUB_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "KEDGE_HUB_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub heartbeat_tolerance: u32,
     /// Concurrent agent connections beyond which new ones are refused.
-    #[arg(long, env = "KEDGE_HUB_MAX_CONNECTIONS", default_value_t = 1024)]
-    pub max_connections: usize,
+    #[arg(long, env = "KEDGE_HUB_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_connections: u32,
     /// Kubeconfig of the hub cluster (where DSOs and MemberClusters live); default:
     /// in-cluster, then $KUBECONFIG, then ~/.kube/config.
     #[arg(long, env = "KEDGE_HUB_KUBECONFIG")]
@@ -60,7 +60,7 @@ pub struct HubArgs {
     /// Namespace of the Lease; default: $POD_NAMESPACE, else kedge-system.
     #[arg(long, env = "KEDGE_HUB_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
-    /// How long a hub that stopped renewing keeps the Lease (whole seconds, at least 1s;
+    /// How long a hub that stopped renewing keeps the Lease (whole seconds, 1s to 10m;
     /// rounded up). A standby takes over within about this long after the active hub dies.
     #[arg(long, env = "KEDGE_HUB_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
@@ -69,15 +69,23 @@ pub struct HubArgs {
     pub log_format: LogFormat,
 }
 
-/// Parses `--lease-duration`: a humantime duration of at least one second, rounded up to whole
-/// seconds because `leaseDurationSeconds` is an integer.
+/// Bounds of `--heartbeat-interval`: faster floods the hub with heartbeats, slower hides a
+/// dead member for too long.
+pub const HEARTBEAT_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(600));
+/// Bounds of `--lease-duration`.
+pub const LEASE_DURATION: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
+
+fn duration_within(
+    (min, max): (Duration, Duration),
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    kedge_net::flags::duration_within(min, max)
+}
+
+/// Parses `--lease-duration`: within [`LEASE_DURATION`], rounded up to whole seconds because
+/// `leaseDurationSeconds` is an integer.
 fn parse_lease_duration(value: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(value).map_err(|e| e.to_string())?;
-    if duration < Duration::from_secs(1) {
-        return Err(format!(
-            "{value} is too short: a lease lasts at least 1s (leaseDurationSeconds is whole seconds)"
-        ));
-    }
+    let duration = duration_within(LEASE_DURATION)(value)?;
     let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
     Ok(Duration::from_secs(seconds))
 }
@@ -123,7 +131,7 @@ impl HubArgs {
     /// Server limits.
     pub fn limits(&self) -> ServerLimits {
         ServerLimits {
-            max_connections: self.max_connections.max(1),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             ..ServerLimits::default()
         }
     }
@@ -177,11 +185,53 @@ mod tests {
         assert_eq!(duration("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(duration("1m").unwrap(), Duration::from_secs(60));
         assert_eq!(duration("1500ms").unwrap(), Duration::from_secs(2));
-        for bad in ["0s", "0", "999ms", "soon"] {
+        for bad in ["0s", "0", "999ms", "soon", "10m 1s", "5124095576030431h"] {
             let error = duration(bad).unwrap_err().to_string();
             assert!(error.contains("--lease-duration"), "{bad}: {error}");
         }
         let error = duration("500ms").unwrap_err().to_string();
-        assert!(error.contains("at least 1s"), "{error}");
+        assert!(error.contains("must be between 1s and 10m"), "{error}");
+    }
+
+    #[test]
+    fn flags_out_of_range_are_refused_naming_the_flag_and_range() {
+        for (flag, bad, expected) in [
+            (
+                "--heartbeat-interval",
+                "0s",
+                "must be between 100ms and 10m",
+            ),
+            (
+                "--heartbeat-interval",
+                "1h",
+                "must be between 100ms and 10m",
+            ),
+            (
+                "--heartbeat-interval",
+                "5124095576030431h",
+                "must be between",
+            ),
+            ("--heartbeat-tolerance", "0", "0 is not in 1..=100"),
+            ("--heartbeat-tolerance", "4294967295", "is not in 1..=100"),
+            ("--max-connections", "0", "0 is not in 1..=100000"),
+            ("--max-connections", "18446744073709551615", "invalid value"),
+            ("--max-connections", "-1", "unexpected argument"),
+        ] {
+            let error = parse(&[flag, bad]).unwrap_err().to_string();
+            assert!(
+                error.contains(flag) || expected == "unexpected argument",
+                "{flag} {bad}: {error}"
+            );
+            assert!(error.contains(expected), "{flag} {bad}: {error}");
+        }
+        let args = parse(&[
+            "--heartbeat-interval",
+            "100ms",
+            "--max-connections",
+            "100000",
+        ])
+        .unwrap();
+        assert_eq!(args.heartbeat_interval, Duration::from_millis(100));
+        assert_eq!(args.limits().max_connections, 100_000);
     }
 }

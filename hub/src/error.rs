@@ -46,6 +46,10 @@ pub enum Error {
     /// This hub held the lease and lost it; it stops so that it restarts as a standby.
     #[error("lost the hub lease: {0}")]
     LeaseLost(String),
+    /// An essential task (a controller, the sweeper, leader election) ended while the hub
+    /// was meant to run; it exits so that it is restarted instead of reconciling nothing.
+    #[error("{0}; the hub exits so that it is restarted")]
+    TaskEnded(String),
 }
 
 impl Error {
@@ -65,6 +69,7 @@ impl Error {
             Error::MissingField { .. } => "missing_field",
             Error::Serialize { .. } => "serialize",
             Error::LeaseLost(_) => "lease_lost",
+            Error::TaskEnded(_) => "task_ended",
         }
     }
 }

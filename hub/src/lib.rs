@@ -35,6 +35,7 @@ use crate::lease::Role;
 use crate::metrics::HubMetrics;
 use crate::registry::SessionRegistry;
 use crate::server::ServerContext;
+use kedge_net::supervise::{Essential, Supervisor};
 
 async fn list_sessions(State(registry): State<Arc<SessionRegistry>>) -> impl IntoResponse {
     Json(registry.snapshot())
@@ -81,20 +82,22 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         source,
     })?;
 
+    // Everything this process does stops on `stop`: on a signal, when the lease is lost, or
+    // when a controller, the sweeper or leader election ends on its own.
+    let stop = shutdown.child_token();
+    let supervisor = Supervisor::new(stop.clone());
     let readiness = Readiness::default();
     let ops = ops::serve(
         args.ops_listen,
         Arc::new(prometheus),
         readiness.clone(),
         session_routes(registry.clone()),
-        shutdown.clone(),
+        stop.clone(),
     )
     .await?;
 
     let fleet = Arc::new(Fleet::new(registry.clone()));
-    // Everything this process does stops on `stop`: on a signal, or when the lease is lost.
-    let stop = shutdown.child_token();
-    let sweeper = tokio::spawn(sweep(fleet.clone(), stop.clone()));
+    let sweeper = supervisor.spawn("the heartbeat sweeper", sweep(fleet.clone(), stop.clone()));
     let pod_name = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .ok();
@@ -122,7 +125,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
                     readiness: readiness.clone(),
                 },
                 role_tx,
-                stop.clone(),
+                supervisor.clone(),
             )))
         }
         _ => {
@@ -135,11 +138,17 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
     server::serve(endpoint, ctx, stop.clone()).await;
     readiness.set(false);
-    let _ = sweeper.await;
-    let outcome = match leadership {
-        Some(task) => task.await.unwrap_or(Ok(())),
+    sweeper.join().await;
+    let led = match leadership {
+        Some(task) => task
+            .await
+            .unwrap_or_else(|e| Err(Error::TaskEnded(format!("leadership ended: {e}")))),
         None => Ok(()),
     };
+    let outcome = led.and(match supervisor.failure() {
+        Some(why) => Err(Error::TaskEnded(why)),
+        None => Ok(()),
+    });
     let _ = ops.task.await;
     match &outcome {
         Ok(()) => info!("kedge-hub stopped"),
@@ -171,8 +180,9 @@ struct Leading {
 async fn lead(
     leading: Leading,
     role_tx: watch::Sender<Role>,
-    stop: CancellationToken,
+    supervisor: Supervisor,
 ) -> Result<()> {
+    let stop = supervisor.stop().clone();
     let Leading {
         config,
         lease,
@@ -187,13 +197,19 @@ async fn lead(
     let release = CancellationToken::new();
     let elector = lease::Elector::new(client.clone(), lease).start(role_tx, release.clone());
     let controllers_stop = stop.child_token();
-    let mut controllers: Option<tokio::task::JoinHandle<()>> = None;
+    let mut controllers: Option<Essential> = None;
     let outcome = loop {
         tokio::select! {
             _ = stop.cancelled() => break Ok(()),
             changed = role.changed() => {
                 if changed.is_err() {
-                    break Ok(());
+                    // The elector is gone without a word: nobody renews the lease any more.
+                    break if stop.is_cancelled() {
+                        Ok(())
+                    } else {
+                        stop.cancel();
+                        Err(Error::TaskEnded("leader election stopped".to_owned()))
+                    };
                 }
                 let current = role.borrow_and_update().clone();
                 match current {
@@ -201,7 +217,7 @@ async fn lead(
                         readiness.set(true);
                         metrics.set_leader(true);
                         controllers.get_or_insert_with(|| {
-                            tokio::spawn(controller::run(
+                            supervisor.spawn("the controllers", controller::run(
                                 config.clone(),
                                 client.clone(),
                                 fleet.clone(),
@@ -217,10 +233,10 @@ async fn lead(
                     Role::Lost { reason } => {
                         readiness.set(false);
                         metrics.set_leader(false);
+                        stop.cancel();
                         if let Some(task) = controllers.take() {
                             task.abort();
                         }
-                        stop.cancel();
                         break Err(Error::LeaseLost(reason));
                     }
                 }
@@ -229,7 +245,7 @@ async fn lead(
     };
     if let Some(task) = controllers {
         controllers_stop.cancel();
-        let _ = task.await;
+        task.join().await;
     }
     release.cancel();
     let _ = elector.await;

@@ -36,29 +36,76 @@ pub struct AgentArgs {
     #[arg(long, env = "KEDGE_AGENT_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
     /// First reconnect delay; doubles (with jitter) up to --reconnect-max.
-    #[arg(long, env = "KEDGE_AGENT_RECONNECT_INITIAL", default_value = "500ms", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "KEDGE_AGENT_RECONNECT_INITIAL", default_value = "500ms", value_parser = duration_within(RECONNECT_INITIAL))]
     pub reconnect_initial: Duration,
     /// Longest reconnect delay.
-    #[arg(long, env = "KEDGE_AGENT_RECONNECT_MAX", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "KEDGE_AGENT_RECONNECT_MAX", default_value = "30s", value_parser = duration_within(RECONNECT_MAX))]
     pub reconnect_max: Duration,
     /// Missed heartbeat answers after which the hub is considered gone.
-    #[arg(long, env = "KEDGE_AGENT_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "KEDGE_AGENT_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub heartbeat_tolerance: u32,
     /// Kubeconfig of the member cluster; default: in-cluster, then $KUBECONFIG, then ~/.kube/config.
     #[arg(long, env = "KEDGE_AGENT_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// How often managed workloads are observed and changes reported (at most one report each).
-    #[arg(long, env = "KEDGE_AGENT_REPORT_INTERVAL", default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "KEDGE_AGENT_REPORT_INTERVAL", default_value = "2s", value_parser = duration_within(REPORT_INTERVAL))]
     pub report_interval: Duration,
     /// How often cluster capacity (nodes, pod requests) is recomputed.
-    #[arg(long, env = "KEDGE_AGENT_CAPACITY_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "KEDGE_AGENT_CAPACITY_INTERVAL", default_value = "10s", value_parser = duration_within(CAPACITY_INTERVAL))]
     pub capacity_interval: Duration,
     /// Log format: text or json.
     #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
 }
 
+/// Bounds of `--reconnect-initial`.
+pub const RECONNECT_INITIAL: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(60));
+/// Bounds of `--reconnect-max` (and at least `--reconnect-initial`).
+pub const RECONNECT_MAX: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+/// Bounds of `--report-interval`: faster costs the member API server a list per workload,
+/// slower leaves the hub planning from old counts.
+pub const REPORT_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_secs(600));
+/// Bounds of `--capacity-interval`.
+pub const CAPACITY_INTERVAL: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(3600));
+
+fn duration_within(
+    (min, max): (Duration, Duration),
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    kedge_net::flags::duration_within(min, max)
+}
+
 impl AgentArgs {
+    /// Parses the command line and checks the rules between flags; exits with clap's usage
+    /// error when a flag is out of range or two contradict each other.
+    pub fn parse_checked() -> Self {
+        Self::parse().checked().unwrap_or_else(|e| e.exit())
+    }
+
+    /// The rules between flags that clap cannot express per flag.
+    pub fn checked(self) -> Result<Self, clap::Error> {
+        if self.reconnect_max < self.reconnect_initial {
+            return Err(<Self as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--reconnect-max ({}) must be at least --reconnect-initial ({})",
+                    humantime::format_duration(self.reconnect_max),
+                    humantime::format_duration(self.reconnect_initial)
+                ),
+            ));
+        }
+        if self.hubs().is_empty() {
+            return Err(<Self as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::InvalidValue,
+                "--hub needs at least one HOST:PORT",
+            ));
+        }
+        Ok(self)
+    }
+
     /// The hub addresses, in order, without blanks.
     pub fn hubs(&self) -> Vec<String> {
         self.hub
@@ -124,5 +171,61 @@ mod tests {
         a.hub_server_name = Some("kedge-hub".into());
         assert!(a.hubs().iter().all(|h| a.server_name(h) == "kedge-hub"));
         assert_eq!(args("hub:7443").hubs(), ["hub:7443"]);
+    }
+
+    fn parse(extra: &[&str]) -> Result<AgentArgs, clap::Error> {
+        let mut all = vec![
+            "kedge-agent",
+            "--hub",
+            "hub:7443",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-ca",
+            "ca",
+        ];
+        all.extend_from_slice(extra);
+        AgentArgs::try_parse_from(all).and_then(AgentArgs::checked)
+    }
+
+    #[test]
+    fn flags_out_of_range_are_refused_naming_the_flag_and_range() {
+        for (flag, bad, expected) in [
+            ("--report-interval", "0s", "must be between 50ms and 10m"),
+            ("--report-interval", "5124095576030431h", "must be between"),
+            ("--capacity-interval", "0s", "must be between 100ms and 1h"),
+            ("--reconnect-initial", "0s", "must be between 10ms and 1m"),
+            ("--reconnect-max", "2h", "must be between 100ms and 1h"),
+            ("--heartbeat-tolerance", "0", "0 is not in 1..=100"),
+        ] {
+            let error = parse(&[flag, bad]).unwrap_err().to_string();
+            assert!(error.contains(flag), "{flag} {bad}: {error}");
+            assert!(error.contains(expected), "{flag} {bad}: {error}");
+        }
+        let error = parse(&["--reconnect-initial", "10s", "--reconnect-max", "1s"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--reconnect-max (1s) must be at least --reconnect-initial (10s)"),
+            "{error}"
+        );
+        let error = AgentArgs::try_parse_from([
+            "kedge-agent",
+            "--hub",
+            " , ",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+            "--tls-ca",
+            "ca",
+        ])
+        .and_then(AgentArgs::checked)
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("--hub needs at least one"), "{error}");
+        let ok = parse(&["--report-interval", "50ms", "--reconnect-max", "500ms"]).unwrap();
+        assert_eq!(ok.report_interval, Duration::from_millis(50));
     }
 }

@@ -6,6 +6,9 @@ pub enum Error {
     /// TLS material or ops endpoint set-up failed.
     #[error(transparent)]
     Net(#[from] kedge_net::Error),
+    /// An essential task (the apply or report loop) ended while the agent was meant to run.
+    #[error("{0}; the agent exits so that it is restarted")]
+    TaskEnded(String),
     /// `--hub` lists no address.
     #[error("--hub lists no hub address")]
     NoHub,

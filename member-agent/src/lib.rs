@@ -30,10 +30,15 @@ use crate::executor::{Executor, NamespacePolicy};
 use crate::metrics::AgentMetrics;
 use crate::rotation::{Attempt, Pause, Rotation};
 use crate::session::{Dial, SessionEnd, SessionParams};
+use kedge_net::supervise::Supervisor;
 use kedge_protocol::RefusalCode;
 
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
+    // The apply and report loops are essential: if one ends, the agent stops (and is
+    // restarted) instead of heartbeating while it applies or reports nothing.
+    let supervisor = Supervisor::new(shutdown.child_token());
+    let shutdown = supervisor.stop().clone();
     let metrics = AgentMetrics::default();
     let mut prometheus = Registry::default();
     metrics.register(&mut prometheus);
@@ -58,7 +63,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         executor.clone(),
         args.report_interval,
         args.capacity_interval,
-        shutdown.clone(),
+        &supervisor,
     );
 
     let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
@@ -168,6 +173,9 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), endpoint.wait_idle()).await;
     }
     let _ = ops.task.await;
+    if let Some(why) = supervisor.failure() {
+        return Err(Error::TaskEnded(why));
+    }
     info!("kedge-agent stopped");
     Ok(())
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use kedge_net::supervise::Supervisor;
 use kedge_protocol::{AgentMessage, DesiredState, WorkloadRef, WorkloadStatus, unix_ms};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -55,27 +56,34 @@ pub(crate) fn start(
     executor: Arc<Executor>,
     report_interval: Duration,
     capacity_interval: Duration,
-    shutdown: CancellationToken,
+    supervisor: &Supervisor,
 ) -> SessionLink {
+    let shutdown = supervisor.stop().clone();
     let (desired_tx, desired_rx) = watch::channel::<Option<DesiredState>>(None);
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
     let full_report = Arc::new(AtomicBool::new(true));
     let report_now = Arc::new(Notify::new());
-    tokio::spawn(apply_loop(
-        executor.clone(),
-        desired_rx.clone(),
-        outbox_tx.clone(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(report_loop(
-        executor,
-        desired_rx,
-        outbox_tx,
-        full_report.clone(),
-        report_now.clone(),
-        (report_interval, capacity_interval),
-        shutdown,
-    ));
+    supervisor.spawn(
+        "the apply loop",
+        apply_loop(
+            executor.clone(),
+            desired_rx.clone(),
+            outbox_tx.clone(),
+            shutdown.clone(),
+        ),
+    );
+    supervisor.spawn(
+        "the report loop",
+        report_loop(
+            executor,
+            desired_rx,
+            outbox_tx,
+            full_report.clone(),
+            report_now.clone(),
+            (report_interval, capacity_interval),
+            shutdown,
+        ),
+    );
     SessionLink {
         outbox: outbox_rx,
         desired: desired_tx,

@@ -64,7 +64,7 @@ impl Rotation {
             }
             Attempt::Unavailable | Attempt::Failed => {
                 self.misses += 1;
-                if self.misses % self.len == 0 {
+                if self.misses.is_multiple_of(self.len) {
                     Pause::Backoff { reset: false }
                 } else {
                     Pause::Short

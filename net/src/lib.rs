@@ -2,17 +2,20 @@
 //! certificates ([`pki`]), QUIC endpoint configuration with mutual TLS ([`tls`]), the member
 //! identity carried in a client certificate ([`identity`]), the ops HTTP endpoint serving
 //! `/metrics`, `/healthz` and `/readyz` ([`ops`]), logging set-up ([`telemetry`]) and the
-//! Kubernetes client builder ([`kube_client`]).
+//! Kubernetes client builder ([`kube_client`]) bounded command-line values ([`flags`]) and the supervision of essential tasks
+//! ([`supervise`]).
 //!
 //! This crate was split out of the two binaries because both need exactly the same TLS and
 //! ops code; keeping it once means the hub and the agent cannot drift apart on security
 //! settings.
 
+pub mod flags;
 pub mod identity;
 pub mod kube_client;
 pub mod ops;
 pub mod pki;
 pub mod signals;
+pub mod supervise;
 pub mod telemetry;
 pub mod tls;
 

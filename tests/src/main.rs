@@ -29,8 +29,8 @@ enum Cmd {
 #[derive(clap::Args, Debug)]
 struct Up {
     /// Member clusters (named member-1 … member-N).
-    #[arg(long, default_value_t = 3)]
-    members: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
+    members: u16,
     /// Directory for kubeconfigs (DIR/hub.kubeconfig, DIR/member-N.kubeconfig), certificates
     /// and logs.
     #[arg(long, default_value = ".kedge-fleet")]
@@ -39,7 +39,7 @@ struct Up {
     #[arg(long)]
     headless: bool,
     /// Heartbeat interval the hub asks agents for.
-    #[arg(long, default_value = "1s")]
+    #[arg(long, default_value = "1s", value_parser = heartbeat)]
     heartbeat: String,
 }
 
@@ -53,7 +53,8 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 }
 
 async fn up(args: Up) -> anyhow::Result<()> {
-    let mut config = kedge_sim::fleet::FleetConfig::new(args.members, args.dir.clone())?;
+    let mut config =
+        kedge_sim::fleet::FleetConfig::new(usize::from(args.members), args.dir.clone())?;
     config.heartbeat = args.heartbeat;
     let fleet = kedge_sim::fleet::Fleet::up(config).await?;
     println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
@@ -100,8 +101,8 @@ struct Serve {
     #[arg(long)]
     dir: PathBuf,
     /// Ready nodes per cluster.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    nodes: u16,
     /// CPU capacity per node.
     #[arg(long, default_value = "8")]
     node_cpu: String,
@@ -109,23 +110,42 @@ struct Serve {
     #[arg(long, default_value = "32Gi")]
     node_memory: String,
     /// Pod capacity per node.
-    #[arg(long, default_value_t = 110)]
+    #[arg(long, default_value_t = 110, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     node_pods: u32,
     /// Simulated milliseconds from binding until a pod is Ready.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     pod_start_delay_ms: u64,
     /// Simulated run time of Job pods in milliseconds.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     job_duration_ms: u64,
     /// Job pods fail instead of succeeding (per Job: annotation sim.kedge.dev/outcome).
     #[arg(long)]
     job_pods_fail: bool,
     /// Simulated time speed factor.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = speed)]
     speed: f64,
     /// First port (cluster i gets port-base + i); 0 picks free ports.
     #[arg(long, default_value_t = 0)]
     port_base: u16,
+}
+
+/// `--heartbeat`: what the hub accepts for `--heartbeat-interval`, checked before anything
+/// starts.
+fn heartbeat(text: &str) -> Result<String, String> {
+    kedge_net::flags::duration_within(Duration::from_millis(100), Duration::from_secs(600))(text)
+        .map(|_| text.to_owned())
+}
+
+/// `--speed`: a finite factor in 0.01..=1000.
+fn speed(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if !(0.01..=1000.0).contains(&value) {
+        return Err(format!("must be between 0.01 and 1000, got {text}"));
+    }
+    Ok(value)
 }
 
 #[tokio::main]
@@ -139,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Up(args) => return up(args).await,
     };
     let config = SimConfig {
-        nodes: args.nodes,
+        nodes: usize::from(args.nodes),
         node_cpu: args.node_cpu,
         node_memory: args.node_memory,
         node_pods: args.node_pods,

@@ -519,3 +519,143 @@ async fn conflicts_are_reported_not_fought() {
     })
     .await;
 }
+
+/// Waits until the hub on `ports` is the active one: ready, with every member connected.
+async fn active(fleet: &Fleet, ports: HubPorts, what: &str, floors: &[(&str, i64)]) {
+    let start = Instant::now();
+    loop {
+        // Polled between the floor checks so a drop during the switch is caught.
+        let hub_ready = ready(ports).await == Some(true);
+        let connected = sessions(ports).await.is_some_and(|s| {
+            TWO.iter()
+                .all(|m| state_of(&s, m).is_some_and(|x| x["state"] == "Connected"))
+        });
+        if hub_ready && connected {
+            eprintln!("{what}: active after {:?}", start.elapsed());
+            return;
+        }
+        holding(fleet, "web", floors, LIMIT, what, || Some(())).await;
+        assert!(start.elapsed() < LIMIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Case 8: two hubs against one hub cluster. Only the Lease holder is ready and serves
+/// agents; the standby refuses them, so they move on. When the holder is killed (its lease
+/// expires), stops gracefully (it releases the lease) or has its lease taken (it exits
+/// non-zero), the agents end up on the other hub and no member drops below its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_active_hub_and_agents_follow_it_when_it_goes() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet) = start(&TWO).await;
+    for member in TWO {
+        deployment(&fleet.sim, member, "web", 1).await;
+    }
+    let (a_ports, b_ports) = (fleet.ports, HubPorts::new());
+    let mut a = fleet.start_hub_at(a_ports, "hub-a.log");
+    wait_for(LIMIT, "hub A to be active", || async {
+        (ready(a_ports).await == Some(true)).then_some(())
+    })
+    .await;
+    let mut b = fleet.start_hub_at(b_ports, "hub-b.log");
+    // The standby is listed first: the agents must move on from its refusal.
+    let _agents: Vec<Proc> = TWO
+        .iter()
+        .map(|m| fleet.start_agent_to(m, &[b_ports, a_ports], &format!("{m}.log")))
+        .collect();
+    wait_for_states(a_ports, &TWO, "Connected", LIMIT).await;
+    wait_for(LIMIT, "hub B to answer as a standby", || async {
+        (ready(b_ports).await == Some(false)).then_some(())
+    })
+    .await;
+    let on_b = sessions(b_ports).await.unwrap_or_default();
+    assert!(
+        TWO.iter()
+            .all(|m| state_of(&on_b, m).is_none_or(|s| s["state"] != "Connected")),
+        "the standby accepted an agent: {on_b:?}"
+    );
+    apply(
+        &fleet,
+        &dso_yaml("web", &two_members(9, 1), "absent"),
+        "web.yaml",
+    )
+    .await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=10"]).await;
+    fleet.wait_split("web", &TWO, &[9, 1], "9:1 of 10").await;
+
+    // A is killed: B takes over once A's lease expires; nothing drops meanwhile.
+    a.signal("KILL");
+    let _ = a.child.wait().await;
+    let floors = [("member-1", 9), ("member-2", 1)];
+    active(&fleet, b_ports, "B after A was killed", &floors).await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=20"]).await;
+    fleet
+        .wait_split("web", &TWO, &[18, 2], "B scaling to 18:2")
+        .await;
+
+    // A comes back as the standby; B stops gracefully, releases the lease and exits 0.
+    let mut a = fleet.start_hub_at(a_ports, "hub-a-again.log");
+    wait_for(LIMIT, "hub A to answer as a standby", || async {
+        (ready(a_ports).await == Some(false)).then_some(())
+    })
+    .await;
+    b.signal("TERM");
+    let floors = [("member-1", 18), ("member-2", 2)];
+    active(&fleet, a_ports, "A after B stopped", &floors).await;
+    let status = b.child.wait().await.unwrap();
+    assert!(
+        status.success(),
+        "a hub stopped by SIGTERM exited with {status}"
+    );
+    assert!(
+        b.log_text().contains("released the lease"),
+        "B did not release its lease:\n{}",
+        b.log_text()
+    );
+
+    // Someone else takes A's lease: A stops acting and exits non-zero; members keep theirs.
+    let lease = fleet
+        .kubectl(&[
+            "get",
+            "lease",
+            "kedge-hub",
+            "-n",
+            "kedge-system",
+            "-o",
+            "json",
+        ])
+        .await;
+    let lease: Value = serde_json::from_str(&lease).unwrap();
+    assert!(
+        lease["spec"]["holderIdentity"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()),
+        "{lease}"
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let taken = json!({"spec": {"holderIdentity": "intruder", "renewTime": now, "leaseDurationSeconds": 60}});
+    fleet
+        .kubectl(&[
+            "patch",
+            "lease",
+            "kedge-hub",
+            "-n",
+            "kedge-system",
+            "--type",
+            "merge",
+            "-p",
+            &taken.to_string(),
+        ])
+        .await;
+    let exited = holding(&fleet, "web", &floors, LIMIT, "A to exit", || {
+        a.child.try_wait().unwrap()
+    })
+    .await;
+    assert!(!exited.success(), "a hub that lost its lease exited 0");
+    assert!(a.log_text().contains("lost the lease"), "{}", a.log_text());
+    let until = Instant::now() + Duration::from_secs(1);
+    holding(&fleet, "web", &floors, LIMIT, "1 s without a hub", || {
+        (Instant::now() >= until).then_some(())
+    })
+    .await;
+}

@@ -163,7 +163,7 @@ async fn two_electors_never_both_hold_the_lease() {
     assert_eq!(transitions(&sim).await, 0);
     // Renewals keep the same leader over several lease durations.
     tokio::time::sleep(DURATION * 3).await;
-    assert_eq!(leaders(&candidates), [first.clone()]);
+    assert_eq!(leaders(&candidates), std::slice::from_ref(&first));
 
     // The holder dies without releasing: the other takes over after the lease expires (one
     // duration plus at most one retry period), not before.

@@ -8,6 +8,13 @@ use clap::Args;
 
 use super::{Error, Result};
 
+/// Bounds of `--validity`: shorter certificates expire during a test run, longer ones are
+/// beyond what any CA should sign.
+pub const VALIDITY: (Duration, Duration) = (
+    Duration::from_secs(3600),
+    Duration::from_secs(3650 * 24 * 3600),
+);
+
 /// Arguments of `dev-certs`.
 #[derive(Debug, Clone, Args)]
 pub struct DevCertsArgs {
@@ -20,8 +27,8 @@ pub struct DevCertsArgs {
     /// Members to issue client certificates for.
     #[arg(long, value_delimiter = ',')]
     pub members: Vec<String>,
-    /// Lifetime of the hub and member certificates.
-    #[arg(long, default_value = "30days", value_parser = humantime::parse_duration)]
+    /// Lifetime of the hub and member certificates (1h to 3650days).
+    #[arg(long, default_value = "30days", value_parser = kedge_net::flags::duration_within(VALIDITY.0, VALIDITY.1))]
     pub validity: Duration,
 }
 
@@ -46,4 +53,34 @@ pub fn run(args: &DevCertsArgs, out: &mut impl std::io::Write) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::Cli;
+
+    #[test]
+    fn validity_out_of_range_is_refused() {
+        let parse = |validity: &str| {
+            Cli::try_parse_from([
+                "kubectl-kedge",
+                "dev-certs",
+                "--dir",
+                "d",
+                "--validity",
+                validity,
+            ])
+        };
+        assert!(parse("1h").is_ok());
+        assert!(parse("3650days").is_ok());
+        for bad in ["0s", "59m", "3651days", "1000000years", "5124095576030431h"] {
+            let error = parse(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("--validity") && error.contains("must be between 1h and 3650days"),
+                "{bad}: {error}"
+            );
+        }
+    }
 }

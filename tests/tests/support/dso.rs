@@ -36,19 +36,29 @@ impl Fleet {
     }
 
     pub fn start_hub(&self, log: &str) -> Proc {
+        self.start_hub_at(self.ports, log)
+    }
+
+    /// A hub (one of several competing for the Lease) listening on `ports`.
+    pub fn start_hub_at(&self, ports: HubPorts, log: &str) -> Proc {
         let hub = self.kubeconfig("hub").display().to_string();
         start_hub_with(
             &self.pki,
-            self.ports,
+            ports,
             HEARTBEAT,
             self.dir.join(log),
-            // A hub killed mid-test holds its Lease this long; the next one waits it out.
-            &["--kubeconfig", &hub, "--lease-duration", "2s"],
+            // The Lease lives where the chart would put it.
+            &["--kubeconfig", &hub, "--lease-namespace", "kedge-system"],
         )
     }
 
     pub fn start_agent(&self, member: &str, namespaces: Option<&str>, log: &str) -> Proc {
         self.start_agent_as(member, &self.kubeconfig(member), namespaces, log)
+    }
+
+    /// An agent for `member` that knows several hubs (`--hub A,B`).
+    pub fn start_agent_to(&self, member: &str, hubs: &[HubPorts], log: &str) -> Proc {
+        self.agent(member, &self.kubeconfig(member), hubs, None, log)
     }
 
     /// An agent for `member` acting through the kubeconfig at `kubeconfig`.
@@ -59,12 +69,24 @@ impl Fleet {
         namespaces: Option<&str>,
         log: &str,
     ) -> Proc {
+        self.agent(member, kubeconfig, &[self.ports], namespaces, log)
+    }
+
+    fn agent(
+        &self,
+        member: &str,
+        kubeconfig: &Path,
+        hubs: &[HubPorts],
+        namespaces: Option<&str>,
+        log: &str,
+    ) -> Proc {
         let p = &self.pki;
+        let hubs: Vec<String> = hubs.iter().map(|h| h.quic_addr().to_string()).collect();
         let mut args = vec![
             "--kubeconfig".into(),
             kubeconfig.display().to_string(),
             "--hub".into(),
-            format!("127.0.0.1:{}", self.ports.quic),
+            hubs.join(","),
             "--hub-server-name".into(),
             "localhost".into(),
             "--tls-cert".into(),

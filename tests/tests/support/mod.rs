@@ -174,6 +174,13 @@ pub fn start_hub_with(
         "--heartbeat-tolerance".into(),
         "3".into(),
     ];
+    // A hub with a hub cluster competes for a Lease: in `default` unless the test says
+    // otherwise, and short, so a hub killed mid-test is succeeded quickly.
+    for (flag, value) in [("--lease-namespace", "default"), ("--lease-duration", "2s")] {
+        if !extra.contains(&flag) {
+            args.extend([flag.to_owned(), value.to_owned()]);
+        }
+    }
     args.extend(extra.iter().map(|a| a.to_string()));
     Proc::spawn(&bin("kedge-hub"), &args, log)
 }
@@ -238,6 +245,27 @@ pub async fn sessions(ports: HubPorts) -> Option<Vec<Value>> {
         return None;
     }
     serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Whether the process answering on `ops` says it is ready (`/readyz` 200); `None` while
+/// nothing answers.
+pub async fn ready(ports: HubPorts) -> Option<bool> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", ports.ops))
+        .await
+        .ok()?;
+    stream
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    let status = String::from_utf8_lossy(&response);
+    let code = status.split_whitespace().nth(1)?;
+    Some(code == "200")
 }
 
 /// The state of one member, if the hub knows it.
