@@ -33,6 +33,14 @@ const DIAL_TIMEOUT_WITH_ALTERNATIVES: Duration = Duration::from_secs(3);
 
 /// The shortest heartbeat interval the agent honours, whatever the hub asks.
 const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest: the hub's own `--heartbeat-interval` maximum. A larger value from a peer
+/// would overflow the heartbeat timer.
+const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The heartbeat interval the hub asks for, within what the agent honours.
+fn heartbeat_interval(asked_ms: u64) -> Duration {
+    Duration::from_millis(asked_ms).clamp(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL)
+}
 
 /// What every session needs.
 #[derive(Debug, Clone)]
@@ -219,7 +227,7 @@ async fn serve(
 ) -> Result<SessionEnd> {
     let (mut control, welcome) = handshake(&connection, params).await?;
     link.session_started();
-    let interval = Duration::from_millis(welcome.heartbeat_interval_ms).max(MIN_HEARTBEAT_INTERVAL);
+    let interval = heartbeat_interval(welcome.heartbeat_interval_ms);
     info!(session_id = %welcome.session_id, member = %welcome.member, hub_version = %welcome.hub_version,
         heartbeat = ?interval, "session established");
     params.readiness.set(true);
@@ -345,5 +353,24 @@ async fn heartbeat_loop(
                 Err(e) => return lost_reason(&connection, e),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_interval_from_the_hub_is_clamped() {
+        assert_eq!(heartbeat_interval(0), MIN_HEARTBEAT_INTERVAL);
+        assert_eq!(heartbeat_interval(5_000), Duration::from_secs(5));
+        assert_eq!(heartbeat_interval(u64::MAX), MAX_HEARTBEAT_INTERVAL);
+        // The timer and the deadline stay computable with the largest value.
+        let start = tokio::time::Instant::now();
+        assert!(
+            start
+                .checked_add(heartbeat_interval(u64::MAX) * 100)
+                .is_some()
+        );
     }
 }
