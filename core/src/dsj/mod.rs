@@ -1,6 +1,6 @@
 //! Jobs of a `DistributedScaledJob`: how many to create, where, how failures taint members,
 //! what to do with duplicates, how pod templates are overridden and which finished Jobs to
-//! clean up.
+//! clean up, and [`step`]: one poll, as the hub and the simulator run it.
 
 pub mod duplication;
 pub mod history;
@@ -8,6 +8,7 @@ pub mod overrides;
 mod plan;
 pub mod scaling;
 pub mod schedule;
+pub mod step;
 pub mod taint;
 
 pub use plan::{

@@ -7,11 +7,13 @@ use serde::Serialize;
 
 use super::scenario::{AnyScenario, Scenario, ScenarioMember, StepMetric, duration};
 use crate::crd::{DistributedScaledJobSpec, DistributedScaledObjectSpec};
-use crate::dsj::duplication::{DuplicateAction, JobPhase, resolve_duplicate};
+use crate::dsj;
+use crate::dsj::duplication::JobPhase;
 use crate::dsj::scaling::TriggerMetric;
-use crate::dsj::schedule::WrrState;
-use crate::dsj::taint::{TaintBook, TaintEvent, TaintLevel};
-use crate::dsj::{self, DsjMemberObservation, DsjPlanInput};
+use crate::dsj::step::{
+    DsjMember, DsjState, JobView, StepInput, cleanup, create_failed, taint_level,
+};
+use crate::dsj::taint::TaintLevel;
 use crate::dso::{self, DsoPlanInput, MemberObservation, MemberState, Reason};
 use crate::validate;
 use crate::{Error, Result};
@@ -234,27 +236,6 @@ fn run_dso(s: &Scenario<DistributedScaledObjectSpec>) -> Result<Report> {
     })
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SimPhase {
-    Pending,
-    Running,
-}
-
-/// One simulated Job.
-#[derive(Clone, Debug)]
-struct SimJob {
-    id: u64,
-    member: String,
-    phase: SimPhase,
-    pending_since: SystemTime,
-    /// Stuck beyond the grace period (reported once).
-    stuck: bool,
-    /// Has a failover replacement.
-    replaced: bool,
-    /// For a failover Job: the id of the stuck source Job.
-    source: Option<u64>,
-}
-
 #[derive(Clone, Debug)]
 struct SimDsjMember {
     name: String,
@@ -276,61 +257,60 @@ fn too_many_jobs(field: String) -> Error {
     )
 }
 
-fn reset_jobs(
-    field: &str,
-    jobs: &mut Vec<SimJob>,
-    next_id: &mut u64,
-    member: &str,
-    running: Option<u32>,
-    pending: Option<u32>,
-    pending_since: SystemTime,
-) -> Result<()> {
-    let adding = [running, pending]
-        .iter()
-        .map(|n| n.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)))
-        .fold(0usize, usize::saturating_add);
-    if jobs.len().saturating_add(adding) > MAX_SIMULATED_JOBS {
-        return Err(too_many_jobs(field.to_owned()));
+/// The simulated Jobs of every member, named `job-1`, `job-2`, … in creation order.
+#[derive(Debug, Default)]
+struct SimJobs {
+    jobs: Vec<JobView>,
+    next_id: u64,
+}
+
+impl SimJobs {
+    fn add(&mut self, member: &str, phase: JobPhase, since: SystemTime, replaces: Option<String>) {
+        self.next_id += 1;
+        self.jobs.push(JobView {
+            name: format!("job-{}", self.next_id),
+            member: member.to_owned(),
+            phase,
+            pending_since: since,
+            finished_at: None,
+            replaces,
+        });
     }
-    if let Some(n) = running {
-        jobs.retain(|j| !(j.member == member && j.phase == SimPhase::Running));
-        for _ in 0..n {
-            *next_id += 1;
-            jobs.push(SimJob {
-                id: *next_id,
-                member: member.to_owned(),
-                phase: SimPhase::Running,
-                pending_since,
-                stuck: false,
-                replaced: false,
-                source: None,
-            });
+
+    /// Replaces `member`'s running and/or pending Jobs with the given numbers.
+    fn reset(
+        &mut self,
+        field: &str,
+        member: &str,
+        running: Option<u32>,
+        pending: Option<u32>,
+        since: SystemTime,
+    ) -> Result<()> {
+        let adding = [running, pending]
+            .iter()
+            .map(|n| n.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+            .fold(0usize, usize::saturating_add);
+        if self.jobs.len().saturating_add(adding) > MAX_SIMULATED_JOBS {
+            return Err(too_many_jobs(field.to_owned()));
         }
-    }
-    if let Some(n) = pending {
-        jobs.retain(|j| !(j.member == member && j.phase == SimPhase::Pending));
-        for _ in 0..n {
-            *next_id += 1;
-            jobs.push(SimJob {
-                id: *next_id,
-                member: member.to_owned(),
-                phase: SimPhase::Pending,
-                pending_since,
-                stuck: false,
-                replaced: false,
-                source: None,
-            });
+        for (phase, n) in [(JobPhase::Running, running), (JobPhase::Pending, pending)] {
+            if let Some(n) = n {
+                self.jobs
+                    .retain(|j| !(j.member == member && j.phase == phase));
+                for _ in 0..n {
+                    self.add(member, phase, since, None);
+                }
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 fn apply_dsj(
     field: &str,
     m: &ScenarioMember,
     member: &mut SimDsjMember,
-    jobs: &mut Vec<SimJob>,
-    next_id: &mut u64,
+    jobs: &mut SimJobs,
     now: SystemTime,
 ) -> Result<()> {
     if let Some(s) = state(&format!("{field}.state"), m.state.as_deref())? {
@@ -345,31 +325,16 @@ fn apply_dsj(
     let age =
         duration(&format!("{field}.pendingFor"), m.pending_for.as_deref())?.unwrap_or_default();
     let since = now.checked_sub(age).unwrap_or(now);
-    reset_jobs(
-        field,
-        jobs,
-        next_id,
-        &m.name,
-        m.running_jobs,
-        m.pending_jobs,
-        since,
-    )
+    jobs.reset(field, &m.name, m.running_jobs, m.pending_jobs, since)
 }
 
-fn phase(job: Option<&SimJob>) -> JobPhase {
-    match job.map(|j| j.phase) {
-        None => JobPhase::Gone,
-        Some(SimPhase::Pending) => JobPhase::Pending,
-        Some(SimPhase::Running) => JobPhase::Running,
-    }
-}
-
+/// Runs a DSJ scenario: each step is one poll of [`dsj::step::step`] (what the hub runs),
+/// after which the simulated members create, start and delete Jobs as decided.
 fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
     let interval = duration("interval", s.interval.as_deref())?.unwrap_or(DEFAULT_INTERVAL);
     let mut annotations = s.metadata.annotations.clone();
     let mut now = start();
-    let mut jobs: Vec<SimJob> = Vec::new();
-    let mut next_id = 0u64;
+    let mut jobs = SimJobs::default();
     let mut members: Vec<SimDsjMember> = Vec::with_capacity(s.members.len());
     for (i, m) in s.members.iter().enumerate() {
         let mut member = SimDsjMember {
@@ -378,18 +343,10 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
             accepts_jobs: true,
             fail_creates: false,
         };
-        apply_dsj(
-            &format!("members[{i}]"),
-            m,
-            &mut member,
-            &mut jobs,
-            &mut next_id,
-            now,
-        )?;
+        apply_dsj(&format!("members[{i}]"), m, &mut member, &mut jobs, now)?;
         members.push(member);
     }
-    let mut taints: Option<TaintBook> = None;
-    let mut wrr = WrrState::default();
+    let mut state = DsjState::default();
     let mut metrics: BTreeMap<String, TriggerMetric> = BTreeMap::new();
     let mut steps = Vec::with_capacity(s.steps.len());
     let mut names: Vec<String> = Vec::new();
@@ -405,69 +362,34 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                     format!("unknown member {:?}", o.name),
                 ));
             };
-            apply_dsj(&field, o, m, &mut jobs, &mut next_id, now)?;
+            apply_dsj(&field, o, m, &mut jobs, now)?;
         }
         if let Some(a) = &step.annotations {
             annotations = a.clone();
         }
         let settings = validate::dsj(&s.spec, &annotations)?;
-        let taints = taints.get_or_insert_with(|| TaintBook::new(&settings));
-        taints.reconfigure(&settings);
         if let Some(given) = &step.metrics {
             metrics = read_metrics(&format!("steps[{i}].metrics"), given, &settings.triggers)?;
         }
-        let priority = |name: &str| {
-            settings
-                .members
-                .iter()
-                .flatten()
-                .find(|m| m.name == name)
-                .and_then(|m| m.priority)
-        };
-        // Jobs pending beyond the grace period are stuck. A member's failures found in one
-        // reconcile count as one failure, so that a batch of Jobs stuck together does not
-        // jump straight to a hard taint.
-        let mut failed_members: Vec<String> = Vec::new();
-        for job in &mut jobs {
-            if job.phase == SimPhase::Pending
-                && !job.stuck
-                && settings.timing.is_stuck(job.pending_since, now)
-            {
-                job.stuck = true;
-                if !failed_members.contains(&job.member) {
-                    failed_members.push(job.member.clone());
-                }
-            }
-        }
-        for member in &failed_members {
-            taints.observe(member, priority(member), TaintEvent::JobStuck, now);
-        }
-        let observations: Vec<DsjMemberObservation> = members
+        let views: Vec<DsjMember> = members
             .iter()
-            .map(|m| {
-                let mine = jobs.iter().filter(|j| j.member == m.name);
-                DsjMemberObservation {
-                    name: m.name.clone(),
-                    state: m.state,
-                    running_jobs: count(mine.clone()),
-                    pending_jobs: count(mine.clone().filter(|j| j.phase == SimPhase::Pending)),
-                    stuck_jobs: count(
-                        mine.filter(|j| j.phase == SimPhase::Pending && j.stuck && !j.replaced),
-                    ),
-                }
+            .map(|m| DsjMember {
+                name: m.name.clone(),
+                state: m.state,
             })
             .collect();
-        let plan = dsj::plan(&DsjPlanInput {
-            settings: &settings,
-            metrics: &metrics,
-            members: &observations,
-            taints,
-            wrr: &wrr,
-            now,
-        });
-        wrr = plan.wrr.clone();
+        let out = dsj::step::step(
+            &StepInput {
+                settings: &settings,
+                metrics: &metrics,
+                members: &views,
+                jobs: &jobs.jobs,
+                now,
+            },
+            &mut state,
+        );
+        let plan = &out.plan;
         names = plan.members.iter().map(|m| m.name.clone()).collect();
-        let level = |name: &str| taints.level(name, priority(name), now);
         let mut report = DsjStepReport {
             desired_jobs: plan.desired_jobs,
             to_create: plan.to_create,
@@ -478,113 +400,83 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                 .map(|m| (m.name.clone(), m.replacements))
                 .collect(),
             unplaced: plan.unplaced,
-            running: observations
+            running: out
+                .observations
                 .iter()
                 .map(|o| (o.name.clone(), o.running_jobs))
                 .collect(),
-            pending: observations
+            pending: out
+                .observations
                 .iter()
                 .map(|o| (o.name.clone(), o.pending_jobs))
                 .collect(),
-            taints: names.iter().map(|n| (n.clone(), level(n))).collect(),
+            taints: names
+                .iter()
+                .map(|n| (n.clone(), taint_level(&settings, &state, n, now)))
+                .collect(),
             deleted: names.iter().map(|n| (n.clone(), 0)).collect(),
             failed_creates: names.iter().map(|n| (n.clone(), 0)).collect(),
             paused: plan.paused,
         };
-        let creating: usize = plan
-            .members
+        let creating = out
+            .creates
             .iter()
-            .map(|m| usize::try_from(m.create).unwrap_or(usize::MAX))
-            .fold(0, usize::saturating_add);
-        if jobs.len().saturating_add(creating) > MAX_SIMULATED_JOBS {
+            .map(dsj::step::Creates::total)
+            .fold(0u64, u64::saturating_add);
+        if u64::try_from(jobs.jobs.len())
+            .unwrap_or(u64::MAX)
+            .saturating_add(creating)
+            > MAX_SIMULATED_JOBS as u64
+        {
             return Err(too_many_jobs(format!("steps[{i}]")));
         }
         // The members run what was decided.
-        let mut sources: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for r in &plan.replacements {
-            sources
-                .entry(r.to.clone())
-                .or_default()
-                .push(r.from.clone());
-        }
-        for m in &plan.members {
-            let Some(member) = members.iter().find(|x| x.name == m.name).cloned() else {
+        for creates in out.creates {
+            let Some(member) = members.iter().find(|x| x.name == creates.member) else {
                 continue;
             };
-            let mut from = sources.remove(&m.name).unwrap_or_default().into_iter();
-            for _ in 0..m.create {
-                let source_member = from.next();
+            let phase = if member.accepts_jobs && member.state == MemberState::Ready {
+                JobPhase::Running
+            } else {
+                JobPhase::Pending
+            };
+            let new = (0..creates.new).map(|_| None);
+            for replaces in creates.failovers.into_iter().map(Some).chain(new) {
                 if member.fail_creates {
-                    let failed = report.failed_creates.entry(m.name.clone()).or_default();
+                    let failed = report
+                        .failed_creates
+                        .entry(member.name.clone())
+                        .or_default();
                     if *failed == 0 {
-                        taints.observe(&m.name, priority(&m.name), TaintEvent::CreateFailed, now);
+                        create_failed(&settings, &mut state, &member.name, now);
                     }
                     *failed += 1;
                     continue;
                 }
-                let source = source_member.and_then(|src| {
-                    let job = jobs.iter_mut().find(|j| {
-                        j.member == src && j.phase == SimPhase::Pending && j.stuck && !j.replaced
-                    })?;
-                    job.replaced = true;
-                    Some(job.id)
-                });
-                next_id += 1;
-                jobs.push(SimJob {
-                    id: next_id,
-                    member: m.name.clone(),
-                    phase: if member.accepts_jobs && member.state == MemberState::Ready {
-                        SimPhase::Running
-                    } else {
-                        SimPhase::Pending
-                    },
-                    pending_since: now,
-                    stuck: false,
-                    replaced: false,
-                    source,
-                });
+                jobs.add(&member.name, phase, now, replaces);
             }
         }
         // Pending Jobs start in members that have room again.
-        for job in &mut jobs {
-            if job.phase == SimPhase::Pending
+        for job in &mut jobs.jobs {
+            if job.phase == JobPhase::Pending
                 && members.iter().any(|m| {
                     m.name == job.member && m.accepts_jobs && m.state == MemberState::Ready
                 })
             {
-                job.phase = SimPhase::Running;
+                job.phase = JobPhase::Running;
             }
         }
         // The duplication policy resolves source/failover pairs.
-        let pairs: Vec<(u64, u64)> = jobs
-            .iter()
-            .filter_map(|j| j.source.map(|s| (s, j.id)))
-            .collect();
-        for (source_id, failover_id) in pairs {
-            let source = jobs.iter().find(|j| j.id == source_id);
-            let failover = jobs.iter().find(|j| j.id == failover_id);
-            let doomed =
-                match resolve_duplicate(settings.duplication, phase(source), phase(failover)) {
-                    DuplicateAction::KeepBoth => None,
-                    DuplicateAction::DeleteSource => source.map(|j| (j.id, j.member.clone())),
-                    DuplicateAction::DeleteFailover => failover.map(|j| (j.id, j.member.clone())),
-                };
-            if let Some((id, member)) = doomed {
-                jobs.retain(|j| j.id != id);
-                *report.deleted.entry(member).or_default() += 1;
-            }
+        for gone in cleanup(&settings, &jobs.jobs) {
+            jobs.jobs.retain(|j| j.name != gone.name);
+            *report.deleted.entry(gone.member).or_default() += 1;
         }
-        taints.expire(now);
         steps.push(StepReport::Dsj(report));
     }
     Ok(Report {
         members: names,
         steps,
     })
-}
-
-fn count<'a>(jobs: impl Iterator<Item = &'a SimJob>) -> u32 {
-    u32::try_from(jobs.count()).unwrap_or(u32::MAX)
 }
 
 fn read_metrics(
