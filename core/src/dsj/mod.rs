@@ -4,6 +4,7 @@
 
 pub mod duplication;
 pub mod history;
+pub mod metrics;
 pub mod overrides;
 mod plan;
 pub mod scaling;
