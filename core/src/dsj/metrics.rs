@@ -23,7 +23,10 @@ const TARGET_KEYS: &[(&str, &[&str])] = &[
     ("nats-jetstream", &["lagThreshold"]),
     ("redis", &["listLength"]),
     ("redis-cluster", &["listLength"]),
-    ("redis-streams", &["pendingEntriesCount", "lagCount", "streamLength"]),
+    (
+        "redis-streams",
+        &["pendingEntriesCount", "lagCount", "streamLength"],
+    ),
     ("prometheus", &["threshold"]),
     ("postgresql", &["targetQueryValue"]),
     ("mysql", &["queryValue"]),
@@ -142,7 +145,11 @@ mod tests {
     #[test]
     fn targets_come_from_each_scalers_own_key() {
         for (ty, md, want) in [
-            ("rabbitmq", vec![("queueName", "q"), ("value", "5")], Ok(5.0)),
+            (
+                "rabbitmq",
+                vec![("queueName", "q"), ("value", "5")],
+                Ok(5.0),
+            ),
             ("rabbitmq", vec![("queueLength", "20")], Ok(20.0)),
             ("kafka", vec![("lagThreshold", "10")], Ok(10.0)),
             ("prometheus", vec![("threshold", "2.5")], Ok(2.5)),
@@ -151,10 +158,22 @@ mod tests {
             assert_eq!(target(&trigger(ty, &md)), want, "{ty}");
         }
         for (ty, md, error) in [
-            ("kafka", vec![("topic", "t")], "a kafka trigger sets lagThreshold"),
-            ("rabbitmq", vec![("value", "0")], "metadata.value \"0\" is not a number > 0"),
+            (
+                "kafka",
+                vec![("topic", "t")],
+                "a kafka trigger sets lagThreshold",
+            ),
+            (
+                "rabbitmq",
+                vec![("value", "0")],
+                "metadata.value \"0\" is not a number > 0",
+            ),
             ("rabbitmq", vec![("value", "NaN")], "is not a number > 0"),
-            ("prometheus", vec![("threshold", "1e400")], "is not a number > 0"),
+            (
+                "prometheus",
+                vec![("threshold", "1e400")],
+                "is not a number > 0",
+            ),
         ] {
             let got = target(&trigger(ty, &md)).unwrap_err();
             assert!(got.contains(error), "{ty}: {got}");
@@ -198,9 +217,6 @@ mod tests {
                 TriggerState::Active
             ]
         );
-        assert_eq!(
-            usable(&readings).keys().collect::<Vec<_>>(),
-            ["idle", "q"]
-        );
+        assert_eq!(usable(&readings).keys().collect::<Vec<_>>(), ["idle", "q"]);
     }
 }

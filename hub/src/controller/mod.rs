@@ -3,6 +3,7 @@
 //! sessions do the rest.
 
 pub mod dso;
+pub mod external_metrics;
 pub mod member;
 pub mod observe;
 
