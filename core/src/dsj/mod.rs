@@ -7,6 +7,7 @@ pub mod history;
 pub mod metrics;
 pub mod overrides;
 mod plan;
+pub mod render;
 pub mod scaling;
 pub mod schedule;
 pub mod step;
