@@ -361,3 +361,20 @@ fn huge_job_counts_are_refused_not_simulated() {
         "{err}"
     );
 }
+
+#[test]
+fn extreme_intervals_and_ages_saturate() {
+    let huge = "5124095576030431h";
+    let report = simulate(&format!(
+        "kind: DistributedScaledObject\ninterval: {huge}\nspec: {{memberClusters: [{{name: a}}, {{name: b}}], scaledObjectSpec: {{scaleTargetRef: {{name: web}}}}}}\nmembers: [{{name: a, state: Unreachable, unreachableFor: {huge}, currentReplicas: 2}}, {{name: b}}]\nsteps: [{{replicas: 4}}, {{replicas: 4}}, {{replicas: 4}}]"
+    ))
+    .expect("runs");
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(json["steps"][2]["desired"], json!({"a": 0, "b": 4}));
+    let report = simulate(&format!(
+        "kind: DistributedScaledJob\ninterval: {huge}\nspec: {{scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, triggers: [{{type: t, name: q}}]}}}}\nmembers: [{{name: a, acceptsJobs: false, pendingJobs: 1, pendingFor: {huge}}}, {{name: b}}]\nsteps: [{{metrics: {{q: {{value: 2, target: 1}}}}}}, {{}}, {{}}]"
+    ))
+    .expect("runs");
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(json["steps"].as_array().map(Vec::len), Some(3));
+}
