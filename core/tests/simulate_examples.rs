@@ -349,8 +349,18 @@ fn huge_job_counts_are_refused_not_simulated() {
     let err = error_of(
         "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, maxReplicaCount: 2000000000, triggers: [{type: t, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1e12, target: 1}}}]",
     );
+    assert_eq!(
+        err,
+        "spec.scaledJobSpec.maxReplicaCount: must be at most 10000, got 2000000000"
+    );
+    // `custom` with a negative deduction creates maxReplicaCount Jobs on every step, however
+    // many run: the eleventh step would pass the simulator's bound.
+    let err = error_of(&format!(
+        "kind: DistributedScaledJob\nspec: {{scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, maxReplicaCount: 10000, scalingStrategy: {{strategy: custom, customScalingQueueLengthDeduction: -10000}}, triggers: [{{type: t, name: q}}]}}}}\nmembers: [{{name: a}}]\nsteps: [{{metrics: {{q: {{value: 10000, target: 1}}}}}}{}]",
+        ", {}".repeat(10)
+    ));
     assert!(
-        err.starts_with("steps[0]: the simulation would track more than 100000 Jobs"),
+        err.starts_with("steps[10]: the simulation would track more than 100000 Jobs"),
         "{err}"
     );
     let err = error_of(
