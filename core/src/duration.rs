@@ -3,6 +3,15 @@
 
 use std::time::Duration;
 
+/// The CRD schema's `pattern` for a duration field: the syntax [`parse_duration`] accepts,
+/// so that the API server refuses a typo before kedge sees it (Go's RE2 reads it as Rust's
+/// `regex` does).
+pub const PATTERN: &str = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
+
+/// The CRD schema's `maxLength` for a duration field: `167h59m59.999999999s` is 20
+/// characters, so 32 leave room for any sane spelling and bound what the parser reads.
+pub const MAX_LENGTH: u32 = 32;
+
 /// Parses a Go `time.ParseDuration`-style string without sign: one or more `<number><unit>`
 /// pairs, units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`; decimals allowed (`1.5h`). A bare `0`
 /// is accepted as zero, as Go does.
