@@ -1000,6 +1000,15 @@ mod tests {
             !t.is_stuck(start + Duration::from_secs(5), start),
             "clock skew is not stuck"
         );
+        let latest = crate::time::saturating_add(start, Duration::MAX);
+        let earliest = crate::time::saturating_sub(start, Duration::MAX);
+        let longest = FailoverTiming {
+            grace_period: Duration::MAX,
+            ..t
+        };
+        assert!(t.is_stuck(earliest, latest));
+        assert!(!t.is_stuck(latest, earliest));
+        assert!(!longest.is_stuck(earliest, latest));
     }
 
     #[test]
