@@ -3,6 +3,15 @@
 
 use std::time::Duration;
 
+/// The CRD schema's `pattern` for a duration field: the syntax [`parse_duration`] accepts,
+/// so that the API server refuses a typo before kedge sees it (Go's RE2 reads it as Rust's
+/// `regex` does).
+pub const PATTERN: &str = r"^(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
+
+/// The CRD schema's `maxLength` for a duration field: `167h59m59.999999999s` is 20
+/// characters, so 32 leave room for any sane spelling and bound what the parser reads.
+pub const MAX_LENGTH: u32 = 32;
+
 /// Parses a Go `time.ParseDuration`-style string without sign: one or more `<number><unit>`
 /// pairs, units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`; decimals allowed (`1.5h`). A bare `0`
 /// is accepted as zero, as Go does.
@@ -86,6 +95,8 @@ pub fn format_duration(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -112,6 +123,91 @@ mod tests {
                 parse_duration(text).map(|d| d.as_millis()),
                 millis.map(u128::from),
                 "{text}"
+            );
+        }
+    }
+
+    const UNITS: [(&str, u128); 8] = [
+        ("ns", 1),
+        ("us", 1_000),
+        ("µs", 1_000),
+        ("μs", 1_000),
+        ("ms", 1_000_000),
+        ("s", 1_000_000_000),
+        ("m", 60_000_000_000),
+        ("h", 3_600_000_000_000),
+    ];
+
+    fn from_nanos(nanos: u128) -> Option<Duration> {
+        let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+        Some(Duration::new(
+            secs,
+            u32::try_from(nanos % 1_000_000_000).ok()?,
+        ))
+    }
+
+    #[test]
+    fn overflow_is_none_not_a_panic() {
+        // 5124095576030431h is just below u64::MAX seconds: it parses, and validation
+        // refuses it by its size; one hour more does not fit a Duration.
+        assert_eq!(
+            parse_duration("5124095576030431h"),
+            from_nanos(5_124_095_576_030_431 * 3_600_000_000_000)
+        );
+        for text in [
+            "5124095576030432h",
+            "18446744073709551616s",
+            "340282366920938463463374607431768211456ns",
+            "99999999999999999999999999999999999999999h",
+            "5124095576030431h5124095576030431h",
+        ] {
+            assert_eq!(parse_duration(text), None, "{text}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(text in "\\PC*") {
+            let _ = parse_duration(&text);
+        }
+
+        #[test]
+        fn never_panics_on_near_misses(text in "[0-9.]{0,45}(ns|us|µs|ms|s|m|h|d|)([0-9.]{0,45}(ns|us|ms|s|m|h))*") {
+            let _ = parse_duration(&text);
+        }
+
+        /// `<n><unit>` pairs add up to exactly their arithmetic value, or to `None` when
+        /// that does not fit a `Duration`.
+        #[test]
+        fn pairs_are_their_value(
+            pairs in prop::collection::vec((any::<u64>(), prop::sample::select(&UNITS[..])), 1..4),
+        ) {
+            let text: String = pairs.iter().map(|(n, (unit, _))| format!("{n}{unit}")).collect();
+            let nanos = pairs
+                .iter()
+                .try_fold(0u128, |sum, (n, (_, scale))| sum.checked_add(u128::from(*n) * scale));
+            prop_assert_eq!(parse_duration(&text), nanos.and_then(from_nanos), "{}", text);
+        }
+
+        /// What `format_duration` writes (millisecond resolution) parses back to the same
+        /// duration.
+        #[test]
+        fn format_round_trips(millis in 0u64..=u64::MAX / 1_000) {
+            let d = Duration::from_millis(millis);
+            prop_assert_eq!(parse_duration(&format_duration(d)), Some(d));
+        }
+
+        /// Everything the CRD schema's pattern lets through parses; only values beyond
+        /// u64 seconds (at least 17 characters, such as 5124095576030432h) may not.
+        #[test]
+        fn the_schema_pattern_accepts_only_durations(
+            text in prop::string::string_regex(PATTERN.trim_start_matches('^').trim_end_matches('$'))
+                .expect("PATTERN is a regex"),
+        ) {
+            prop_assert!(
+                parse_duration(&text).is_some() || text.chars().count() >= 17,
+                "{:?}",
+                text
             );
         }
     }

@@ -22,20 +22,46 @@ pub fn to_time(t: SystemTime) -> Time {
 /// The instant of a status time (never before the epoch).
 pub fn from_time(t: &Time) -> SystemTime {
     let secs = u64::try_from(t.0.as_second()).unwrap_or(0);
-    UNIX_EPOCH
-        .checked_add(Duration::from_secs(secs))
-        .unwrap_or(UNIX_EPOCH)
+    saturating_add(UNIX_EPOCH, Duration::from_secs(secs))
 }
 
 /// A status time from Unix milliseconds as they travel on the wire.
 pub fn from_unix_ms(ms: i64) -> Time {
     let after_epoch = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    to_time(UNIX_EPOCH.checked_add(after_epoch).unwrap_or(UNIX_EPOCH))
+    to_time(saturating_add(UNIX_EPOCH, after_epoch))
 }
 
 /// How long from `earlier` to `later`; zero when `later` is not after it (clocks step back).
 pub fn elapsed(earlier: SystemTime, later: SystemTime) -> Duration {
     later.duration_since(earlier).unwrap_or_default()
+}
+
+/// `t + d`, or the latest instant a `SystemTime` can hold when that overflows: a deadline
+/// too far away to represent is "never", not "now" (`SystemTime + Duration` panics).
+pub fn saturating_add(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_add(d)
+        .unwrap_or_else(|| furthest(t, SystemTime::checked_add))
+}
+
+/// `t - d`, or the earliest instant a `SystemTime` can hold when that overflows.
+pub fn saturating_sub(t: SystemTime, d: Duration) -> SystemTime {
+    t.checked_sub(d)
+        .unwrap_or_else(|| furthest(t, SystemTime::checked_sub))
+}
+
+/// The last instant reachable from `from` by `step`. The range of `SystemTime` differs by
+/// platform and std exposes no bounds, so they are found by halving the stride: at most a
+/// few hundred checked steps, and only when a deadline overflows.
+fn furthest(from: SystemTime, step: fn(&SystemTime, Duration) -> Option<SystemTime>) -> SystemTime {
+    let mut at = from;
+    let mut stride = Duration::MAX;
+    while !stride.is_zero() {
+        match step(&at, stride) {
+            Some(next) => at = next,
+            None => stride /= 2,
+        }
+    }
+    at
 }
 
 #[cfg(test)]
@@ -53,6 +79,48 @@ mod tests {
         assert_eq!(to_time(far).0.as_second(), Timestamp::MAX.as_second());
         assert_eq!(from_unix_ms(-5).0, Timestamp::UNIX_EPOCH);
         assert_eq!(from_unix_ms(2_000).0.as_second(), 2);
+    }
+
+    #[test]
+    fn extreme_inputs_saturate() {
+        let latest = saturating_add(UNIX_EPOCH, Duration::MAX);
+        assert_eq!(
+            latest.checked_add(Duration::from_nanos(1)),
+            None,
+            "{latest:?}"
+        );
+        assert_eq!(saturating_add(latest, Duration::MAX), latest);
+        let now = UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+        assert_eq!(saturating_add(now, Duration::MAX), latest);
+        assert_eq!(
+            saturating_add(now, Duration::from_secs(60)),
+            now + Duration::from_secs(60)
+        );
+        let earliest = saturating_sub(now, Duration::MAX);
+        assert_eq!(
+            earliest.checked_sub(Duration::from_nanos(1)),
+            None,
+            "{earliest:?}"
+        );
+        assert_eq!(saturating_sub(earliest, Duration::MAX), earliest);
+        assert_eq!(
+            saturating_sub(now, Duration::from_secs(60)),
+            now - Duration::from_secs(60)
+        );
+        assert_eq!(to_time(latest).0.as_second(), Timestamp::MAX.as_second());
+        assert_eq!(to_time(earliest).0, Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            from_unix_ms(i64::MAX).0.as_second(),
+            Timestamp::MAX.as_second()
+        );
+        assert_eq!(from_unix_ms(i64::MIN).0, Timestamp::UNIX_EPOCH);
+        let max = Time(Timestamp::MAX);
+        assert_eq!(
+            to_time(from_time(&max)).0.as_second(),
+            Timestamp::MAX.as_second()
+        );
+        assert!(elapsed(earliest, latest) > elapsed(UNIX_EPOCH, now));
+        assert_eq!(elapsed(latest, earliest), Duration::ZERO);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! settings produced here, so they never see an invalid spec.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::num::IntErrorKind;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use crate::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS};
@@ -13,12 +15,52 @@ use crate::crd::dsj::{
     DistributedScaledJobSpec,
 };
 use crate::crd::dso::{DEFAULT_GRACE_PERIOD, DistributedScaledObjectSpec};
-use crate::crd::keda::{DEFAULT_JOBS_HISTORY_LIMIT, ScaleTriggers, trigger_key};
-use crate::duration::parse_duration;
+use crate::crd::keda::{DEFAULT_JOBS_HISTORY_LIMIT, ScaleTriggers, ScaledObjectSpec, trigger_key};
+use crate::duration::{format_duration, parse_duration};
+use crate::time::elapsed;
 use crate::{Error, Result};
 
-/// Largest `memberClusters[].weight` of a DSJ.
-pub const MAX_DSJ_WEIGHT: u32 = 10_000;
+// Limits. Every number a user writes is bounded, so that no arithmetic on it can overflow
+// and no deadline computed from it runs past what a clock can hold. The CRD schema carries
+// the same bounds (`crate::crd`), so the API server refuses such objects before kedge sees
+// them; validation still checks, for `kubectl kedge simulate` and objects stored earlier.
+
+/// Longest duration in a spec (168h, 7 days). Grace periods and taints are about outages
+/// that someone is paged for; a week covers any of them, and `now + duration` stays far
+/// from the end of what a clock can hold.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Largest replica count (a total, a member's floor or ceiling, an idle, fallback or
+/// paused count). Far above any real workload, and summed over [`MAX_MEMBERS`] members it
+/// still fits the `i32` counts of the status.
+pub const MAX_REPLICAS: u32 = 1_000_000;
+/// Largest Job count of a DSJ (`minReplicaCount`, `maxReplicaCount`, history limits,
+/// workload size). The hub lists and tracks every Job it creates; ten thousand concurrent
+/// Jobs per DSJ is beyond any worker fleet and keeps those lists small.
+pub const MAX_JOBS: u32 = 10_000;
+/// Largest `memberClusters[].weight` (DSO and DSJ). Weights are ratios, so a bound costs
+/// nothing; DSJ round robin runs one pick per unit of weight in the worst case.
+pub const MAX_WEIGHT: u32 = 10_000;
+/// Largest DSO `memberClusters[].tier`. Tiers are an order; a thousand is more levels of
+/// spill-over than there can be members to fill them.
+pub const MAX_TIER: u32 = 1_000;
+/// Most entries in `spec.memberClusters` (DSO and DSJ). Planning is linear or n·log n in
+/// the members; a thousand clusters is beyond any fleet kedge is built for.
+pub const MAX_MEMBERS: usize = 1_000;
+/// Largest `pollingInterval` in seconds (ScaledObject and ScaledJob; at least 1, as KEDA
+/// needs). A trigger read less often than hourly does not autoscale anything.
+pub const MAX_POLLING_INTERVAL: i32 = 3_600;
+/// Largest `cooldownPeriod` and `initialCooldownPeriod` in seconds: 7 days, as
+/// [`MAX_DURATION`].
+pub const MAX_COOLDOWN_PERIOD: u32 = 604_800;
+/// Largest `fallback.failureThreshold` (at least 1, as KEDA needs): a thousand failed reads
+/// in a row is already hours of polling.
+pub const MAX_FAILURE_THRESHOLD: i32 = 1_000;
+/// Largest `customScalingRunningJobPercentage` (at least 0): the factor of running Jobs
+/// subtracted (KEDA writes a fraction, `"0.5"`); beyond 100 it can only ever mean zero Jobs.
+pub const MAX_RUNNING_JOB_PERCENTAGE: f64 = 100.0;
+/// Largest `customScalingQueueLengthDeduction` either way: it is subtracted from the
+/// desired Jobs, so it means something only within the range of replica counts.
+pub const MAX_QUEUE_LENGTH_DEDUCTION: i32 = 1_000_000;
 
 /// How a resource is paused by its annotations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,8 +192,7 @@ impl FailoverTiming {
         pending_since: std::time::SystemTime,
         now: std::time::SystemTime,
     ) -> bool {
-        now.duration_since(pending_since)
-            .is_ok_and(|pending_for| pending_for > self.grace_period)
+        elapsed(pending_since, now) > self.grace_period
     }
 }
 
@@ -218,6 +259,17 @@ impl Problems {
     fn duration(&mut self, field: &str, value: Option<&str>, default: &str) -> Duration {
         let text = value.unwrap_or(default);
         match parse_duration(text) {
+            Some(d) if d > MAX_DURATION => {
+                self.add(
+                    field,
+                    format!(
+                        "must be at most {} ({} days), got {text:?}",
+                        format_duration(MAX_DURATION),
+                        MAX_DURATION.as_secs() / 86_400
+                    ),
+                );
+                MAX_DURATION
+            }
             Some(d) => d,
             None => {
                 self.add(
@@ -229,11 +281,33 @@ impl Problems {
         }
     }
 
-    fn non_negative(&mut self, field: &str, value: i32) -> u32 {
-        u32::try_from(value).unwrap_or_else(|_| {
-            self.add(field, format!("must be >= 0, got {value}"));
-            0
-        })
+    /// A count within `0..=max`; out of range, a problem and the nearest bound.
+    fn count(&mut self, field: &str, value: i32, max: u32) -> u32 {
+        match u32::try_from(value) {
+            Err(_) => {
+                self.add(field, format!("must be >= 0, got {value}"));
+                0
+            }
+            Ok(n) if n > max => {
+                self.add(field, format!("must be at most {max}, got {n}"));
+                max
+            }
+            Ok(n) => n,
+        }
+    }
+
+    /// A number that is not a count (seconds from 1, a signed deduction) within `range`.
+    fn within(&mut self, field: &str, value: i32, range: RangeInclusive<i32>) {
+        if !range.contains(&value) {
+            self.add(
+                field,
+                format!(
+                    "must be between {} and {}, got {value}",
+                    range.start(),
+                    range.end()
+                ),
+            );
+        }
     }
 
     fn finish<T>(self, value: T) -> Result<T> {
@@ -242,26 +316,21 @@ impl Problems {
 }
 
 /// Reads the pause annotations. `paused` accepts Go's boolean spellings; `paused-replicas`
-/// must be a non-negative integer and wins over `paused`.
+/// must be an integer in `0..=MAX_REPLICAS` and wins over `paused`.
 pub fn pause(annotations: &BTreeMap<String, String>) -> Result<Pause> {
     let field = |name: &str| format!("metadata.annotations[{name:?}]");
     if let Some(raw) = annotations.get(ANNOTATION_PAUSED_REPLICAS) {
-        let value = raw.trim();
-        return match value.parse::<i64>() {
-            Ok(n) if n < 0 => Err(Error::invalid(
-                field(ANNOTATION_PAUSED_REPLICAS),
-                format!("must be a non-negative integer, got {raw:?}"),
-            )),
-            Ok(n) => u32::try_from(n).map(Pause::AtReplicas).map_err(|_| {
-                Error::invalid(
-                    field(ANNOTATION_PAUSED_REPLICAS),
-                    format!("{raw:?} is too large"),
-                )
-            }),
-            Err(_) => Err(Error::invalid(
-                field(ANNOTATION_PAUSED_REPLICAS),
-                format!("must be a non-negative integer, got {raw:?}"),
-            )),
+        let refuse =
+            |message: String| Err(Error::invalid(field(ANNOTATION_PAUSED_REPLICAS), message));
+        let too_large = || refuse(format!("must be at most {MAX_REPLICAS}, got {raw:?}"));
+        return match raw.trim().parse::<i64>() {
+            Ok(n) if n < 0 => refuse(format!("must be a non-negative integer, got {raw:?}")),
+            Ok(n) => match u32::try_from(n) {
+                Ok(n) if n <= MAX_REPLICAS => Ok(Pause::AtReplicas(n)),
+                _ => too_large(),
+            },
+            Err(e) if *e.kind() == IntErrorKind::PosOverflow => too_large(),
+            Err(_) => refuse(format!("must be a non-negative integer, got {raw:?}")),
         };
     }
     match annotations.get(ANNOTATION_PAUSED).map(|v| v.trim()) {
@@ -275,7 +344,17 @@ pub fn pause(annotations: &BTreeMap<String, String>) -> Result<Pause> {
     }
 }
 
-fn check_member_names<'a>(problems: &mut Problems, names: impl Iterator<Item = &'a str>) {
+/// The length of `spec.memberClusters` and its names: not empty, no duplicates.
+fn check_member_list<'a>(problems: &mut Problems, names: impl ExactSizeIterator<Item = &'a str>) {
+    if names.len() > MAX_MEMBERS {
+        problems.add(
+            "spec.memberClusters",
+            format!(
+                "must have at most {MAX_MEMBERS} entries, got {}",
+                names.len()
+            ),
+        );
+    }
     let mut seen = BTreeSet::new();
     for (i, name) in names.enumerate() {
         if name.is_empty() {
@@ -313,22 +392,23 @@ pub fn dso(
         p.0.push(e);
         Pause::No
     });
-    check_member_names(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
+    check_member_list(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
     let mut members = Vec::with_capacity(spec.member_clusters.len());
     for (i, m) in spec.member_clusters.iter().enumerate() {
         let at = |f: &str| format!("spec.memberClusters[{i}].{f}");
-        let weight = p.non_negative(&at("weight"), m.weight.unwrap_or(1));
-        let tier = p.non_negative(&at("tier"), m.tier);
-        let min_replicas = p.non_negative(&at("minReplicas"), m.min_replicas.unwrap_or(0));
+        let weight = p.count(&at("weight"), m.weight.unwrap_or(1), MAX_WEIGHT);
+        let tier = p.count(&at("tier"), m.tier, MAX_TIER);
+        let min = m.min_replicas.unwrap_or(0);
+        let min_replicas = p.count(&at("minReplicas"), min, MAX_REPLICAS);
         let max_replicas = m
             .max_replicas
-            .map(|v| p.non_negative(&at("maxReplicas"), v));
-        if let Some(max) = max_replicas
-            && min_replicas > max
+            .map(|v| p.count(&at("maxReplicas"), v, MAX_REPLICAS));
+        if let Some(max) = m.max_replicas
+            && min > max
         {
             p.add(
                 at("minReplicas"),
-                format!("{min_replicas} is greater than maxReplicas {max}"),
+                format!("{min} is greater than maxReplicas {max}"),
             );
         }
         members.push(DsoMemberSettings {
@@ -366,21 +446,9 @@ pub fn dso(
         );
     }
     let so = &spec.scaled_object_spec;
-    let min_total = p.non_negative("spec.scaledObjectSpec.minReplicaCount", so.min_replicas());
-    let max_total = p.non_negative("spec.scaledObjectSpec.maxReplicaCount", so.max_replicas());
-    check_replica_bounds(
-        &mut p,
-        "spec.scaledObjectSpec",
-        so.min_replica_count,
-        so.max_replica_count,
-    );
-    if let Some(total) = spec.total_target_replicas
-        && total < 0
-    {
-        p.add(
-            "spec.totalTargetReplicas",
-            format!("must be >= 0, got {total}"),
-        );
+    let (min_total, max_total) = check_scaled_object(&mut p, so);
+    if let Some(total) = spec.total_target_replicas {
+        p.count("spec.totalTargetReplicas", total, MAX_REPLICAS);
     }
     if so.scale_target_ref.name.is_empty() {
         p.add(
@@ -411,6 +479,40 @@ pub fn dso(
         max_total,
         pause,
     })
+}
+
+/// The counts and periods of the embedded ScaledObject spec; returns the total's bounds.
+fn check_scaled_object(p: &mut Problems, so: &ScaledObjectSpec) -> (u32, u32) {
+    let at = |f: &str| format!("spec.scaledObjectSpec.{f}");
+    let min = p.count(&at("minReplicaCount"), so.min_replicas(), MAX_REPLICAS);
+    let max = p.count(&at("maxReplicaCount"), so.max_replicas(), MAX_REPLICAS);
+    check_replica_bounds(
+        p,
+        "spec.scaledObjectSpec",
+        so.min_replica_count,
+        so.max_replica_count,
+    );
+    if let Some(idle) = so.idle_replica_count {
+        p.count(&at("idleReplicaCount"), idle, MAX_REPLICAS);
+    }
+    if let Some(interval) = so.polling_interval {
+        p.within(&at("pollingInterval"), interval, 1..=MAX_POLLING_INTERVAL);
+    }
+    if let Some(cooldown) = so.cooldown_period {
+        p.count(&at("cooldownPeriod"), cooldown, MAX_COOLDOWN_PERIOD);
+    }
+    if let Some(cooldown) = so.initial_cooldown_period {
+        p.count(&at("initialCooldownPeriod"), cooldown, MAX_COOLDOWN_PERIOD);
+    }
+    if let Some(fallback) = &so.fallback {
+        p.within(
+            &at("fallback.failureThreshold"),
+            fallback.failure_threshold,
+            1..=MAX_FAILURE_THRESHOLD,
+        );
+        p.count(&at("fallback.replicas"), fallback.replicas, MAX_REPLICAS);
+    }
+    (min, max)
 }
 
 fn check_metric_type(p: &mut Problems, field: &str, metric_type: Option<&str>) {
@@ -464,6 +566,26 @@ fn scaling_strategy(p: &mut Problems, spec: &DistributedScaledJobSpec) -> Scalin
         .scaling_strategy
         .clone()
         .unwrap_or_default();
+    let prefix = "spec.scaledJobSpec.scalingStrategy";
+    if let Some(deduction) = strategy.custom_scaling_queue_length_deduction {
+        p.within(
+            &format!("{prefix}.customScalingQueueLengthDeduction"),
+            deduction,
+            -MAX_QUEUE_LENGTH_DEDUCTION..=MAX_QUEUE_LENGTH_DEDUCTION,
+        );
+    }
+    // The reference: a percentage that does not parse falls back to the basic strategy.
+    // One that parses is a number kedge computes with, so it must be in range.
+    let raw_percentage = strategy.custom_scaling_running_job_percentage.as_deref();
+    let percentage = raw_percentage.map(|s| s.trim().parse::<f64>().ok());
+    if let (Some(raw), Some(Some(pct))) = (raw_percentage, percentage)
+        && !(0.0..=MAX_RUNNING_JOB_PERCENTAGE).contains(&pct)
+    {
+        p.add(
+            format!("{prefix}.customScalingRunningJobPercentage"),
+            format!("must be a number between 0 and {MAX_RUNNING_JOB_PERCENTAGE}, got {raw:?}"),
+        );
+    }
     match strategy.strategy.as_deref() {
         None | Some("pendingAware") => ScalingStrategyKind::PendingAware,
         Some("basic" | "default") => ScalingStrategyKind::Basic,
@@ -471,13 +593,8 @@ fn scaling_strategy(p: &mut Problems, spec: &DistributedScaledJobSpec) -> Scalin
         Some("eager") => ScalingStrategyKind::Eager,
         Some("custom") => {
             let deduction = i64::from(strategy.custom_scaling_queue_length_deduction.unwrap_or(0));
-            // The reference: an unparseable percentage falls back to the basic strategy.
-            match strategy
-                .custom_scaling_running_job_percentage
-                .as_deref()
-                .map(|s| s.trim().parse::<f64>())
-            {
-                Some(Ok(pct)) if pct.is_finite() => ScalingStrategyKind::Custom {
+            match percentage {
+                Some(Some(pct)) => ScalingStrategyKind::Custom {
                     deduction,
                     running_percentage: pct,
                 },
@@ -518,19 +635,14 @@ pub fn dsj(
             false
         }
     };
-    check_member_names(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
+    check_member_list(&mut p, spec.member_clusters.iter().map(|m| m.name.as_str()));
     let mut members = Vec::with_capacity(spec.member_clusters.len());
     for (i, m) in spec.member_clusters.iter().enumerate() {
-        let field = format!("spec.memberClusters[{i}].weight");
-        let weight = p.non_negative(&field, m.weight.unwrap_or(1));
-        // Round robin runs one pick per unit of weight in the worst case; weights are
-        // ratios, so a bound costs nothing.
-        if weight > MAX_DSJ_WEIGHT {
-            p.add(
-                field,
-                format!("must be at most {MAX_DSJ_WEIGHT}, got {weight}"),
-            );
-        }
+        let weight = p.count(
+            &format!("spec.memberClusters[{i}].weight"),
+            m.weight.unwrap_or(1),
+            MAX_WEIGHT,
+        );
         members.push(DsjMemberSettings {
             name: m.name.clone(),
             weight,
@@ -585,9 +697,10 @@ pub fn dsj(
                             "must not be empty",
                         );
                     }
-                    let size = p.non_negative(
+                    let size = p.count(
                         "spec.clusterScheduling.workloadAffinity.size",
                         affinity.size,
+                        MAX_JOBS,
                     );
                     ClusterStrategy::PriorityFailover {
                         class: affinity.class,
@@ -667,23 +780,38 @@ pub fn dsj(
             format!("unknown strategy {rollout:?} (expected default or gradual)"),
         );
     }
-    let max_jobs = p.non_negative("spec.scaledJobSpec.maxReplicaCount", sj.max_replicas());
+    let max_jobs = p.count(
+        "spec.scaledJobSpec.maxReplicaCount",
+        sj.max_replicas(),
+        MAX_JOBS,
+    );
+    // KEDA lowers minReplicaCount to maxReplicaCount instead of refusing it.
     let min_jobs = p
-        .non_negative(
+        .count(
             "spec.scaledJobSpec.minReplicaCount",
             sj.min_replica_count.unwrap_or(0),
+            MAX_JOBS,
         )
         .min(max_jobs);
-    let successful_jobs_history_limit = p.non_negative(
+    let successful_jobs_history_limit = p.count(
         "spec.scaledJobSpec.successfulJobsHistoryLimit",
         sj.successful_jobs_history_limit
             .unwrap_or(DEFAULT_JOBS_HISTORY_LIMIT),
+        MAX_JOBS,
     );
-    let failed_jobs_history_limit = p.non_negative(
+    let failed_jobs_history_limit = p.count(
         "spec.scaledJobSpec.failedJobsHistoryLimit",
         sj.failed_jobs_history_limit
             .unwrap_or(DEFAULT_JOBS_HISTORY_LIMIT),
+        MAX_JOBS,
     );
+    if let Some(interval) = sj.polling_interval {
+        p.within(
+            "spec.scaledJobSpec.pollingInterval",
+            interval,
+            1..=MAX_POLLING_INTERVAL,
+        );
+    }
     let containers = sj
         .job_target_ref
         .template
@@ -844,6 +972,22 @@ mod tests {
             );
         }
         assert!(pause(&annotations(&[(ANNOTATION_PAUSED, "maybe")])).is_err());
+        assert_eq!(
+            pause(&annotations(&[(ANNOTATION_PAUSED_REPLICAS, "1000000")])),
+            Ok(Pause::AtReplicas(MAX_REPLICAS))
+        );
+        for too_large in ["1000001", "4294967296", "99999999999999999999"] {
+            let err = pause(&annotations(&[(ANNOTATION_PAUSED_REPLICAS, too_large)]))
+                .expect_err("paused-replicas beyond the limit")
+                .to_string();
+            assert_eq!(
+                err,
+                format!(
+                    "metadata.annotations[\"autoscaling.keda.sh/paused-replicas\"]: must be at \
+                     most 1000000, got {too_large:?}"
+                )
+            );
+        }
     }
 
     #[test]
@@ -856,6 +1000,15 @@ mod tests {
             !t.is_stuck(start + Duration::from_secs(5), start),
             "clock skew is not stuck"
         );
+        let latest = crate::time::saturating_add(start, Duration::MAX);
+        let earliest = crate::time::saturating_sub(start, Duration::MAX);
+        let longest = FailoverTiming {
+            grace_period: Duration::MAX,
+            ..t
+        };
+        assert!(t.is_stuck(earliest, latest));
+        assert!(!t.is_stuck(latest, earliest));
+        assert!(!longest.is_stuck(earliest, latest));
     }
 
     #[test]
@@ -962,6 +1115,140 @@ mod tests {
             err.contains("spec.scaledObjectSpec.scaleTargetRef.name: must not be empty"),
             "{err}"
         );
+    }
+
+    /// Every documented limit: `where | fragment | accepted or refused value | "ok" or the
+    /// first problem`. Where: `dso`/`dsj` the spec next to a valid KEDA spec, `so`/`sj`
+    /// inside the KEDA spec. `$` in the fragment is replaced by the value.
+    const LIMITS: &str = r#"
+dso | totalTargetReplicas: $ | 1000000 | ok
+dso | totalTargetReplicas: $ | 1000001 | spec.totalTargetReplicas: must be at most 1000000, got 1000001
+dso | totalTargetReplicas: $ | -1 | spec.totalTargetReplicas: must be >= 0, got -1
+dso | memberClusters: [{name: a, weight: $}] | 10000 | ok
+dso | memberClusters: [{name: a, weight: $}] | 10001 | spec.memberClusters[0].weight: must be at most 10000, got 10001
+dsj | memberClusters: [{name: a, weight: $}] | 10000 | ok
+dsj | memberClusters: [{name: a, weight: $}] | 10001 | spec.memberClusters[0].weight: must be at most 10000, got 10001
+dso | memberClusters: [{name: a, tier: $}] | 1000 | ok
+dso | memberClusters: [{name: a, tier: $}] | 1001 | spec.memberClusters[0].tier: must be at most 1000, got 1001
+dso | memberClusters: [{name: a, minReplicas: $}] | 1000000 | ok
+dso | memberClusters: [{name: a, minReplicas: $}] | 1000001 | spec.memberClusters[0].minReplicas: must be at most 1000000, got 1000001
+dso | memberClusters: [{name: a, maxReplicas: $}] | 1000000 | ok
+dso | memberClusters: [{name: a, maxReplicas: $}] | 1000001 | spec.memberClusters[0].maxReplicas: must be at most 1000000, got 1000001
+dso | rebalancingPolicy: {gracePeriod: $} | 168h | ok
+dso | rebalancingPolicy: {gracePeriod: $} | 167h59m60.000000001s | spec.rebalancingPolicy.gracePeriod: must be at most 168h (7 days), got "167h59m60.000000001s"
+dso | rebalancingPolicy: {gracePeriod: $} | 5124095576030431h | spec.rebalancingPolicy.gracePeriod: must be at most 168h (7 days), got "5124095576030431h"
+dso | rebalancingPolicy: {gracePeriod: $} | 99999999999999999999999h | spec.rebalancingPolicy.gracePeriod: cannot parse duration "99999999999999999999999h"
+dso | rebalancingPolicy: {migrateUnschedulableAfter: $} | 168h | ok
+dso | rebalancingPolicy: {migrateUnschedulableAfter: $} | 169h | spec.rebalancingPolicy.migrateUnschedulableAfter: must be at most 168h (7 days), got "169h"
+dso | rebalancingPolicy: {maxRebalancePercentage: $} | 100 | ok
+dso | rebalancingPolicy: {maxRebalancePercentage: $} | 101 | spec.rebalancingPolicy.maxRebalancePercentage: must be between 0 and 100, got 101
+so | minReplicaCount: $, maxReplicaCount: 1000000 | 1000000 | ok
+so | minReplicaCount: $, maxReplicaCount: 1000000 | 1000001 | spec.scaledObjectSpec.minReplicaCount: must be at most 1000000, got 1000001
+so | maxReplicaCount: $ | 1000000 | ok
+so | maxReplicaCount: $ | 1000001 | spec.scaledObjectSpec.maxReplicaCount: must be at most 1000000, got 1000001
+so | idleReplicaCount: $ | 1000000 | ok
+so | idleReplicaCount: $ | 1000001 | spec.scaledObjectSpec.idleReplicaCount: must be at most 1000000, got 1000001
+so | idleReplicaCount: $ | -1 | spec.scaledObjectSpec.idleReplicaCount: must be >= 0, got -1
+so | fallback: {failureThreshold: 3, replicas: $} | 1000000 | ok
+so | fallback: {failureThreshold: 3, replicas: $} | 1000001 | spec.scaledObjectSpec.fallback.replicas: must be at most 1000000, got 1000001
+so | fallback: {failureThreshold: $, replicas: 1} | 1000 | ok
+so | fallback: {failureThreshold: $, replicas: 1} | 1001 | spec.scaledObjectSpec.fallback.failureThreshold: must be between 1 and 1000, got 1001
+so | fallback: {failureThreshold: $, replicas: 1} | 0 | spec.scaledObjectSpec.fallback.failureThreshold: must be between 1 and 1000, got 0
+so | pollingInterval: $ | 3600 | ok
+so | pollingInterval: $ | 3601 | spec.scaledObjectSpec.pollingInterval: must be between 1 and 3600, got 3601
+so | pollingInterval: $ | 0 | spec.scaledObjectSpec.pollingInterval: must be between 1 and 3600, got 0
+so | cooldownPeriod: $ | 604800 | ok
+so | cooldownPeriod: $ | 604801 | spec.scaledObjectSpec.cooldownPeriod: must be at most 604800, got 604801
+so | cooldownPeriod: $ | -1 | spec.scaledObjectSpec.cooldownPeriod: must be >= 0, got -1
+so | initialCooldownPeriod: $ | 604800 | ok
+so | initialCooldownPeriod: $ | 604801 | spec.scaledObjectSpec.initialCooldownPeriod: must be at most 604800, got 604801
+dsj | clusterScheduling: {failoverPolicy: {gracePeriod: $}} | 168h | ok
+dsj | clusterScheduling: {failoverPolicy: {gracePeriod: $}} | 168h1ns | spec.clusterScheduling.failoverPolicy.gracePeriod: must be at most 168h (7 days), got "168h1ns"
+dsj | clusterScheduling: {failoverPolicy: {hardTaintDuration: $}} | 10080m | ok
+dsj | clusterScheduling: {failoverPolicy: {hardTaintDuration: $}} | 10081m | spec.clusterScheduling.failoverPolicy.hardTaintDuration: must be at most 168h (7 days), got "10081m"
+dsj | clusterScheduling: {failoverPolicy: {softTaintDuration: $}} | 604800s | ok
+dsj | clusterScheduling: {failoverPolicy: {softTaintDuration: $}} | 604801s | spec.clusterScheduling.failoverPolicy.softTaintDuration: must be at most 168h (7 days), got "604801s"
+dsj | clusterScheduling: {strategy: priorityFailover, workloadAffinity: {class: x, size: $}}, memberClusters: [{name: a, scheduling: {priority: 1}}] | 10000 | ok
+dsj | clusterScheduling: {strategy: priorityFailover, workloadAffinity: {class: x, size: $}}, memberClusters: [{name: a, scheduling: {priority: 1}}] | 10001 | spec.clusterScheduling.workloadAffinity.size: must be at most 10000, got 10001
+sj | maxReplicaCount: $ | 10000 | ok
+sj | maxReplicaCount: $ | 10001 | spec.scaledJobSpec.maxReplicaCount: must be at most 10000, got 10001
+sj | minReplicaCount: $, maxReplicaCount: 10000 | 10000 | ok
+sj | minReplicaCount: $, maxReplicaCount: 10000 | 10001 | spec.scaledJobSpec.minReplicaCount: must be at most 10000, got 10001
+sj | successfulJobsHistoryLimit: $ | 10000 | ok
+sj | successfulJobsHistoryLimit: $ | 10001 | spec.scaledJobSpec.successfulJobsHistoryLimit: must be at most 10000, got 10001
+sj | failedJobsHistoryLimit: $ | 10000 | ok
+sj | failedJobsHistoryLimit: $ | 10001 | spec.scaledJobSpec.failedJobsHistoryLimit: must be at most 10000, got 10001
+sj | failedJobsHistoryLimit: $ | -1 | spec.scaledJobSpec.failedJobsHistoryLimit: must be >= 0, got -1
+sj | pollingInterval: $ | 3600 | ok
+sj | pollingInterval: $ | 3601 | spec.scaledJobSpec.pollingInterval: must be between 1 and 3600, got 3601
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | 100 | ok
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | 0 | ok
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | 100.5 | spec.scaledJobSpec.scalingStrategy.customScalingRunningJobPercentage: must be a number between 0 and 100, got "100.5"
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | -0.1 | spec.scaledJobSpec.scalingStrategy.customScalingRunningJobPercentage: must be a number between 0 and 100, got "-0.1"
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | NaN | spec.scaledJobSpec.scalingStrategy.customScalingRunningJobPercentage: must be a number between 0 and 100, got "NaN"
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | inf | spec.scaledJobSpec.scalingStrategy.customScalingRunningJobPercentage: must be a number between 0 and 100, got "inf"
+sj | scalingStrategy: {strategy: custom, customScalingRunningJobPercentage: "$"} | 1e400 | spec.scaledJobSpec.scalingStrategy.customScalingRunningJobPercentage: must be a number between 0 and 100, got "1e400"
+sj | scalingStrategy: {strategy: custom, customScalingQueueLengthDeduction: $} | 1000000 | ok
+sj | scalingStrategy: {strategy: custom, customScalingQueueLengthDeduction: $} | -1000000 | ok
+sj | scalingStrategy: {strategy: custom, customScalingQueueLengthDeduction: $} | 1000001 | spec.scaledJobSpec.scalingStrategy.customScalingQueueLengthDeduction: must be between -1000000 and 1000000, got 1000001
+sj | scalingStrategy: {strategy: custom, customScalingQueueLengthDeduction: $} | -1000001 | spec.scaledJobSpec.scalingStrategy.customScalingQueueLengthDeduction: must be between -1000000 and 1000000, got -1000001
+"#;
+
+    /// Validates `fragment` placed as `at` says (see [`LIMITS`]).
+    fn validate_at(at: &str, fragment: &str) -> Result<()> {
+        let none = BTreeMap::new();
+        match at {
+            "dso" => dso(&dso_spec(&format!("{{{fragment}, {TARGET}}}")), &none).map(drop),
+            "so" => dso(
+                &dso_spec(&format!("scaledObjectSpec: {{scaleTargetRef: {{name: web}}, {fragment}}}")),
+                &none,
+            )
+            .map(drop),
+            "dsj" => dsj(&dsj_spec(&format!("{{{fragment}, {JOB}}}")), &none).map(drop),
+            "sj" => dsj(
+                &dsj_spec(&format!(
+                    "scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, {fragment}}}"
+                )),
+                &none,
+            )
+            .map(drop),
+            other => panic!("unknown place {other:?} in LIMITS"),
+        }
+    }
+
+    #[test]
+    fn limits_accept_the_bound_and_refuse_beyond() {
+        for line in LIMITS.lines().filter(|l| !l.trim().is_empty()) {
+            let [at, fragment, value, expected] = line
+                .split(" | ")
+                .collect::<Vec<_>>()
+                .try_into()
+                .unwrap_or_else(|cols| panic!("4 columns expected: {cols:?}"));
+            let fragment = fragment.replace('$', value);
+            match (validate_at(at, &fragment), expected) {
+                (Ok(()), "ok") => {}
+                (Err(e), expected) if expected != "ok" => {
+                    let e = e.to_string();
+                    assert!(
+                        e.starts_with(expected),
+                        "{fragment}: {e:?} should start with {expected:?}"
+                    );
+                }
+                (got, _) => panic!("{at} {fragment}: got {got:?}, expected {expected}"),
+            }
+        }
+        // The list length, for both kinds.
+        let members = |n: usize| {
+            let entries: Vec<String> = (0..n).map(|i| format!("{{name: m{i}}}")).collect();
+            format!("memberClusters: [{}]", entries.join(", "))
+        };
+        for at in ["dso", "dsj"] {
+            assert_eq!(validate_at(at, &members(MAX_MEMBERS)), Ok(()));
+            assert_eq!(
+                validate_at(at, &members(MAX_MEMBERS + 1)).map_err(|e| e.to_string()),
+                Err("spec.memberClusters: must have at most 1000 entries, got 1001".to_owned())
+            );
+        }
     }
 
     #[test]

@@ -349,8 +349,18 @@ fn huge_job_counts_are_refused_not_simulated() {
     let err = error_of(
         "kind: DistributedScaledJob\nspec: {scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}, maxReplicaCount: 2000000000, triggers: [{type: t, name: q}]}}\nmembers: [{name: a}]\nsteps: [{metrics: {q: {value: 1e12, target: 1}}}]",
     );
+    assert_eq!(
+        err,
+        "spec.scaledJobSpec.maxReplicaCount: must be at most 10000, got 2000000000"
+    );
+    // `custom` with a negative deduction creates maxReplicaCount Jobs on every step, however
+    // many run: the eleventh step would pass the simulator's bound.
+    let err = error_of(&format!(
+        "kind: DistributedScaledJob\nspec: {{scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, maxReplicaCount: 10000, scalingStrategy: {{strategy: custom, customScalingQueueLengthDeduction: -10000}}, triggers: [{{type: t, name: q}}]}}}}\nmembers: [{{name: a}}]\nsteps: [{{metrics: {{q: {{value: 10000, target: 1}}}}}}{}]",
+        ", {}".repeat(10)
+    ));
     assert!(
-        err.starts_with("steps[0]: the simulation would track more than 100000 Jobs"),
+        err.starts_with("steps[10]: the simulation would track more than 100000 Jobs"),
         "{err}"
     );
     let err = error_of(
@@ -360,4 +370,21 @@ fn huge_job_counts_are_refused_not_simulated() {
         err.starts_with("members[0]: the simulation would track more than"),
         "{err}"
     );
+}
+
+#[test]
+fn extreme_intervals_and_ages_saturate() {
+    let huge = "5124095576030431h";
+    let report = simulate(&format!(
+        "kind: DistributedScaledObject\ninterval: {huge}\nspec: {{memberClusters: [{{name: a}}, {{name: b}}], scaledObjectSpec: {{scaleTargetRef: {{name: web}}}}}}\nmembers: [{{name: a, state: Unreachable, unreachableFor: {huge}, currentReplicas: 2}}, {{name: b}}]\nsteps: [{{replicas: 4}}, {{replicas: 4}}, {{replicas: 4}}]"
+    ))
+    .expect("runs");
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(json["steps"][2]["desired"], json!({"a": 0, "b": 4}));
+    let report = simulate(&format!(
+        "kind: DistributedScaledJob\ninterval: {huge}\nspec: {{scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, triggers: [{{type: t, name: q}}]}}}}\nmembers: [{{name: a, acceptsJobs: false, pendingJobs: 1, pendingFor: {huge}}}, {{name: b}}]\nsteps: [{{metrics: {{q: {{value: 2, target: 1}}}}}}, {{}}, {{}}]"
+    ))
+    .expect("runs");
+    let json = serde_json::to_value(&report).expect("serializes");
+    assert_eq!(json["steps"].as_array().map(Vec::len), Some(3));
 }

@@ -10,6 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::keda::ScaledJobSpec;
+use crate::duration;
+use crate::validate::{MAX_JOBS, MAX_MEMBERS, MAX_WEIGHT};
 
 /// Default of `failoverPolicy.gracePeriod`.
 pub const DEFAULT_FAILOVER_GRACE_PERIOD: &str = "1m";
@@ -69,6 +71,7 @@ pub struct DistributedScaledJobSpec {
     // refuses duplicate names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = MAX_MEMBERS))]
     pub member_clusters: Vec<DsjMemberCluster>,
     /// How Jobs are spread over members and how failures taint members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +88,7 @@ pub struct DsjMemberCluster {
     pub name: String,
     /// Share of Jobs under `weightedRoundRobin` (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_WEIGHT))]
     pub weight: Option<i32>,
     /// Settings for `priorityFailover`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,6 +178,7 @@ pub struct WorkloadAffinity {
     /// Workload class, e.g. `team-a`; taints apply per class.
     pub class: String,
     /// Workload size; a taint recorded at size N excludes sizes >= N.
+    #[schemars(range(min = 0, max = MAX_JOBS))]
     pub size: i32,
 }
 
@@ -183,13 +188,16 @@ pub struct WorkloadAffinity {
 pub struct FailoverPolicy {
     /// How long a Job may stay pending before it is stuck (default `1m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = duration::MAX_LENGTH), regex(pattern = duration::PATTERN))]
     pub grace_period: Option<String>,
     /// How long a hard taint lasts (default `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = duration::MAX_LENGTH), regex(pattern = duration::PATTERN))]
     pub hard_taint_duration: Option<String>,
     /// Window in which a second failure escalates a soft taint (default `3m`; `0s` makes the
     /// first failure a hard taint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = duration::MAX_LENGTH), regex(pattern = duration::PATTERN))]
     pub soft_taint_duration: Option<String>,
     /// `keepAll` (default), `preferFailover`, `preferSource`, `immediateSourceCleanup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

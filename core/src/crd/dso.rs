@@ -9,6 +9,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::keda::ScaledObjectSpec;
+use crate::duration;
+use crate::validate::{MAX_MEMBERS, MAX_REPLICAS, MAX_TIER, MAX_WEIGHT};
 
 /// Default of `rebalancingPolicy.maxRebalancePercentage`.
 pub const DEFAULT_MAX_REBALANCE_PERCENTAGE: i32 = 50;
@@ -92,12 +94,14 @@ pub struct DistributedScaledObjectSpec {
     /// applied over running workloads never scales them down before a metric is read).
     /// `/scale` reads an absent total as 0, as the API server does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub total_target_replicas: Option<i32>,
     /// Member clusters to use; empty means every registered member with equal weight.
     // A list map keyed by name: server-side apply merges entries, and the apiserver itself
     // refuses duplicate names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = MAX_MEMBERS))]
     pub member_clusters: Vec<DsoMemberCluster>,
     /// What happens when members become unreachable or come back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +121,7 @@ pub struct DsoMemberCluster {
     pub name: String,
     /// Share of replicas relative to the other members (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_WEIGHT))]
     pub weight: Option<i32>,
     /// Namespace of the workload in this member (default: the DSO's namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,12 +129,15 @@ pub struct DsoMemberCluster {
     /// Spill-over tier: tier 0 fills first, then tier 1, …; scale-in drains the highest
     /// tier first.
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_TIER))]
     pub tier: i32,
     /// Floor for this member while the total allows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub min_replicas: Option<i32>,
     /// Ceiling for this member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max_replicas: Option<i32>,
 }
 
@@ -139,9 +147,11 @@ pub struct DsoMemberCluster {
 pub struct RebalancingPolicy {
     /// How long a member may be unreachable before its share moves (default `1m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = duration::MAX_LENGTH), regex(pattern = duration::PATTERN))]
     pub grace_period: Option<String>,
     /// At most this percentage of the total moves between members in one rebalancing step.
     #[serde(default = "default_max_rebalance_percentage")]
+    #[schemars(range(min = 0, max = 100))]
     pub max_rebalance_percentage: i32,
     /// Rescaling distributes the change instead of the total (KubeAdmiral), so no member
     /// shrinks on scale-out nor grows on scale-in.
@@ -149,6 +159,7 @@ pub struct RebalancingPolicy {
     pub avoid_disruption: bool,
     /// Replicas reported unschedulable for longer than this move to members with room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = duration::MAX_LENGTH), regex(pattern = duration::PATTERN))]
     pub migrate_unschedulable_after: Option<String>,
 }
 

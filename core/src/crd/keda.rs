@@ -8,6 +8,11 @@ use k8s_openapi::api::batch::v1::JobSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::validate::{
+    MAX_COOLDOWN_PERIOD, MAX_FAILURE_THRESHOLD, MAX_JOBS, MAX_POLLING_INTERVAL,
+    MAX_QUEUE_LENGTH_DEDUCTION, MAX_REPLICAS,
+};
+
 /// KEDA's default `pollingInterval` in seconds.
 pub const DEFAULT_POLLING_INTERVAL: i32 = 30;
 /// KEDA's default `cooldownPeriod` in seconds.
@@ -75,8 +80,10 @@ pub struct ScaleTargetRef {
 #[serde(rename_all = "camelCase")]
 pub struct Fallback {
     /// Consecutive failures before the fallback applies.
+    #[schemars(range(min = 1, max = MAX_FAILURE_THRESHOLD))]
     pub failure_threshold: i32,
     /// Replicas during fallback.
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: i32,
     /// `static` (default), `currentReplicas`, `currentReplicasIfHigher`,
     /// `currentReplicasIfLower`.
@@ -137,21 +144,27 @@ pub struct ScaledObjectSpec {
     pub scale_target_ref: ScaleTargetRef,
     /// Seconds between trigger checks (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_POLLING_INTERVAL))]
     pub polling_interval: Option<i32>,
     /// Seconds to wait after the last active trigger before scaling to zero (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_COOLDOWN_PERIOD))]
     pub cooldown_period: Option<i32>,
     /// Seconds after creation before the first cooldown applies (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_COOLDOWN_PERIOD))]
     pub initial_cooldown_period: Option<i32>,
     /// Replicas while no trigger is active.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub idle_replica_count: Option<i32>,
     /// Lower bound of the fleet-wide total (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub min_replica_count: Option<i32>,
     /// Upper bound of the fleet-wide total (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub max_replica_count: Option<i32>,
     /// Replicas to use when scalers keep failing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +209,7 @@ pub struct ScalingStrategy {
     pub strategy: Option<String>,
     /// `custom`: subtracted from the target metric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -MAX_QUEUE_LENGTH_DEDUCTION, max = MAX_QUEUE_LENGTH_DEDUCTION))]
     pub custom_scaling_queue_length_deduction: Option<i32>,
     /// `custom`: share of running Jobs subtracted, as a decimal string (`"0.5"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,21 +230,26 @@ pub struct ScaledJobSpec {
     pub job_target_ref: JobSpec,
     /// Seconds between trigger checks (default 30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_POLLING_INTERVAL))]
     pub polling_interval: Option<i32>,
     /// Successful Jobs to keep (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_JOBS))]
     pub successful_jobs_history_limit: Option<i32>,
     /// Failed Jobs to keep (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_JOBS))]
     pub failed_jobs_history_limit: Option<i32>,
     /// Container whose environment KEDA reads (default the first one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_source_container_name: Option<String>,
     /// Jobs kept around even without load (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_JOBS))]
     pub min_replica_count: Option<i32>,
     /// Upper bound of concurrent non-terminal Jobs (default 100).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_JOBS))]
     pub max_replica_count: Option<i32>,
     /// Deprecated form of `rollout.strategy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

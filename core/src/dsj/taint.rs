@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::time::saturating_add;
 use crate::validate::{ClusterStrategy, DsjSettings, FailoverTiming};
 
 /// Taint level of a member at a given time.
@@ -83,10 +84,6 @@ pub struct Taint {
     pub hard_until: Option<SystemTime>,
 }
 
-fn after(now: SystemTime, d: Duration) -> SystemTime {
-    now.checked_add(d).unwrap_or(now)
-}
-
 impl Taint {
     /// A clean taint following `policy`.
     pub fn new(policy: TaintPolicy) -> Self {
@@ -118,7 +115,7 @@ impl Taint {
             TaintLevel::Hard | TaintLevel::Soft => self.harden(now),
             TaintLevel::None if self.policy.soft_taint_duration.is_zero() => self.harden(now),
             TaintLevel::None => {
-                self.soft_until = Some(after(now, self.policy.soft_taint_duration));
+                self.soft_until = Some(saturating_add(now, self.policy.soft_taint_duration));
                 TaintLevel::Soft
             }
         }
@@ -126,7 +123,7 @@ impl Taint {
 
     fn harden(&mut self, now: SystemTime) -> TaintLevel {
         self.soft_until = None;
-        self.hard_until = Some(after(now, self.policy.hard_taint_duration));
+        self.hard_until = Some(saturating_add(now, self.policy.hard_taint_duration));
         self.level(now)
     }
 }
@@ -336,6 +333,34 @@ mod tests {
                 proptest::prop_assert_eq!(taint.level(at(now + hard.max(soft))), TaintLevel::None);
             }
         }
+    }
+
+    #[test]
+    fn taints_past_the_end_of_time_never_expire() {
+        let latest = saturating_add(at(0), Duration::MAX);
+        // At the end of time a new window is empty; observing there must not panic.
+        let mut taint = Taint::new(policy(u64::MAX, u64::MAX, true));
+        taint.observe(TaintEvent::JobStuck, latest);
+        assert_eq!(taint.soft_until, Some(latest));
+        let mut taint = Taint::new(TaintPolicy {
+            soft_taint_duration: Duration::MAX,
+            hard_taint_duration: Duration::MAX,
+            create_failures_taint: true,
+        });
+        assert_eq!(
+            taint.observe(TaintEvent::JobStuck, at(10)),
+            TaintLevel::Soft
+        );
+        assert_eq!(
+            taint.observe(TaintEvent::JobStuck, at(20)),
+            TaintLevel::Hard
+        );
+        assert_eq!(
+            taint.level(saturating_add(at(20), Duration::from_secs(u64::MAX / 4))),
+            TaintLevel::Hard
+        );
+        assert_eq!(taint.soft_until, None);
+        assert_eq!(taint.hard_until, Some(latest));
     }
 
     #[test]

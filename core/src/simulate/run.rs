@@ -15,6 +15,7 @@ use crate::dsj::step::{
 };
 use crate::dsj::taint::TaintLevel;
 use crate::dso::{self, DsoPlanInput, MemberObservation, MemberState, Reason};
+use crate::time::{saturating_add, saturating_sub};
 use crate::validate;
 use crate::{Error, Result};
 
@@ -99,7 +100,7 @@ pub fn simulate(text: &str) -> Result<Report> {
 
 /// The simulated clock: steps start a day after the epoch so that "ago" never underflows.
 fn start() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(86_400)
+    saturating_add(SystemTime::UNIX_EPOCH, Duration::from_secs(86_400))
 }
 
 fn state(field: &str, value: Option<&str>) -> Result<Option<MemberState>> {
@@ -174,10 +175,10 @@ fn run_dso(s: &Scenario<DistributedScaledObjectSpec>) -> Result<Report> {
         if i > 0 {
             for m in &mut members {
                 if m.obs.state == MemberState::Unreachable {
-                    m.obs.unreachable_for += interval;
+                    m.obs.unreachable_for = m.obs.unreachable_for.saturating_add(interval);
                 }
                 if m.obs.unschedulable_replicas > 0 {
-                    m.obs.unschedulable_for += interval;
+                    m.obs.unschedulable_for = m.obs.unschedulable_for.saturating_add(interval);
                 }
             }
         }
@@ -324,7 +325,7 @@ fn apply_dsj(
     }
     let age =
         duration(&format!("{field}.pendingFor"), m.pending_for.as_deref())?.unwrap_or_default();
-    let since = now.checked_sub(age).unwrap_or(now);
+    let since = saturating_sub(now, age);
     jobs.reset(field, &m.name, m.running_jobs, m.pending_jobs, since)
 }
 
@@ -352,7 +353,7 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
     let mut names: Vec<String> = Vec::new();
     for (i, step) in s.steps.iter().enumerate() {
         if i > 0 {
-            now += interval;
+            now = saturating_add(now, interval);
         }
         for (j, o) in step.members.iter().enumerate() {
             let field = format!("steps[{i}].members[{j}]");
