@@ -738,7 +738,7 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
                     .and_then(Value::as_str)
                     .and_then(parse_rfc3339),
             ) {
-                let at = done + ttl * 1000;
+                let at = done.saturating_add(ttl.saturating_mul(1000));
                 if now >= at {
                     delete(store, JOBS, &ns_name(&j), &name_of(&j), now);
                 } else {

@@ -144,23 +144,26 @@ pub(crate) fn reconcile(
         let interval = get_path(&so, "spec.pollingInterval")
             .and_then(Value::as_i64)
             .unwrap_or(30)
-            .max(1)
+            .clamp(1, 86_400)
             * 1000;
         let generation = get_path(&so, "metadata.generation")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         let observed = get_path(&so, "status.observedGeneration").and_then(Value::as_i64);
-        let due = st.last_poll.get(&uid).is_none_or(|t| now >= t + interval)
+        let due = st
+            .last_poll
+            .get(&uid)
+            .is_none_or(|t| now >= t.saturating_add(interval))
             || observed != Some(generation)
             || overrides_changed;
         if !due {
             if let Some(t) = st.last_poll.get(&uid) {
-                timers.at(t + interval);
+                timers.at(t.saturating_add(interval));
             }
             continue;
         }
         st.last_poll.insert(uid, now);
-        timers.at(now + interval);
+        timers.at(now.saturating_add(interval));
         poll(store, &so, overrides, now);
     }
 }

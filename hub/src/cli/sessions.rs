@@ -67,22 +67,22 @@ pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<(
 fn ago(unix_ms: i64, now: SystemTime) -> String {
     let now_ms = now
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0);
-    let secs = ((now_ms - unix_ms).max(0) / 1000) as u64;
+    let secs = u64::try_from(now_ms.saturating_sub(unix_ms) / 1000).unwrap_or(0);
     format!("{}s ago", secs)
 }
 
 fn expires(unix_s: i64, now: SystemTime) -> String {
     let now_s = now
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
         .unwrap_or(0);
-    let left = unix_s - now_s;
-    if left <= 0 {
-        "expired".into()
-    } else {
-        humantime::format_duration(Duration::from_secs((left as u64 / 3600) * 3600)).to_string()
+    match u64::try_from(unix_s.saturating_sub(now_s)) {
+        Ok(left) if left > 0 => {
+            humantime::format_duration(Duration::from_secs((left / 3600) * 3600)).to_string()
+        }
+        _ => "expired".into(),
     }
 }
 
@@ -134,4 +134,19 @@ pub fn render_table(sessions: &[MemberSession], now: SystemTime) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extreme_times_from_a_hub_do_not_overflow() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(ago(i64::MIN, now), format!("{}s ago", i64::MAX / 1000));
+        assert_eq!(ago(i64::MAX, now), "0s ago");
+        assert_eq!(expires(i64::MIN, now), "expired");
+        assert!(expires(i64::MAX, now).contains("years"));
+        assert_eq!(expires(1_000_000 + 7200, now), "2h");
+    }
 }
