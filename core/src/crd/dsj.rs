@@ -223,9 +223,78 @@ pub struct DistributedScaledJobStatus {
     /// Label selector for `/scale`; never empty and matches no pod in the hub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// Target average value per Job of each trigger, by trigger name (else type), as a
+    /// quantity.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scalers_target_average_value: BTreeMap<String, String>,
+    /// Per trigger: whether it could be read and whether it asks for Jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub trigger_metrics_status: Vec<TriggerMetricStatus>,
+    /// What the hub keeps from one poll to the next (taints, round robin, stuck Jobs, the
+    /// next Job's index), so that a hub restart loses no taint and creates no Job twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<DsjScheduling>,
     /// Ready, Paused… (see [`super::conditions`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One entry of `status.triggerMetricsStatus`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TriggerMetricStatus {
+    /// Trigger name (else its type).
+    pub name: String,
+    /// `Active` (asks for Jobs), `Inactive` or `Error` (could not be read: no Job is created).
+    pub state: String,
+    /// The value and target, or why it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<String>,
+    /// When `state` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_time: Option<Time>,
+}
+
+/// `status.scheduling`: the hub's memory between polls.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DsjScheduling {
+    /// Taints in force.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<TaintRecord>,
+    /// Smooth weighted round-robin credit per member.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub round_robin: BTreeMap<String, i64>,
+    /// Jobs found stuck (each tainted its member once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stuck_jobs: Vec<String>,
+    /// Index of the next Job to create (Job names are derived from it).
+    #[serde(default)]
+    pub next_job_index: i64,
+}
+
+/// One taint in `status.scheduling.taints`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaintRecord {
+    /// Tainted member.
+    pub member: String,
+    /// Workload class the taint is scoped to (`priorityFailover`); absent: the whole member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Workloads of this size or larger are affected (with `class`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<i64>,
+    /// Priority of the member when the taint was set (with `class`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// End of the soft-taint window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_until: Option<Time>,
+    /// End of the hard taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_until: Option<Time>,
 }
 
 /// Per-member entry of a DSJ's `status.memberClusterStatuses`.
@@ -259,4 +328,11 @@ pub struct DsjMemberClusterStatus {
     /// Whether the member is hard-tainted (excluded from scheduling).
     #[serde(default)]
     pub excluded: bool,
+    /// Whether the member carries a hard taint that applies to this DSJ.
+    #[serde(default)]
+    pub hard_tainted: bool,
+    /// What its hard taints apply to: `cluster`, or `CLASS>=SIZE@PRIORITY` under
+    /// `priorityFailover`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hard_taint_scopes: Vec<String>,
 }

@@ -6,6 +6,7 @@ pub mod duplication;
 pub mod history;
 pub mod metrics;
 pub mod overrides;
+mod persist;
 mod plan;
 pub mod render;
 pub mod scaling;
