@@ -25,6 +25,11 @@ use crate::{Error, Result};
 // the same bounds (`crate::crd`), so the API server refuses such objects before kedge sees
 // them; validation still checks, for `kubectl kedge simulate` and objects stored earlier.
 
+/// Most triggers in one DSJ, as KEDA's ScaledJob CRD allows.
+pub const MAX_TRIGGERS: usize = 64;
+/// Highest `memberClusters[].scheduling.priority` of a DSJ (priorities are 0..=1000).
+pub const MAX_PRIORITY: i32 = 1000;
+
 /// Longest duration in a spec (168h, 7 days). Grace periods and taints are about outages
 /// that someone is paged for; a week covers any of them, and `now + duration` stays far
 /// from the end of what a clock can hold.
@@ -541,11 +546,23 @@ fn check_dso_triggers(p: &mut Problems, triggers: &[ScaleTriggers]) {
 }
 
 fn check_trigger_keys(p: &mut Problems, prefix: &str, triggers: &[ScaleTriggers]) -> Vec<String> {
+    if triggers.len() > MAX_TRIGGERS {
+        p.add(
+            format!("{prefix}.triggers"),
+            format!("at most {MAX_TRIGGERS} triggers, got {}", triggers.len()),
+        );
+    }
     let mut seen = BTreeSet::new();
     let mut keys = Vec::with_capacity(triggers.len());
     for (i, t) in triggers.iter().enumerate() {
         if t.type_.is_empty() {
             p.add(format!("{prefix}.triggers[{i}].type"), "must not be empty");
+        }
+        if t.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            p.add(
+                format!("{prefix}.triggers[{i}].name"),
+                "must not be empty (omit it to key the trigger by its type)",
+            );
         }
         let key = trigger_key(t);
         if !seen.insert(key.to_owned()) {
@@ -648,8 +665,24 @@ pub fn dsj(
             weight,
             priority: m.scheduling.as_ref().and_then(|s| s.priority),
         });
+        if let Some(priority) = m.scheduling.as_ref().and_then(|s| s.priority)
+            && !(0..=MAX_PRIORITY).contains(&priority)
+        {
+            p.add(
+                format!("spec.memberClusters[{i}].scheduling.priority"),
+                format!("must be between 0 and {MAX_PRIORITY}, got {priority}"),
+            );
+        }
     }
     let scheduling = spec.cluster_scheduling.clone().unwrap_or_default();
+    if scheduling.workload_affinity.is_some()
+        && scheduling.strategy.as_deref() != Some("priorityFailover")
+    {
+        p.add(
+            "spec.clusterScheduling.workloadAffinity",
+            "only used with strategy priorityFailover; remove it or set the strategy",
+        );
+    }
     let scaling = scaling_strategy(&mut p, spec);
     let cluster_strategy = match scheduling.strategy.as_deref() {
         None | Some("weightedRoundRobin") => {
@@ -1115,6 +1148,40 @@ mod tests {
             err.contains("spec.scaledObjectSpec.scaleTargetRef.name: must not be empty"),
             "{err}"
         );
+        let job = "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n";
+        for (yaml, expected) in [
+            (
+                format!("{job}  triggers: [{{type: a, name: \" \"}}]"),
+                "spec.scaledJobSpec.triggers[0].name: must not be empty".to_owned(),
+            ),
+            (
+                format!(
+                    "{job}  triggers: [{}]",
+                    (0..65)
+                        .map(|i| format!("{{type: t, name: t{i}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "spec.scaledJobSpec.triggers: at most 64 triggers, got 65".to_owned(),
+            ),
+            (
+                format!("{job}clusterScheduling: {{workloadAffinity: {{class: x, size: 1}}}}"),
+                "spec.clusterScheduling.workloadAffinity: only used with strategy priorityFailover"
+                    .to_owned(),
+            ),
+            (
+                format!(
+                    "{job}clusterScheduling: {{strategy: priorityFailover, workloadAffinity: \
+                     {{class: x, size: 1}}}}\nmemberClusters: [{{name: a, scheduling: \
+                     {{priority: 1001}}}}]"
+                ),
+                "spec.memberClusters[0].scheduling.priority: must be between 0 and 1000, got 1001"
+                    .to_owned(),
+            ),
+        ] {
+            let err = dsj_error(&yaml);
+            assert!(err.contains(&expected), "{yaml}\n{err}");
+        }
     }
 
     /// Every documented limit: `where | fragment | accepted or refused value | "ok" or the

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::keda::ScaledJobSpec;
 use crate::duration;
-use crate::validate::{MAX_JOBS, MAX_MEMBERS, MAX_WEIGHT};
+use crate::validate::{MAX_JOBS, MAX_MEMBERS, MAX_PRIORITY, MAX_WEIGHT};
 
 /// Default of `failoverPolicy.gracePeriod`.
 pub const DEFAULT_FAILOVER_GRACE_PERIOD: &str = "1m";
@@ -102,8 +102,9 @@ pub struct DsjMemberCluster {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberScheduling {
-    /// Higher is preferred; required for every member under `priorityFailover`.
+    /// Higher is preferred; required for every member under `priorityFailover` (0–1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_PRIORITY))]
     pub priority: Option<i32>,
 }
 

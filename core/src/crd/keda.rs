@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::validate::{
     MAX_COOLDOWN_PERIOD, MAX_FAILURE_THRESHOLD, MAX_JOBS, MAX_POLLING_INTERVAL,
-    MAX_QUEUE_LENGTH_DEDUCTION, MAX_REPLICAS,
+    MAX_QUEUE_LENGTH_DEDUCTION, MAX_REPLICAS, MAX_TRIGGERS,
 };
 
 /// KEDA's default `pollingInterval` in seconds.
@@ -262,6 +262,7 @@ pub struct ScaledJobSpec {
     pub scaling_strategy: Option<ScalingStrategy>,
     /// The scalers.
     #[serde(default)]
+    #[schemars(length(max = MAX_TRIGGERS))]
     pub triggers: Vec<ScaleTriggers>,
 }
 
