@@ -133,18 +133,17 @@ impl AgentArgs {
 mod tests {
     use super::*;
 
+    /// The command line with TLS flags and `flags`, checked as at startup.
+    fn with(flags: &[&str]) -> Result<AgentArgs, clap::Error> {
+        let tls = ["--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"];
+        let all = std::iter::once("kedge-agent")
+            .chain(tls)
+            .chain(flags.iter().copied());
+        AgentArgs::try_parse_from(all).and_then(AgentArgs::checked)
+    }
+
     fn args(hub: &str) -> AgentArgs {
-        AgentArgs::parse_from([
-            "kedge-agent",
-            "--hub",
-            hub,
-            "--tls-cert",
-            "c",
-            "--tls-key",
-            "k",
-            "--tls-ca",
-            "ca",
-        ])
+        with(&["--hub", hub]).unwrap()
     }
 
     #[test]
@@ -174,19 +173,7 @@ mod tests {
     }
 
     fn parse(extra: &[&str]) -> Result<AgentArgs, clap::Error> {
-        let mut all = vec![
-            "kedge-agent",
-            "--hub",
-            "hub:7443",
-            "--tls-cert",
-            "c",
-            "--tls-key",
-            "k",
-            "--tls-ca",
-            "ca",
-        ];
-        all.extend_from_slice(extra);
-        AgentArgs::try_parse_from(all).and_then(AgentArgs::checked)
+        with(&[&["--hub", "hub:7443"][..], extra].concat())
     }
 
     #[test]
@@ -210,20 +197,7 @@ mod tests {
             error.contains("--reconnect-max (1s) must be at least --reconnect-initial (10s)"),
             "{error}"
         );
-        let error = AgentArgs::try_parse_from([
-            "kedge-agent",
-            "--hub",
-            " , ",
-            "--tls-cert",
-            "c",
-            "--tls-key",
-            "k",
-            "--tls-ca",
-            "ca",
-        ])
-        .and_then(AgentArgs::checked)
-        .unwrap_err()
-        .to_string();
+        let error = with(&["--hub", " , "]).unwrap_err().to_string();
         assert!(error.contains("--hub needs at least one"), "{error}");
         let ok = parse(&["--report-interval", "50ms", "--reconnect-max", "500ms"]).unwrap();
         assert_eq!(ok.report_interval, Duration::from_millis(50));

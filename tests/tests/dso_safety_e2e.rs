@@ -52,6 +52,15 @@ fn member_state(fleet: &Fleet, dso: &str, member: &str) -> Value {
     fleet.dso(dso)["status"]["memberClusterStatuses"][member]["state"].clone()
 }
 
+/// A fleet of member-1 and member-2, each running Deployment `web` with `replicas`.
+async fn two_running_web(replicas: i32) -> (tempfile::TempDir, Fleet) {
+    let (dir, fleet) = start(&TWO).await;
+    for member in TWO {
+        deployment(&fleet.sim, member, "web", replicas).await;
+    }
+    (dir, fleet)
+}
+
 fn two_members(w1: u32, w2: u32) -> String {
     format!(
         "  memberClusters:\n  - {{name: member-1, weight: {w1}}}\n  - {{name: member-2, weight: {w2}}}"
@@ -113,10 +122,7 @@ subjects:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_or_replaced_workloads_are_never_scaled_down() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start(&TWO).await;
-    for member in TWO {
-        deployment(&fleet.sim, member, "web", 1).await;
-    }
+    let (_dir, fleet) = two_running_web(1).await;
     // member-1's agent acts through a ServiceAccount whose RoleBinding the test revokes.
     let m1 = fleet.kubeconfig("member-1");
     let rbac = fleet.dir.join("agent-rbac.yaml");
@@ -244,10 +250,7 @@ async fn refused_or_replaced_workloads_are_never_scaled_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_restart_with_a_late_member_never_scales_it_down() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start(&TWO).await;
-    for member in TWO {
-        deployment(&fleet.sim, member, "web", 1).await;
-    }
+    let (_dir, fleet) = two_running_web(1).await;
     let hub = fleet.start_hub("hub-1.log");
     let mut a1 = fleet.start_agent("member-1", None, "member-1.log");
     let _a2 = fleet.start_agent("member-2", None, "member-2.log");
@@ -311,10 +314,7 @@ async fn a_hub_restart_with_a_late_member_never_scales_it_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_dso_holds_running_workloads_until_its_total_is_set() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start(&TWO).await;
-    for member in TWO {
-        deployment(&fleet.sim, member, "web", 3).await;
-    }
+    let (_dir, fleet) = two_running_web(3).await;
     let _hub = fleet.start_hub("hub.log");
     let _a1 = fleet.start_agent("member-1", None, "member-1.log");
     let _a2 = fleet.start_agent("member-2", None, "member-2.log");
@@ -547,10 +547,7 @@ async fn active(fleet: &Fleet, ports: HubPorts, what: &str, floors: &[(&str, i64
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_active_hub_and_agents_follow_it_when_it_goes() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start(&TWO).await;
-    for member in TWO {
-        deployment(&fleet.sim, member, "web", 1).await;
-    }
+    let (_dir, fleet) = two_running_web(1).await;
     let (a_ports, b_ports) = (fleet.ports, HubPorts::new());
     let mut a = fleet.start_hub_at(a_ports, "hub-a.log");
     wait_for(LIMIT, "hub A to be active", || async {
