@@ -313,8 +313,8 @@ impl ReportState {
         Some(StatusReport {
             full,
             workloads: changed,
-            jobs: Vec::new(),
             capacity: if full { self.capacity } else { capacity },
+            ..StatusReport::default()
         })
     }
 }
