@@ -7,6 +7,7 @@
 pub mod config;
 mod error;
 pub mod executor;
+pub mod jobs;
 mod link;
 pub mod metrics;
 pub mod observe;
