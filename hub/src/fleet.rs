@@ -401,8 +401,7 @@ mod tests {
         StatusReport {
             full: true,
             workloads,
-            jobs: vec![],
-            capacity: None,
+            ..StatusReport::default()
         }
     }
 

@@ -12,7 +12,7 @@ use kedge_protocol::{
     Retry, WorkloadRef, WorkloadReplicas,
 };
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
     PropagationPolicy,
 };
 use kube::core::GroupVersionKind;
@@ -20,6 +20,8 @@ use kube::{Client, discovery};
 use serde_json::json;
 use tokio::sync::Mutex;
 use tracing::{info, warn};
+
+use crate::jobs::JobOwner;
 
 /// Field manager of every write the agent makes.
 pub const FIELD_MANAGER: &str = "kedge-agent";
@@ -39,6 +41,11 @@ impl NamespacePolicy {
             .filter(|n| !n.is_empty())
             .collect();
         Self { allowed }
+    }
+
+    /// The allowed namespaces; empty when every namespace is.
+    pub fn namespaces(&self) -> &[String] {
+        &self.allowed
     }
 
     /// Refuses a namespace outside the policy with a permanent, readable failure.
@@ -268,8 +275,12 @@ impl Executor {
         Ok(true)
     }
 
+    /// Creates a Job stamped with kedge's ownership label and annotation. A Job of that name
+    /// that already exists is fine when it is this owner's (a re-sent create), and refused
+    /// as `NotOwned` otherwise.
     async fn create_job(&self, command: &JobCreate) -> Result<(), Failure> {
         self.policy.check(&command.namespace)?;
+        let owner = JobOwner::parse(&command.owner)?;
         let mut job: Job = serde_json::from_slice(&command.manifest_json).map_err(|e| {
             invalid(format!(
                 "Job {} manifest is not a batch/v1 Job: {e}",
@@ -300,39 +311,70 @@ impl Executor {
         }
         job.metadata.name = Some(command.name.clone());
         job.metadata.namespace = Some(command.namespace.clone());
+        owner.stamp(&mut job);
         let api: Api<Job> = Api::namespaced(self.client.clone(), &command.namespace);
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..PostParams::default()
         };
+        let what = format!("creating Job {}/{}", command.namespace, command.name);
         match api.create(&params, &job).await {
             Ok(_) => {
-                info!(job = %command.name, namespace = %command.namespace, owner = %command.owner, "Job created");
+                info!(job = %command.name, namespace = %command.namespace, owner = %owner, "Job created");
                 Ok(())
             }
-            // Deterministic names make a re-sent create harmless.
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-            Err(e) => Err(classify(
-                &e,
-                &format!("creating Job {}/{}", command.namespace, command.name),
-            )),
+            // Deterministic names make a re-sent create harmless, if the Job is ours.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                match api
+                    .get_opt(&command.name)
+                    .await
+                    .map_err(|e| classify(&e, &what))?
+                {
+                    Some(existing) => owner.check(&existing.metadata),
+                    // Deleted in between: the next desired state creates it again.
+                    None => Err(Failure {
+                        retry: Retry::Transient,
+                        code: FailureCode::Conflict,
+                        message: format!("{what}: it existed, then was deleted"),
+                    }),
+                }
+            }
+            Err(e) => Err(classify(&e, &what)),
         }
     }
 
+    /// Deletes a Job, only if kedge created it for this owner: a missing Job is already
+    /// deleted, a Job without the ownership label or with another owner is refused as
+    /// `NotOwned` and left alone.
     async fn delete_job(&self, command: &JobDelete) -> Result<(), Failure> {
         self.policy.check(&command.namespace)?;
+        let owner = JobOwner::parse(&command.owner)?;
         let api: Api<Job> = Api::namespaced(self.client.clone(), &command.namespace);
+        let what = format!("deleting Job {}/{}", command.namespace, command.name);
+        let Some(job) = api
+            .get_opt(&command.name)
+            .await
+            .map_err(|e| classify(&e, &what))?
+        else {
+            return Ok(());
+        };
+        owner.check(&job.metadata)?;
+        // Only the Job checked: one replaced in between is checked again on the next try.
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions {
+                uid: job.metadata.uid.clone(),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match api.delete(&command.name, &params).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                info!(job = %command.name, namespace = %command.namespace, owner = %owner, "Job deleted");
+                Ok(())
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(e) => Err(classify(
-                &e,
-                &format!("deleting Job {}/{}", command.namespace, command.name),
-            )),
+            Err(e) => Err(classify(&e, &what)),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The kedge member agent: keeps one authenticated QUIC session with the hub alive, forever,
-//! and (in later modules) applies the hub's desired state in the member cluster.
+//! applies the hub's desired state in the member cluster (replicas, Jobs) and reports what
+//! it manages there.
 //!
 //! The agent is fail-static: losing the hub changes nothing in the member cluster; it only
 //! reconnects, with jittered exponential backoff.
@@ -7,9 +8,11 @@
 pub mod config;
 mod error;
 pub mod executor;
+pub mod jobs;
 mod link;
 pub mod metrics;
 pub mod observe;
+pub mod report;
 mod rotation;
 mod session;
 

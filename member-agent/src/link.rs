@@ -1,7 +1,7 @@
 //! What outlives a session: the latest desired state, the apply loop that converges the
-//! cluster to it, and the report loop that observes and reports. Sessions come and go; these
-//! keep running (fail-static), and each new session gets a full report and the full desired
-//! state again.
+//! cluster to it, the watches of managed Jobs, and the report loop that observes and
+//! reports. Sessions come and go; these keep running (fail-static), and each new session
+//! gets a full report and the full desired state again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -9,20 +9,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use kedge_net::supervise::Supervisor;
-use kedge_protocol::{AgentMessage, DesiredState, WorkloadRef, WorkloadStatus, unix_ms};
+use kedge_protocol::{
+    AgentMessage, DesiredState, MAX_FRAME_BYTES, WorkloadRef, WorkloadStatus, unix_ms,
+};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::executor::Executor;
-use crate::observe::{
-    Autoscalers, ReportState, observe_autoscalers, observe_capacity, observe_workload,
-};
+use crate::jobs::watch::{self as job_watch, SharedIndex};
+use crate::observe::{Autoscalers, observe_autoscalers, observe_capacity, observe_workload};
+use crate::report::ReportState;
 
 /// Messages waiting for the next session; bounded, because reports and acks are
-/// level-triggered: what is dropped is superseded by the next full report.
+/// level-triggered: when a report is dropped, the next one is full.
 const OUTBOX: usize = 256;
+
+/// How long the report loop gathers watch events after the first one wakes it, so that a
+/// burst of Job and pod changes goes out in a few reports instead of one per event.
+const COALESCE: Duration = Duration::from_millis(200);
 
 /// The session's side of the link.
 #[derive(Debug)]
@@ -45,13 +51,19 @@ impl SessionLink {
     }
 }
 
-fn post(outbox: &mpsc::Sender<AgentMessage>, message: AgentMessage) {
-    if let Err(mpsc::error::TrySendError::Full(_)) = outbox.try_send(message) {
-        debug!("outbox full; dropping a message superseded by the next full report");
+/// Queues a message for the session; `false` when the outbox is full and it was dropped.
+fn post(outbox: &mpsc::Sender<AgentMessage>, message: AgentMessage) -> bool {
+    match outbox.try_send(message) {
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            debug!("outbox full; dropping a message superseded by the next full report");
+            false
+        }
+        _ => true,
     }
 }
 
-/// Starts the apply and report loops; returns the session's side of the link.
+/// Starts the apply loop, the watches of managed Jobs and pods, and the report loop;
+/// returns the session's side of the link.
 pub(crate) fn start(
     executor: Arc<Executor>,
     report_interval: Duration,
@@ -63,6 +75,28 @@ pub(crate) fn start(
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
     let full_report = Arc::new(AtomicBool::new(true));
     let report_now = Arc::new(Notify::new());
+    let scopes = job_watch::scopes(executor.policy().namespaces());
+    let jobs = job_watch::index_for(&scopes);
+    for scope in scopes {
+        supervisor.spawn(
+            "the Job watch",
+            job_watch::follow_jobs(
+                executor.client().clone(),
+                scope.clone(),
+                jobs.clone(),
+                report_now.clone(),
+            ),
+        );
+        supervisor.spawn(
+            "the Job pod watch",
+            job_watch::follow_pods(
+                executor.client().clone(),
+                scope,
+                jobs.clone(),
+                report_now.clone(),
+            ),
+        );
+    }
     supervisor.spawn(
         "the apply loop",
         apply_loop(
@@ -76,6 +110,7 @@ pub(crate) fn start(
         "the report loop",
         report_loop(
             executor,
+            jobs,
             desired_rx,
             outbox_tx,
             full_report.clone(),
@@ -107,7 +142,8 @@ async fn apply_loop(
         let state = desired.borrow_and_update().clone();
         if let Some(state) = state {
             let ack = executor.apply(&state).await;
-            post(&outbox, AgentMessage::Ack(ack));
+            // A dropped ack is not resent: the hub re-sends desired state to a new session.
+            let _ = post(&outbox, AgentMessage::Ack(ack));
         }
     }
 }
@@ -168,9 +204,12 @@ impl Drift {
 }
 
 /// Observes managed workloads (restoring replica counts changed outside kedge) and the
-/// cluster's capacity, and reports what changed.
+/// cluster's capacity every report interval, reports managed Jobs as their watches change
+/// them, and sends what changed.
+#[allow(clippy::too_many_arguments)]
 async fn report_loop(
     executor: Arc<Executor>,
+    jobs: SharedIndex,
     desired: watch::Receiver<Option<DesiredState>>,
     outbox: mpsc::Sender<AgentMessage>,
     full_report: Arc<AtomicBool>,
@@ -184,13 +223,25 @@ async fn report_loop(
     let mut capacity_due = Instant::now();
     let mut drift: HashMap<WorkloadRef, Drift> = HashMap::new();
     loop {
-        tokio::select! {
+        let ticked = tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-            _ = report_now.notified() => {}
+            _ = tick.tick() => true,
+            _ = report_now.notified() => false,
+        };
+        if !ticked {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(COALESCE) => {}
+            }
         }
         let full = full_report.swap(false, Ordering::AcqRel);
-        let capacity = if full || Instant::now() >= capacity_due {
+        // Watch events alone report Jobs; workloads are read on the tick and in full reports.
+        let observed = if ticked || full {
+            observe_workloads(&executor, &desired, &mut drift).await
+        } else {
+            Vec::new()
+        };
+        let capacity = if full || (ticked && Instant::now() >= capacity_due) {
             capacity_due = Instant::now() + capacity_interval;
             match observe_capacity(&executor).await {
                 Ok(capacity) => Some(capacity),
@@ -202,65 +253,78 @@ async fn report_loop(
         } else {
             None
         };
-        let commands = desired
-            .borrow()
-            .as_ref()
-            .map(|d| d.workloads.clone())
-            .unwrap_or_default();
-        let mut observed = Vec::with_capacity(commands.len());
-        let mut autoscalers: HashMap<String, Autoscalers> = HashMap::new();
-        for command in &commands {
-            let w = &command.workload;
-            let mut status = match observe_workload(&executor, w, unix_ms(SystemTime::now())).await
-            {
-                Ok(status) => status,
-                // Reported, so the hub sees why (RBAC, namespace policy) and holds it.
-                Err(failure) => {
-                    debug!(message = %failure.message, "cannot observe workload");
-                    WorkloadStatus {
-                        failure: Some(failure),
-                        ..WorkloadStatus::absent(w.clone())
-                    }
+        let report = state.next(observed, capacity, full, &mut job_watch::lock(&jobs));
+        let Some(report) = report else { continue };
+        for part in report.split(MAX_FRAME_BYTES) {
+            if !post(&outbox, AgentMessage::Report(part)) {
+                // The hub missed a change: tell it everything again.
+                full_report.store(true, Ordering::Release);
+                break;
+            }
+        }
+    }
+}
+
+/// Observes every workload of the desired state, restoring replica counts changed outside
+/// kedge unless something else keeps changing them.
+async fn observe_workloads(
+    executor: &Executor,
+    desired: &watch::Receiver<Option<DesiredState>>,
+    drift: &mut HashMap<WorkloadRef, Drift>,
+) -> Vec<WorkloadStatus> {
+    let commands = desired
+        .borrow()
+        .as_ref()
+        .map(|d| d.workloads.clone())
+        .unwrap_or_default();
+    let mut observed = Vec::with_capacity(commands.len());
+    let mut autoscalers: HashMap<String, Autoscalers> = HashMap::new();
+    for command in &commands {
+        let w = &command.workload;
+        let mut status = match observe_workload(executor, w, unix_ms(SystemTime::now())).await {
+            Ok(status) => status,
+            // Reported, so the hub sees why (RBAC, namespace policy) and holds it.
+            Err(failure) => {
+                debug!(message = %failure.message, "cannot observe workload");
+                WorkloadStatus {
+                    failure: Some(failure),
+                    ..WorkloadStatus::absent(w.clone())
                 }
+            }
+        };
+        if status.exists {
+            if !autoscalers.contains_key(&w.namespace) {
+                let found = observe_autoscalers(executor, &w.namespace).await;
+                autoscalers.insert(w.namespace.clone(), found);
+            }
+            status.conflict = autoscalers.get(&w.namespace).and_then(|a| a.targeting(w));
+            let drift = drift.entry(w.clone()).or_default();
+            let Some(want) = command.replicas else {
+                let edits = drift.hold(status.spec_replicas, Instant::now());
+                status.conflict = status.conflict.or(edits);
+                observed.push(status);
+                continue;
             };
-            if status.exists {
-                if !autoscalers.contains_key(&w.namespace) {
-                    let found = observe_autoscalers(&executor, &w.namespace).await;
-                    autoscalers.insert(w.namespace.clone(), found);
-                }
-                status.conflict = autoscalers.get(&w.namespace).and_then(|a| a.targeting(w));
-                let drift = drift.entry(w.clone()).or_default();
-                let Some(want) = command.replicas else {
-                    let edits = drift.hold(status.spec_replicas, Instant::now());
-                    status.conflict = status.conflict.or(edits);
-                    observed.push(status);
-                    continue;
-                };
-                {
-                    let edits = drift.observe(status.spec_replicas, want, Instant::now());
-                    status.conflict = status.conflict.or(edits);
-                    if let Some(other) = &status.conflict {
-                        debug!(workload = %w.name, %other, "not restoring replicas: something else scales it");
-                    } else if status.spec_replicas != want {
-                        info!(workload = %w.name, namespace = %w.namespace,
-                            found = status.spec_replicas, desired = want,
-                            "replicas were changed outside kedge; restoring");
-                        match executor.scale(command).await {
-                            Ok(_) => drift.restored = true,
-                            Err(failure) => {
-                                warn!(message = %failure.message, "cannot restore replicas")
-                            }
-                        }
+            let edits = drift.observe(status.spec_replicas, want, Instant::now());
+            status.conflict = status.conflict.or(edits);
+            if let Some(other) = &status.conflict {
+                debug!(workload = %w.name, %other, "not restoring replicas: something else scales it");
+            } else if status.spec_replicas != want {
+                info!(workload = %w.name, namespace = %w.namespace,
+                    found = status.spec_replicas, desired = want,
+                    "replicas were changed outside kedge; restoring");
+                match executor.scale(command).await {
+                    Ok(_) => drift.restored = true,
+                    Err(failure) => {
+                        warn!(message = %failure.message, "cannot restore replicas")
                     }
                 }
             }
-            observed.push(status);
         }
-        drift.retain(|w, _| commands.iter().any(|c| c.workload == *w));
-        if let Some(report) = state.next(observed, capacity, full) {
-            post(&outbox, AgentMessage::Report(report));
-        }
+        observed.push(status);
     }
+    drift.retain(|w, _| commands.iter().any(|c| c.workload == *w));
+    observed
 }
 
 #[cfg(test)]

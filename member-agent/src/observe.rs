@@ -1,14 +1,13 @@
-//! What the agent reports: the state of every workload the hub manages here, and the
-//! cluster's free capacity. Reports are incremental (only what changed since the last one)
-//! and sent at most once per report interval, so a flapping workload cannot flood the hub;
-//! after every (re)connect one full report replaces what the hub knew.
+//! What the agent observes by reading: the state of every workload the hub manages here, and
+//! the cluster's free capacity (read once per report interval and capacity interval, so a
+//! flapping workload cannot flood the member API server or the hub).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kedge_core::quantity::parse_quantity;
-use kedge_protocol::{ClusterCapacity, StatusReport, WorkloadRef, WorkloadStatus};
+use kedge_protocol::{ClusterCapacity, WorkloadRef, WorkloadStatus};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, ResourceExt};
 use tracing::debug;
@@ -275,50 +274,6 @@ pub async fn observe_capacity(
     Ok(capacity_of(&nodes.items, &pods.items))
 }
 
-/// Remembers what was last reported, to send only changes.
-#[derive(Debug, Default)]
-pub struct ReportState {
-    workloads: BTreeMap<WorkloadRef, WorkloadStatus>,
-    capacity: Option<ClusterCapacity>,
-}
-
-impl ReportState {
-    /// Builds the next report from fresh observations: everything when `full`, else only the
-    /// entries that changed. `None` when there is nothing to say.
-    pub fn next(
-        &mut self,
-        observed: Vec<WorkloadStatus>,
-        capacity: Option<ClusterCapacity>,
-        full: bool,
-    ) -> Option<StatusReport> {
-        if full {
-            self.workloads.clear();
-            self.capacity = None;
-        }
-        let mut changed = Vec::new();
-        for status in observed {
-            if self.workloads.get(&status.workload) != Some(&status) {
-                self.workloads
-                    .insert(status.workload.clone(), status.clone());
-                changed.push(status);
-            }
-        }
-        let capacity = capacity.filter(|c| self.capacity.as_ref() != Some(c));
-        if let Some(c) = capacity {
-            self.capacity = Some(c);
-        }
-        if changed.is_empty() && capacity.is_none() && !full {
-            return None;
-        }
-        Some(StatusReport {
-            full,
-            workloads: changed,
-            jobs: Vec::new(),
-            capacity: if full { self.capacity } else { capacity },
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,34 +390,5 @@ mod tests {
         ]}}}});
         assert_eq!(pod_requests(&deployment), (1250, 128 << 20));
         assert_eq!(pod_requests(&serde_json::json!({})), (0, 0));
-    }
-
-    #[test]
-    fn reports_carry_only_changes_except_after_a_reconnect() {
-        let mut state = ReportState::default();
-        let cap = ClusterCapacity {
-            nodes: 1,
-            ..Default::default()
-        };
-        let first = state
-            .next(vec![status("a", 1), status("b", 2)], Some(cap), true)
-            .unwrap();
-        assert!(first.full);
-        assert_eq!(first.workloads.len(), 2);
-        assert_eq!(first.capacity, Some(cap));
-        assert!(
-            state
-                .next(vec![status("a", 1), status("b", 2)], Some(cap), false)
-                .is_none()
-        );
-        let delta = state
-            .next(vec![status("a", 3), status("b", 2)], Some(cap), false)
-            .unwrap();
-        assert_eq!(delta.workloads, vec![status("a", 3)]);
-        assert_eq!(delta.capacity, None);
-        let again = state
-            .next(vec![status("a", 3), status("b", 2)], None, true)
-            .unwrap();
-        assert_eq!(again.workloads.len(), 2, "a full report repeats everything");
     }
 }

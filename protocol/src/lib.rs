@@ -17,10 +17,12 @@
 mod codec;
 mod error;
 mod message;
+mod report;
 
 pub use codec::{FramedStream, decode, encode};
 pub use error::{Error, Result};
 pub use message::*;
+pub use report::bounded_text;
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -39,6 +41,18 @@ pub const DEFAULT_PORT: u16 = 7443;
 /// Large enough for a full desired state of several thousand workloads and Job manifests;
 /// small enough that a hostile peer cannot make the other side buffer much.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Longest string read from a member cluster (a name, reason or condition type) that goes
+/// on the wire; longer ones are cut ([`bounded_text`]). Valid Kubernetes names fit.
+pub const MAX_TEXT_BYTES: usize = 256;
+
+/// Most distinct sets of `True` pod conditions reported per Job
+/// ([`JobStatus::true_pod_conditions`]); a Job's pods pass through a few states each.
+pub const MAX_POD_CONDITION_SETS: usize = 16;
+
+/// Most condition types in one [`PodConditionSet`]; Kubernetes defines six pod condition
+/// types, readiness gates add the rest.
+pub const MAX_POD_CONDITION_TYPES: usize = 16;
 
 /// Unix milliseconds of `t` as they travel on the wire (0 before the epoch, saturating).
 pub fn unix_ms(t: std::time::SystemTime) -> i64 {

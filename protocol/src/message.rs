@@ -191,6 +191,10 @@ pub enum FailureCode {
     ApiUnavailable,
     /// An optimistic-concurrency conflict.
     Conflict,
+    /// The Job exists but kedge did not create it for this owner: it lacks the
+    /// `kedge.dev/distributedscaledjob` label or its `kedge.dev/owner` annotation names
+    /// another DistributedScaledJob. The agent never deletes or adopts such a Job.
+    NotOwned,
     /// Any other failure.
     Other,
 }
@@ -286,32 +290,79 @@ impl WorkloadStatus {
     }
 }
 
-/// Phase of a managed Job.
+/// Phase of a managed Job, from the Job's conditions and its pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobPhase {
-    /// Created; no pod running yet.
+    /// Not finished, and no pod of the Job is running or has succeeded (KEDA's default
+    /// pending rule).
     Pending,
-    /// At least one pod running.
+    /// Not finished, and at least one pod is running or has succeeded.
     Running,
-    /// Completed successfully.
+    /// The Job's `Complete` condition is `True`.
     Succeeded,
-    /// Failed (backoff limit or deadline exceeded).
+    /// The Job's `Failed` condition is `True` (backoff limit or deadline exceeded).
     Failed,
 }
 
-/// Observed state of one managed Job.
+/// A Job in the member cluster, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct JobRef {
+    /// Namespace in the member cluster.
+    pub namespace: String,
+    /// Job name.
+    pub name: String,
+}
+
+/// The pods of one Job that have the same pod condition types `True`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodConditionSet {
+    /// The condition types that are `True`, sorted, e.g. `["Initialized", "PodScheduled"]`;
+    /// at most [`MAX_POD_CONDITION_TYPES`].
+    ///
+    /// [`MAX_POD_CONDITION_TYPES`]: crate::MAX_POD_CONDITION_TYPES
+    pub true_conditions: Vec<String>,
+    /// How many of the Job's pods have exactly these conditions `True`.
+    pub pods: u32,
+}
+
+/// Observed state of one managed Job: facts only, the hub decides what counts as pending or
+/// stuck. Every string read from the member cluster is at most [`MAX_TEXT_BYTES`] long.
+///
+/// [`MAX_TEXT_BYTES`]: crate::MAX_TEXT_BYTES
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobStatus {
     /// Namespace in the member cluster.
     pub namespace: String,
     /// Job name.
     pub name: String,
-    /// `namespace/name` of the DistributedScaledJob.
+    /// `namespace/name` of the DistributedScaledJob (the Job's `kedge.dev/owner`).
     pub owner: String,
     /// Current phase.
     pub phase: JobPhase,
-    /// When the Job finished, for history cleanup.
+    /// The Job's `creationTimestamp`: since when a Job that is still pending has been.
+    pub created_unix_ms: i64,
+    /// Whether any pod of the Job is `Running` or `Succeeded` (KEDA's
+    /// `isAnyPodRunningOrCompleted`).
+    pub any_pod_running_or_completed: bool,
+    /// The `True` condition types of the Job's pods, one entry per distinct set with the
+    /// number of pods that have it; at most [`MAX_POD_CONDITION_SETS`] entries (those with
+    /// the most conditions), sorted. Enough for either of KEDA's `pendingPodConditions`
+    /// rules: since KEDA 2.18 an unfinished Job is pending unless one pod has every listed
+    /// condition `True`; before, unless the (pod, listed condition) pairs that are `True`
+    /// numbered exactly as many as the list.
+    ///
+    /// [`MAX_POD_CONDITION_SETS`]: crate::MAX_POD_CONDITION_SETS
+    pub true_pod_conditions: Vec<PodConditionSet>,
+    /// Why a pending Job's pods do not run, e.g. `Unschedulable` (the scheduler's reason) or
+    /// `ImagePullBackOff` (a container's waiting reason); `None` when not pending or unknown.
+    pub pending_reason: Option<String>,
+    /// Reason of a failed Job's `Failed` condition, e.g. `BackoffLimitExceeded`.
+    pub failure_reason: Option<String>,
+    /// When the Job finished (succeeded or failed), for history cleanup.
     pub finished_unix_ms: Option<i64>,
+    /// For a failover Job, the name of the stuck Job it replaces (its `kedge.dev/replaces`
+    /// annotation), so that a restarted hub pairs them again for the duplication policy.
+    pub replaces: Option<String>,
 }
 
 /// Free and total schedulable capacity of the member cluster.
@@ -333,14 +384,25 @@ pub struct ClusterCapacity {
 
 /// What the agent observes. A `full` report replaces everything the hub knew of this member
 /// (sent after every (re)connect); otherwise it updates only the entries it carries.
+///
+/// A report larger than a frame is split into parts, each a `Report`: every part but the
+/// last has `more` set. The parts of a full report are the one with `full` set and those
+/// after it up to and including the first without `more`; only then is the member's set of
+/// Jobs complete, and a Job missing from every part is gone. The agent also keeps a full
+/// report open (`more`) until it has listed the Jobs it manages, so that a hub never takes a
+/// member's Jobs for gone because the agent has not seen them yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusReport {
-    /// Whether this report is complete.
+    /// Whether this report starts a complete set.
     pub full: bool,
+    /// Whether more parts of this report follow.
+    pub more: bool,
     /// Managed workloads.
     pub workloads: Vec<WorkloadStatus>,
-    /// Managed Jobs.
+    /// Managed Jobs: all of them over the parts of a full report, else those that changed.
     pub jobs: Vec<JobStatus>,
+    /// Managed Jobs that no longer exist (never in a full report).
+    pub removed_jobs: Vec<JobRef>,
     /// Cluster capacity, when it changed or in a full report.
     pub capacity: Option<ClusterCapacity>,
 }

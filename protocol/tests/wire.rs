@@ -118,12 +118,26 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                         conflict,
                     })
                     .collect(),
+                more: false,
                 jobs: vec![JobStatus {
                     namespace: "ns".into(),
                     name: "job".into(),
                     owner: "ns/dsj".into(),
                     phase: JobPhase::Running,
-                    finished_unix_ms: None
+                    created_unix_ms: 1_767_225_600_000,
+                    any_pod_running_or_completed: true,
+                    true_pod_conditions: vec![PodConditionSet {
+                        true_conditions: vec!["PodScheduled".into(), "Ready".into()],
+                        pods: 1
+                    }],
+                    pending_reason: None,
+                    failure_reason: None,
+                    finished_unix_ms: None,
+                    replaces: Some("stuck".into())
+                }],
+                removed_jobs: vec![JobRef {
+                    namespace: "ns".into(),
+                    name: "gone".into()
                 }],
                 capacity: cpu.map(|c| ClusterCapacity {
                     allocatable_cpu_millis: c,

@@ -11,14 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kedge_net::tls::{self, TlsMaterial, TransportTuning};
 use kedge_protocol::*;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::hub_peer::{HubPeer, Session, next};
 use support::*;
-
-type HubSide = FramedStream<quinn::RecvStream, quinn::SendStream, AgentMessage, HubMessage>;
 
 fn deployment(name: &str, replicas: i32) -> Deployment {
     serde_json::from_value(json!({
@@ -44,30 +42,6 @@ fn workload(namespace: &str, name: &str) -> WorkloadRef {
     }
 }
 
-/// Reads control messages until `pick` returns something, answering nothing.
-async fn next<T>(
-    control: &mut HubSide,
-    what: &str,
-    mut pick: impl FnMut(AgentMessage) -> Option<T>,
-) -> T {
-    let mut last = None;
-    let found = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let message = control
-                .recv()
-                .await
-                .unwrap()
-                .expect("agent closed the control stream");
-            last = Some(format!("{message:?}"));
-            if let Some(found) = pick(message) {
-                return found;
-            }
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; the last message was {last:?}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_applies_refuses_reports_and_restores() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -90,65 +64,21 @@ async fn the_agent_applies_refuses_reports_and_restores() {
         .unwrap();
 
     // A scripted hub: the real server TLS configuration, our own session logic.
-    let material = TlsMaterial::from_files(
-        std::path::Path::new(&pki.path("hub.pem")),
-        std::path::Path::new(&pki.path("hub-key.pem")),
-        std::path::Path::new(&pki.path("ca.pem")),
-    )
-    .unwrap();
-    let endpoint = quinn::Endpoint::server(
-        tls::server_config(material, TransportTuning::default()).unwrap(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .unwrap();
-    let ports = HubPorts {
-        quic: endpoint.local_addr().unwrap().port(),
-        ops: 0,
-    };
+    let hub = HubPeer::start(&pki);
     let mut agent = start_agent_with(
         &pki,
         "edge",
-        ports,
+        hub.ports(),
         dir.path().join("agent.log"),
         &["--namespaces", "apps", "--report-interval", "300ms"],
     );
-
-    let connection = tokio::time::timeout(Duration::from_secs(20), async {
-        endpoint.accept().await.unwrap().await.unwrap()
-    })
-    .await
-    .unwrap();
-    let (send, recv) = connection.accept_bi().await.unwrap();
-    let mut control = HubSide::new(recv, send);
-    let Some(AgentMessage::Hello(hello)) = control.recv().await.unwrap() else {
-        panic!("expected Hello")
-    };
+    let Session {
+        connection,
+        mut control,
+        hello,
+    } = hub.accept("edge").await;
     assert!(hello.kubernetes_version.starts_with('v'), "{hello:?}");
     assert_eq!(hello.namespaces, vec!["apps".to_string()]);
-    control
-        .send(&HubMessage::Welcome(Welcome {
-            protocol_version: PROTOCOL_VERSION,
-            hub_version: "test".into(),
-            session_id: "s1".into(),
-            member: "edge".into(),
-            heartbeat_interval_ms: 200,
-        }))
-        .await
-        .unwrap();
-    let heartbeat_conn = connection.clone();
-    tokio::spawn(async move {
-        let (send, recv) = heartbeat_conn.accept_bi().await.unwrap();
-        let mut beats = HubSide::new(recv, send);
-        while let Ok(Some(AgentMessage::Heartbeat(b))) = beats.recv().await {
-            if beats
-                .send(&HubMessage::HeartbeatAck(HeartbeatAck { seq: b.seq }))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    });
 
     // A full report arrives first, with the cluster's capacity (3 nodes x 8 CPUs).
     let capacity = next(&mut control, "a full report", |m| match m {
@@ -405,7 +335,7 @@ async fn the_agent_applies_refuses_reports_and_restores() {
 
     // The hub goes away: nothing changes in the member cluster.
     connection.close(0u32.into(), b"hub gone");
-    endpoint.close(0u32.into(), b"hub gone");
+    hub.endpoint.close(0u32.into(), b"hub gone");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         deployments.get("web").await.unwrap().spec.unwrap().replicas,

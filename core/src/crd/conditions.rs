@@ -6,8 +6,16 @@ pub const ANNOTATION_PAUSED: &str = "autoscaling.keda.sh/paused";
 pub const ANNOTATION_PAUSED_REPLICAS: &str = "autoscaling.keda.sh/paused-replicas";
 /// Label put on objects the hub owns for a DSO (and the value of its `/scale` selector).
 pub const LABEL_DSO: &str = "kedge.dev/distributedscaledobject";
-/// Label put on objects the hub owns for a DSJ.
+/// Label put on objects the hub owns for a DSJ, and by the agent on every Job it creates
+/// for one and on that Job's pod template (value: the DSJ name). The agent watches, reports
+/// and deletes only Jobs that carry it.
 pub const LABEL_DSJ: &str = "kedge.dev/distributedscaledjob";
+/// Annotation the agent puts on every Job it creates and on its pod template:
+/// `namespace/name` of the owning DSJ. A delete for another owner is refused.
+pub const ANNOTATION_OWNER: &str = "kedge.dev/owner";
+/// Annotation on a failover Job: the name of the stuck Job it replaces (reported back by the
+/// agent, so a restarted hub pairs them again).
+pub const ANNOTATION_REPLACES: &str = "kedge.dev/replaces";
 /// Label on Jobs created by a DSJ, naming the member they were placed in.
 pub const LABEL_MEMBER: &str = "kedge.dev/member";
 

@@ -1,11 +1,13 @@
 //! Jobs of a `DistributedScaledJob`: how many to create, where, how failures taint members,
-//! what to do with duplicates, how pod templates are overridden and which finished Jobs to
-//! clean up, and [`step`]: one poll, as the hub and the simulator run it.
+//! which reported Jobs are pending, what to do with duplicates, how pod templates are
+//! overridden and which finished Jobs to clean up, and [`step`]: one poll, as the hub and the
+//! simulator run it.
 
 pub mod duplication;
 pub mod history;
 pub mod metrics;
 pub mod overrides;
+pub mod pending;
 mod persist;
 mod plan;
 pub mod render;

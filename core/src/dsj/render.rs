@@ -12,13 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::overrides::apply_pod_overrides;
 use crate::crd::DistributedScaledJobSpec;
 use crate::crd::conditions::{
-    ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, LABEL_DSJ, LABEL_MEMBER,
+    ANNOTATION_OWNER, ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, ANNOTATION_REPLACES,
+    LABEL_DSJ, LABEL_MEMBER,
 };
-
-/// Annotation on every Job a DSJ creates: `namespace/name` of the DSJ.
-pub const ANNOTATION_OWNER: &str = "kedge.dev/owner";
-/// Annotation on a failover Job: the name of the stuck Job it replaces.
-pub const ANNOTATION_REPLACES: &str = "kedge.dev/replaces";
 
 /// Annotations of the DSJ that are not copied onto its Jobs: kubectl's bookkeeping and the
 /// pause switches, which mean something else on a Job.
