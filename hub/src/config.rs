@@ -105,6 +105,7 @@ impl HubArgs {
             .then(|| crate::controller::ControllerConfig {
                 kubeconfig: self.kubeconfig.clone(),
                 dso: self.dso_enabled,
+                dsj: self.dsj_enabled,
             })
     }
 

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use kedge_protocol::{
-    Ack, ClusterCapacity, CommandTarget, DesiredState, Failure, StatusReport, WorkloadRef,
-    WorkloadReplicas, WorkloadStatus,
+    Ack, ClusterCapacity, CommandTarget, DesiredState, Failure, JobCreate, JobDelete, JobRef,
+    JobStatus, StatusReport, WorkloadRef, WorkloadReplicas, WorkloadStatus,
 };
 use tokio::sync::watch;
 
@@ -18,6 +18,32 @@ use crate::registry::{MemberSession, SessionRegistry};
 /// Workload entries a member may report before the hub has asked it for anything in this
 /// session (after a hub restart the agent reports what it managed for the previous hub).
 pub const MAX_UNSOLICITED_WORKLOADS: usize = 256;
+/// Jobs the hub keeps per member from reports; beyond, reported Jobs are dropped and counted
+/// (ten DSJs at their maximum of concurrent Jobs).
+pub const MAX_REPORTED_JOBS: usize = 100_000;
+
+/// The Job commands of one owner for one member.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobCommands {
+    /// Jobs to create (kept until the member reports them).
+    pub creates: Vec<JobCreate>,
+    /// Jobs to delete (kept until the member reports them gone).
+    pub deletes: Vec<JobDelete>,
+}
+
+/// The Jobs of one owner in one member, as reported.
+#[derive(Debug, Clone, Default)]
+pub struct MemberJobs {
+    /// Reported Jobs of the owner.
+    pub jobs: Vec<JobStatus>,
+    /// Whether the member's set of Jobs is complete (its first full report of the session,
+    /// with every part, has arrived): only then is a Job missing from it gone.
+    pub complete: bool,
+    /// The commands the hub holds for the owner there.
+    pub commands: JobCommands,
+    /// Job commands that failed in the latest acknowledged revision, by `namespace/name`.
+    pub failures: Vec<(String, Failure)>,
+}
 
 /// Everything the hub knows about one member, at one instant.
 #[derive(Debug, Clone)]
@@ -47,6 +73,13 @@ pub struct MemberSnapshot {
 struct MemberEntry {
     /// Desired workloads by owner (`namespace/name` of the hub object).
     workloads: BTreeMap<String, Vec<WorkloadReplicas>>,
+    /// Job commands by owner.
+    jobs: BTreeMap<String, JobCommands>,
+    /// Reported Jobs, and whether the set is complete (see [`MemberJobs::complete`]).
+    reported_jobs: BTreeMap<JobRef, JobStatus>,
+    jobs_complete: bool,
+    /// A full report is arriving in parts.
+    jobs_filling: bool,
     /// Revision of the latest desired state.
     revision: u64,
     /// The desired state for the current session; `None` until a controller planned for
@@ -68,8 +101,14 @@ impl MemberEntry {
         DesiredState {
             revision: self.revision,
             workloads: self.workloads.values().flatten().cloned().collect(),
-            ..Default::default()
+            create_jobs: self.jobs.values().flat_map(|c| c.creates.clone()).collect(),
+            delete_jobs: self.jobs.values().flat_map(|c| c.deletes.clone()).collect(),
         }
+    }
+
+    fn release(&mut self) {
+        let state = self.state();
+        self.desired.send_replace(Some(Arc::new(state)));
     }
 
     /// Whether the hub asked the member about `workload` (to scale or to hold it).
@@ -90,6 +129,8 @@ pub struct Recorded {
     pub unsolicited: usize,
     /// Entries beyond [`MAX_UNSOLICITED_WORKLOADS`].
     pub over_limit: usize,
+    /// Job entries beyond [`MAX_REPORTED_JOBS`].
+    pub jobs_over_limit: usize,
 }
 
 /// The fleet state.
@@ -136,6 +177,10 @@ impl Fleet {
             .entry(member.to_owned())
             .or_insert_with(|| MemberEntry {
                 workloads: BTreeMap::new(),
+                jobs: BTreeMap::new(),
+                reported_jobs: BTreeMap::new(),
+                jobs_complete: false,
+                jobs_filling: false,
                 revision: self.base_revision,
                 desired: watch::channel(None).0,
                 session: None,
@@ -165,7 +210,75 @@ impl Fleet {
         let entry = self.entry(&mut members, member);
         entry.session = Some(session_id.to_owned());
         entry.session_reported = false;
+        entry.jobs_complete = false;
+        entry.jobs_filling = false;
         entry.desired.send_replace(None);
+    }
+
+    /// Sets the Job commands of `owner` for `member`, decided from the member's complete
+    /// set of Jobs in session `session` (this also releases the desired state to it).
+    /// Nothing happens when the member is in another session by now or its set of Jobs is
+    /// not complete yet.
+    pub fn set_jobs(&self, member: &str, session: &str, owner: &str, commands: JobCommands) {
+        let mut members = self.lock();
+        let entry = self.entry(&mut members, member);
+        if entry.session.as_deref() != Some(session) || !entry.jobs_complete {
+            return;
+        }
+        let unchanged = match entry.jobs.get(owner) {
+            Some(current) => *current == commands,
+            None => commands == JobCommands::default(),
+        };
+        if unchanged && entry.desired.borrow().is_some() {
+            return;
+        }
+        if !unchanged {
+            if commands == JobCommands::default() {
+                entry.jobs.remove(owner);
+            } else {
+                entry.jobs.insert(owner.to_owned(), commands);
+            }
+            entry.revision += 1;
+        }
+        entry.release();
+    }
+
+    /// The Jobs of `owner` in `member`, the commands the hub holds for them there and the
+    /// failures of those commands.
+    pub fn jobs_of(&self, member: &str, owner: &str) -> MemberJobs {
+        let members = self.lock();
+        let Some(entry) = members.get(member) else {
+            return MemberJobs::default();
+        };
+        let commands = entry.jobs.get(owner).cloned().unwrap_or_default();
+        let mine = |target: &str| {
+            commands
+                .creates
+                .iter()
+                .any(|c| format!("{}/{}", c.namespace, c.name) == target)
+                || commands
+                    .deletes
+                    .iter()
+                    .any(|d| format!("{}/{}", d.namespace, d.name) == target)
+        };
+        MemberJobs {
+            jobs: entry
+                .reported_jobs
+                .values()
+                .filter(|j| j.owner == owner)
+                .cloned()
+                .collect(),
+            complete: entry.jobs_complete,
+            failures: entry
+                .failures
+                .iter()
+                .filter_map(|(t, f)| match t {
+                    CommandTarget::Job(name) if mine(name) => Some((name.clone(), f.clone())),
+                    _ => None,
+                })
+                .collect(),
+            commands,
+        }
     }
 
     /// The desired state of `member` for its session to stream: `None` until planned.
@@ -207,8 +320,7 @@ impl Fleet {
             }
             entry.revision += 1;
         }
-        let state = entry.state();
-        entry.desired.send_replace(Some(Arc::new(state)));
+        entry.release();
     }
 
     /// Removes what `owner` wanted from `member` without releasing a desired state to a
@@ -283,6 +395,59 @@ impl Fleet {
                 }
                 entry.reported.insert(status.workload.clone(), status);
                 recorded.kept += 1;
+            }
+            // Jobs: a full report (possibly in parts) replaces the set; others update it.
+            if report.full {
+                entry.reported_jobs.clear();
+                entry.jobs_filling = true;
+            }
+            for job in report.jobs {
+                let key = JobRef {
+                    namespace: job.namespace.clone(),
+                    name: job.name.clone(),
+                };
+                if !entry.reported_jobs.contains_key(&key)
+                    && entry.reported_jobs.len() >= MAX_REPORTED_JOBS
+                {
+                    recorded.jobs_over_limit += 1;
+                    continue;
+                }
+                entry.reported_jobs.insert(key, job);
+            }
+            for gone in &report.removed_jobs {
+                entry.reported_jobs.remove(gone);
+            }
+            if entry.jobs_filling && !report.more {
+                entry.jobs_filling = false;
+                entry.jobs_complete = true;
+            }
+            // Commands done: creates the member reports, deletes of Jobs it no longer has.
+            if entry.jobs_complete {
+                let reported = &entry.reported_jobs;
+                let mut changed = false;
+                for commands in entry.jobs.values_mut() {
+                    let before = (commands.creates.len(), commands.deletes.len());
+                    commands.creates.retain(|c| {
+                        !reported.contains_key(&JobRef {
+                            namespace: c.namespace.clone(),
+                            name: c.name.clone(),
+                        })
+                    });
+                    commands.deletes.retain(|d| {
+                        reported.contains_key(&JobRef {
+                            namespace: d.namespace.clone(),
+                            name: d.name.clone(),
+                        })
+                    });
+                    changed |= before != (commands.creates.len(), commands.deletes.len());
+                }
+                entry.jobs.retain(|_, c| *c != JobCommands::default());
+                if changed {
+                    entry.revision += 1;
+                    if entry.desired.borrow().is_some() {
+                        entry.release();
+                    }
+                }
             }
             if report.capacity.is_some() {
                 entry.capacity = report.capacity;

@@ -110,24 +110,17 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         None => Role::Leader,
     });
     let leadership = match (args.controllers(), lease) {
-        (Some(config), Some(lease)) => {
-            if args.dsj_enabled {
-                warn!(
-                    "DSJ_ENABLED is set, but this hub has no DistributedScaledJob controller yet"
-                );
-            }
-            Some(tokio::spawn(lead(
-                Leading {
-                    config,
-                    lease,
-                    fleet: fleet.clone(),
-                    metrics: metrics.clone(),
-                    readiness: readiness.clone(),
-                },
-                role_tx,
-                supervisor.clone(),
-            )))
-        }
+        (Some(config), Some(lease)) => Some(tokio::spawn(lead(
+            Leading {
+                config,
+                lease,
+                fleet: fleet.clone(),
+                metrics: metrics.clone(),
+                readiness: readiness.clone(),
+            },
+            role_tx,
+            supervisor.clone(),
+        ))),
         _ => {
             metrics.set_leader(true);
             readiness.set(true);

@@ -2,6 +2,7 @@
 //! the [`Fleet`] (sessions and agent reports) and write desired state into it; the QUIC
 //! sessions do the rest.
 
+pub mod dsj;
 pub mod dso;
 pub mod external_metrics;
 pub mod member;
@@ -16,8 +17,8 @@ use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kedge_core::crd::DistributedScaledObject;
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
 use kedge_core::dso::member::MemberPhase;
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -159,6 +160,8 @@ pub struct Context {
     started: tokio::time::Instant,
     /// How long after the start MemberClusters of absent agents keep their state.
     startup_grace: Duration,
+    /// When each DSJ Job create was first sent.
+    pub dsj_sent: dsj::Sent,
 }
 
 impl std::fmt::Debug for Context {
@@ -205,6 +208,7 @@ impl Context {
             written: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
             started: tokio::time::Instant::now(),
+            dsj_sent: dsj::Sent::default(),
             startup_grace,
         }
     }
@@ -266,10 +270,10 @@ impl Context {
         lock(&self.written).insert(owner.to_owned(), status);
     }
 
-    /// Publishes an Event about a DSO; a failure is logged, never fatal.
-    pub async fn publish(
+    /// Publishes an Event about a DSO or DSJ; a failure is logged, never fatal.
+    pub async fn publish<K: Resource<DynamicType = ()>>(
         &self,
-        dso: &DistributedScaledObject,
+        dso: &K,
         type_: EventType,
         reason: &str,
         action: &str,
@@ -293,6 +297,8 @@ pub struct ControllerConfig {
     pub kubeconfig: Option<PathBuf>,
     /// Run the DistributedScaledObject controller.
     pub dso: bool,
+    /// Run the DistributedScaledJob controller.
+    pub dsj: bool,
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
@@ -359,34 +365,63 @@ pub async fn run(
     metrics: HubMetrics,
     shutdown: CancellationToken,
 ) {
-    if !config.dso {
-        let ctx = Arc::new(Context::new(client, fleet, metrics, None));
-        member::run(ctx, shutdown).await;
-        return;
-    }
     let dsos = Api::<DistributedScaledObject>::all(client.clone());
-    let children = Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource());
-    let controller = Controller::new(dsos.clone(), watcher::Config::default()).owns_with(
-        children,
+    let dso_controller = Controller::new(dsos.clone(), watcher::Config::default()).owns_with(
+        Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
         scaled_object_resource(),
         watcher::Config::default(),
     );
-    let store = controller.store();
-    // A DSO that appears, changes or goes may change who wins a workload it shares with
-    // others: reconcile those too, so both sides show the conflict (and its end) at once.
-    let contenders = store.clone();
-    let controller = controller.watches(dsos, watcher::Config::default(), move |changed| {
-        sharing_a_target(&contenders, &changed)
-    });
-    let ctx = Arc::new(Context::new(client, fleet.clone(), metrics, Some(store)));
+    let store = config.dso.then(|| dso_controller.store());
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        fleet.clone(),
+        metrics,
+        store.clone(),
+    ));
     let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
-    info!("DistributedScaledObject controller started");
-    let stop = shutdown.clone();
-    controller
-        .reconcile_all_on(fleet_changes(fleet.subscribe()))
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(dso::reconcile, dso::error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    let _ = members.await;
+    let dso_run = async {
+        let Some(store) = store else { return };
+        // A DSO that appears, changes or goes may change who wins a workload it shares
+        // with others: reconcile those too, so both sides show the conflict (and its end).
+        let contenders = store.clone();
+        let controller = dso_controller.watches(dsos, watcher::Config::default(), move |changed| {
+            sharing_a_target(&contenders, &changed)
+        });
+        info!("DistributedScaledObject controller started");
+        let stop = shutdown.clone();
+        controller
+            .reconcile_all_on(fleet_changes(fleet.subscribe()))
+            .graceful_shutdown_on(async move { stop.cancelled().await })
+            .run(dso::reconcile, dso::error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    };
+    let dsj_run = async {
+        if !config.dsj {
+            return;
+        }
+        let dsjs = Api::<DistributedScaledJob>::all(client.clone());
+        info!("DistributedScaledJob controller started");
+        let stop = shutdown.clone();
+        Controller::new(dsjs, watcher::Config::default())
+            .owns_with(
+                Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
+                scaled_object_resource(),
+                watcher::Config::default(),
+            )
+            .graceful_shutdown_on(async move { stop.cancelled().await })
+            .run(dsj::reconcile, dsj::error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    };
+    if config.dso || config.dsj {
+        // Returns only on shutdown; if a controller stream ends before, so does this task,
+        // and its supervisor stops the hub.
+        tokio::join!(dso_run, dsj_run);
+    } else {
+        shutdown.cancelled().await;
+    }
+    if shutdown.is_cancelled() {
+        let _ = members.await;
+    }
 }

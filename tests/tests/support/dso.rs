@@ -39,17 +39,20 @@ impl Fleet {
         self.start_hub_at(self.ports, log)
     }
 
+    /// A hub with extra flags.
+    pub fn start_hub_with(&self, log: &str, extra: &[&str]) -> Proc {
+        let hub = self.kubeconfig("hub").display().to_string();
+        let mut flags = vec!["--kubeconfig", &hub, "--lease-namespace", "kedge-system"];
+        flags.extend_from_slice(extra);
+        start_hub_with(&self.pki, self.ports, HEARTBEAT, self.dir.join(log), &flags)
+    }
+
     /// A hub (one of several competing for the Lease) listening on `ports`.
     pub fn start_hub_at(&self, ports: HubPorts, log: &str) -> Proc {
         let hub = self.kubeconfig("hub").display().to_string();
-        start_hub_with(
-            &self.pki,
-            ports,
-            HEARTBEAT,
-            self.dir.join(log),
-            // The Lease lives where the chart would put it.
-            &["--kubeconfig", &hub, "--lease-namespace", "kedge-system"],
-        )
+        // The Lease lives where the chart would put it.
+        let flags = ["--kubeconfig", &hub, "--lease-namespace", "kedge-system"];
+        start_hub_with(&self.pki, ports, HEARTBEAT, self.dir.join(log), &flags)
     }
 
     pub fn start_agent(&self, member: &str, namespaces: Option<&str>, log: &str) -> Proc {
@@ -261,6 +264,14 @@ pub async fn apply(fleet: &Fleet, yaml: &str, file: &str) {
 }
 
 pub async fn start(members: &[&str]) -> (tempfile::TempDir, Fleet) {
+    start_with(members, |_| {}).await
+}
+
+/// [`start`] with the simulator's settings adjusted by `tune`.
+pub async fn start_with(
+    members: &[&str],
+    tune: impl FnOnce(&mut SimConfig),
+) -> (tempfile::TempDir, Fleet) {
     let mut dir = tempfile::tempdir().unwrap();
     // Logs of the hub and agents stay for a look after a failure.
     if std::env::var_os("KEDGE_E2E_KEEP").is_some() {
@@ -270,11 +281,12 @@ pub async fn start(members: &[&str]) -> (tempfile::TempDir, Fleet) {
     let pki = Pki::create(dir.path(), members).await;
     let mut names = vec!["hub".to_owned()];
     names.extend(members.iter().map(|m| m.to_string()));
-    let config = SimConfig {
+    let mut config = SimConfig {
         pod_start_delay: Duration::from_millis(100),
         bookmark_interval: Duration::from_millis(500),
         ..SimConfig::default()
     };
+    tune(&mut config);
     let sim = Sim::start(&names, config, Some(dir.path())).await.unwrap();
     let fleet = Fleet {
         members: members.iter().map(|m| m.to_string()).collect(),

@@ -1,0 +1,712 @@
+//! The DistributedScaledJob controller: I/O around `kedge_core::dsj::step`. Each polling
+//! interval it reads the triggers through the shadow KEDA ScaledObject (whose target is the
+//! DSJ's own `/scale`; the hub never runs a ScaledJob, which would create Jobs in the hub
+//! cluster), the Jobs every member reports, and the state the previous poll left in status;
+//! calls `step` and `cleanup` (the same functions `kubectl kedge simulate` runs); and writes
+//! what they decided: Job creates and deletes into the [`Fleet`](crate::fleet::Fleet),
+//! Events, status.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use kedge_core::crd::conditions::{
+    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, LABEL_DSJ, REASON_PAUSED_BY_ANNOTATION,
+    REASON_RECONCILED, condition,
+};
+use kedge_core::crd::dsj::{DsjMemberClusterStatus, TriggerMetricStatus};
+use kedge_core::crd::keda::trigger_key;
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
+use kedge_core::dsj::duplication::JobPhase as Phase;
+use kedge_core::dsj::metrics::{Reading, TriggerState, usable};
+use kedge_core::dsj::pending::is_pending;
+use kedge_core::dsj::render::{JobOf, job, job_name};
+use kedge_core::dsj::step::{
+    DsjMember, DsjState, JobView, StepInput, cleanup, create_failed, step, taint_level,
+};
+use kedge_core::dsj::taint::TaintLevel;
+use kedge_core::dso::MemberState;
+use kedge_core::time::{from_unix_ms, to_time};
+use kedge_core::validate;
+use kedge_protocol::{JobCreate, JobDelete, JobPhase, JobStatus};
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{debug, instrument, warn};
+
+use super::Context;
+use super::external_metrics::{Source, read};
+use crate::fleet::JobCommands;
+use crate::registry::SessionState;
+use crate::{Error, Result};
+
+/// Name of this controller in metrics and logs.
+pub const CONTROLLER: &str = "distributedscaledjob";
+
+/// What the DSJ controller remembers in this process: when each Job create was first sent
+/// (a Job no member has reported yet counts as pending since then, so it can become stuck
+/// like any other), and when each DSJ was last polled with which spec and annotations (a
+/// status write or a shadow ScaledObject update does not make an extra poll).
+#[derive(Debug, Default)]
+pub struct Sent {
+    sent: Mutex<HashMap<String, SystemTime>>,
+    polls: Mutex<HashMap<String, (SystemTime, u64)>>,
+}
+
+impl Sent {
+    fn since(&self, name: &str, now: SystemTime) -> SystemTime {
+        *self
+            .sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(name.to_owned())
+            .or_insert(now)
+    }
+
+    fn forget_except(&self, keep: &BTreeSet<String>) {
+        self.sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|name, _| keep.contains(name));
+    }
+
+    /// `None` when `owner` is due for a poll (recorded as polled now), else how long until
+    /// it is. A changed `version` (generation and annotations) is always due.
+    fn due(
+        &self,
+        owner: &str,
+        version: u64,
+        interval: Duration,
+        now: SystemTime,
+    ) -> Option<Duration> {
+        let mut polls = self.polls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, seen)) = polls.get(owner)
+            && *seen == version
+        {
+            let next = kedge_core::time::saturating_add(*at, interval);
+            if let Ok(wait) = next.duration_since(now)
+                && !wait.is_zero()
+            {
+                return Some(wait);
+            }
+        }
+        polls.insert(owner.to_owned(), (now, version));
+        None
+    }
+}
+
+/// The shadow KEDA ScaledObject of a DSJ: the DSJ's triggers, targeting the DSJ's own
+/// `/scale`, so KEDA's metrics server exposes the trigger values.
+pub fn shadow_scaled_object(
+    dsj: &DistributedScaledJob,
+    namespace: &str,
+    name: &str,
+) -> Result<Value> {
+    let sj = &dsj.spec.scaled_job_spec;
+    let owner = dsj.controller_owner_ref(&()).ok_or(Error::MissingField {
+        kind: "DistributedScaledJob",
+        field: "metadata.uid",
+    })?;
+    let triggers = serde_json::to_value(&sj.triggers).map_err(|source| Error::Serialize {
+        what: "scaledJobSpec.triggers",
+        source,
+    })?;
+    Ok(json!({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL_DSJ: name},
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": format!("{GROUP}/{VERSION}"),
+                "kind": "DistributedScaledJob",
+                "name": name,
+            },
+            "pollingInterval": sj.polling_interval.unwrap_or(30),
+            "minReplicaCount": 0,
+            "maxReplicaCount": sj.max_replicas().max(1),
+            "triggers": triggers,
+        },
+    }))
+}
+
+/// Reconciles one DSJ.
+#[instrument(skip(ctx, obj), fields(dsj = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
+pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconciled(CONTROLLER);
+    if obj.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = obj.namespace().ok_or(Error::MissingField {
+        kind: "DistributedScaledJob",
+        field: "metadata.namespace",
+    })?;
+    let name = obj.name_any();
+    let owner = format!("{namespace}/{name}");
+    let previous = obj.status.clone().unwrap_or_default();
+    let now = SystemTime::now();
+    let generation = obj.metadata.generation;
+    let settings = match validate::dsj(&obj.spec, obj.annotations()) {
+        Ok(s) => s,
+        Err(e) => {
+            let message = e.to_string();
+            let mut status = previous.clone();
+            status.conditions = vec![condition(
+                &previous.conditions,
+                CONDITION_READY,
+                false,
+                "InvalidSpec",
+                message.clone(),
+                generation,
+                now,
+            )];
+            if status != previous {
+                ctx.publish(
+                    &*obj,
+                    EventType::Warning,
+                    "InvalidSpec",
+                    "Validate",
+                    message,
+                )
+                .await;
+                write_status(&ctx, &namespace, &name, &status).await?;
+            }
+            return Ok(Action::await_change());
+        }
+    };
+    let polling = Duration::from_secs(
+        u64::try_from(obj.spec.scaled_job_spec.polling_interval.unwrap_or(30)).unwrap_or(30),
+    );
+    let version = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (generation, obj.annotations()).hash(&mut h);
+        h.finish()
+    };
+    if let Some(wait) = ctx.dsj_sent.due(&owner, version, polling, now) {
+        return Ok(Action::requeue(wait));
+    }
+
+    // The triggers, through the shadow ScaledObject.
+    let so = shadow_scaled_object(&obj, &namespace, &name)?;
+    let sos: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.scaled_objects);
+    let mut readings: BTreeMap<String, Reading> = BTreeMap::new();
+    match super::bounded(
+        "apply shadow ScaledObject",
+        sos.patch(
+            &name,
+            &PatchParams::apply(super::FIELD_MANAGER).force(),
+            &Patch::Apply(&so),
+        ),
+    )
+    .await
+    {
+        Ok(applied) => {
+            let names: Vec<String> = applied.data["status"]["externalMetricNames"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let keys: Vec<String> = obj
+                .spec
+                .scaled_job_spec
+                .triggers
+                .iter()
+                .map(|t| trigger_key(t).to_owned())
+                .collect();
+            let source = Source {
+                namespace: &namespace,
+                scaled_object: &name,
+                metric_names: &names,
+            };
+            readings = read(
+                &ctx.client,
+                &source,
+                &obj.spec.scaled_job_spec.triggers,
+                &keys,
+            )
+            .await;
+        }
+        Err(e) => {
+            for key in &settings.triggers {
+                readings.insert(
+                    key.clone(),
+                    Reading::Failed(format!("applying the shadow KEDA ScaledObject: {e}")),
+                );
+            }
+        }
+    }
+    let metrics = usable(&readings);
+
+    // Members and their Jobs.
+    let snapshots: BTreeMap<String, crate::fleet::MemberSnapshot> = ctx
+        .fleet
+        .members()
+        .into_iter()
+        .map(|m| (m.name.clone(), m))
+        .collect();
+    let names: Vec<String> = match &settings.members {
+        Some(listed) => listed.iter().map(|m| m.name.clone()).collect(),
+        None => snapshots.keys().cloned().collect(),
+    };
+    let conditions = obj
+        .spec
+        .scaled_job_spec
+        .scaling_strategy
+        .as_ref()
+        .and_then(|s| s.pending_pod_conditions.clone())
+        .unwrap_or_default();
+    let mut members = Vec::new();
+    let mut views: Vec<JobView> = Vec::new();
+    let mut commands: BTreeMap<String, (String, JobCommands)> = BTreeMap::new();
+    let mut state =
+        DsjState::from_status(&settings, &previous.scheduling.clone().unwrap_or_default());
+    let mut next_index = previous
+        .scheduling
+        .as_ref()
+        .map_or(0, |s| s.next_job_index)
+        .max(0);
+    let mut events: Vec<(EventType, &str, String)> = Vec::new();
+    let mut sent_names = BTreeSet::new();
+    for member in &names {
+        let snapshot = snapshots.get(member);
+        let session = snapshot
+            .and_then(|s| s.session.as_ref())
+            .filter(|s| s.state == SessionState::Connected);
+        let jobs = ctx.fleet.jobs_of(member, &owner);
+        let ready = session.is_some() && jobs.complete;
+        members.push(DsjMember {
+            name: member.clone(),
+            state: if ready {
+                MemberState::Ready
+            } else {
+                MemberState::Unreachable
+            },
+        });
+        for j in &jobs.jobs {
+            views.push(view(member, j, &conditions));
+        }
+        // Creates sent and not reported yet count as pending Jobs; failed ones are dropped
+        // (and taint the member once per poll, under weightedRoundRobin).
+        let mut held = jobs.commands.clone();
+        let failed: BTreeSet<&str> = jobs.failures.iter().map(|(n, _)| n.as_str()).collect();
+        let before = held.creates.len();
+        held.creates
+            .retain(|c| !failed.contains(format!("{}/{}", c.namespace, c.name).as_str()));
+        if held.creates.len() < before {
+            let level = create_failed(&settings, &mut state, member, now);
+            let why = jobs
+                .failures
+                .first()
+                .map(|(_, f)| f.message.clone())
+                .unwrap_or_default();
+            events.push((
+                EventType::Warning,
+                "JobCreateFailed",
+                format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
+            ));
+        }
+        for c in &held.creates {
+            sent_names.insert(c.name.clone());
+            views.push(JobView {
+                name: c.name.clone(),
+                member: member.clone(),
+                phase: Phase::Pending,
+                pending_since: ctx.dsj_sent.since(&c.name, now),
+                finished_at: None,
+                replaces: replaces_of(c),
+            });
+        }
+        if let Some(session) = session
+            && jobs.complete
+        {
+            commands.insert(member.clone(), (session.session_id.clone(), held));
+        }
+    }
+    ctx.dsj_sent.forget_except(&sent_names);
+    views.sort_by(|a, b| (a.pending_since, &a.name).cmp(&(b.pending_since, &b.name)));
+
+    let levels_before: BTreeMap<&str, TaintLevel> = names
+        .iter()
+        .map(|m| (m.as_str(), taint_level(&settings, &state, m, now)))
+        .collect();
+    let out = step(
+        &StepInput {
+            settings: &settings,
+            metrics: &metrics,
+            members: &members,
+            jobs: &views,
+            now,
+        },
+        &mut state,
+    );
+    let deletions = cleanup(&settings, &views);
+    debug!(plan = ?out.plan, creates = ?out.creates, deletions = ?deletions, "decided");
+
+    // New Jobs, rendered; deletes of reported Jobs.
+    let uid = obj.uid().unwrap_or_default();
+    let labels = obj.labels().clone();
+    let annotations = obj.annotations().clone();
+    for creates in &out.creates {
+        let Some((_, held)) = commands.get_mut(&creates.member) else {
+            continue;
+        };
+        let plain = (0..creates.new).map(|_| None);
+        for replaces in creates.failovers.iter().map(Some).chain(plain) {
+            let job_name = job_name(&name, &uid, u64::try_from(next_index).unwrap_or(0));
+            next_index = next_index.saturating_add(1);
+            let (manifest, warnings) = job(
+                &obj.spec,
+                &JobOf {
+                    namespace: &namespace,
+                    dsj: &name,
+                    labels: &labels,
+                    annotations: &annotations,
+                    member: &creates.member,
+                    name: &job_name,
+                    replaces: replaces.map(String::as_str),
+                },
+            );
+            for w in warnings {
+                events.push((EventType::Warning, "UnknownContainer", w));
+            }
+            if let Some(source) = replaces {
+                events.push((
+                    EventType::Normal,
+                    "Failover",
+                    format!(
+                        "Job {source} is stuck; {job_name} replaces it in {}",
+                        creates.member
+                    ),
+                ));
+            }
+            let manifest_json =
+                serde_json::to_vec(&manifest).map_err(|source| Error::Serialize {
+                    what: "Job",
+                    source,
+                })?;
+            held.creates.push(JobCreate {
+                namespace: namespace.clone(),
+                name: job_name,
+                owner: owner.clone(),
+                manifest_json,
+            });
+        }
+    }
+    for d in &deletions {
+        if let Some((_, held)) = commands.get_mut(&d.member)
+            && !held.deletes.iter().any(|x| x.name == d.name)
+            && views
+                .iter()
+                .any(|v| v.name == d.name && v.member == d.member)
+        {
+            held.deletes.push(JobDelete {
+                namespace: namespace.clone(),
+                name: d.name.clone(),
+                owner: owner.clone(),
+            });
+            events.push((
+                EventType::Normal,
+                "JobCleanedUp",
+                format!("deleting Job {} in {} ({:?})", d.name, d.member, d.why),
+            ));
+        }
+    }
+    for (member, (session, held)) in commands {
+        ctx.fleet.set_jobs(&member, &session, &owner, held);
+    }
+    for name in &out.newly_stuck {
+        events.push((
+            EventType::Warning,
+            "JobStuck",
+            format!("Job {name} has been pending longer than the grace period"),
+        ));
+    }
+    for member in &names {
+        let after = taint_level(&settings, &state, member, now);
+        if levels_before.get(member.as_str()) != Some(&after) {
+            events.push((
+                if after == TaintLevel::None {
+                    EventType::Normal
+                } else {
+                    EventType::Warning
+                },
+                "TaintChanged",
+                format!("{member}: taint {after:?}"),
+            ));
+        }
+    }
+
+    // Status.
+    let status = status_of(&StatusInput {
+        previous: &previous,
+        generation,
+        name: &name,
+        names: &names,
+        members: &members,
+        views: &views,
+        readings: &readings,
+        out: &out,
+        state: &state,
+        settings: &settings,
+        paused: settings.paused,
+        next_index,
+        now,
+    });
+    for t in &status.trigger_metrics_status {
+        let before = previous
+            .trigger_metrics_status
+            .iter()
+            .find(|p| p.name == t.name);
+        if t.state == "Error" && before.is_none_or(|b| b.state != "Error") {
+            events.push((
+                EventType::Warning,
+                "MetricUnavailable",
+                format!(
+                    "trigger {} cannot be read, no Job is created: {}",
+                    t.name,
+                    t.info.clone().unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    for (kind, reason, note) in events {
+        ctx.publish(&*obj, kind, reason, "Reconcile", note).await;
+    }
+    if status != previous {
+        write_status(&ctx, &namespace, &name, &status).await?;
+    }
+    Ok(Action::requeue(polling))
+}
+
+fn replaces_of(create: &JobCreate) -> Option<String> {
+    let manifest: Value = serde_json::from_slice(&create.manifest_json).ok()?;
+    manifest["metadata"]["annotations"][kedge_core::crd::conditions::ANNOTATION_REPLACES]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// A reported Job as the planner sees it: pending by KEDA's rule.
+fn view(member: &str, j: &JobStatus, conditions: &[String]) -> JobView {
+    let phase = match j.phase {
+        JobPhase::Succeeded => Phase::Succeeded,
+        JobPhase::Failed => Phase::Failed,
+        _ if is_pending(j, conditions) => Phase::Pending,
+        _ => Phase::Running,
+    };
+    JobView {
+        name: j.name.clone(),
+        member: member.to_owned(),
+        phase,
+        pending_since: kedge_core::time::from_time(&from_unix_ms(j.created_unix_ms)),
+        finished_at: j
+            .finished_unix_ms
+            .map(|ms| kedge_core::time::from_time(&from_unix_ms(ms))),
+        replaces: j.replaces.clone(),
+    }
+}
+
+struct StatusInput<'a> {
+    previous: &'a DistributedScaledJobStatus,
+    generation: Option<i64>,
+    name: &'a str,
+    names: &'a [String],
+    members: &'a [DsjMember],
+    views: &'a [JobView],
+    readings: &'a BTreeMap<String, Reading>,
+    out: &'a kedge_core::dsj::step::StepOutput,
+    state: &'a DsjState,
+    settings: &'a validate::DsjSettings,
+    paused: bool,
+    next_index: i64,
+    now: SystemTime,
+}
+
+fn count(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The DSJ's status after a poll.
+fn status_of(i: &StatusInput<'_>) -> DistributedScaledJobStatus {
+    let p = i.previous;
+    let mut member_statuses = BTreeMap::new();
+    for m in i.members {
+        let o = i.out.observations.iter().find(|o| o.name == m.name);
+        let level = taint_level(i.settings, i.state, &m.name, i.now);
+        let state = match m.state {
+            MemberState::Ready => "Ready",
+            MemberState::Unreachable => "Unreachable",
+        };
+        let before = p.member_cluster_statuses.get(&m.name);
+        let description = match (m.state, level) {
+            (MemberState::Unreachable, _) => "agent not connected, or its Jobs not reported yet",
+            (_, TaintLevel::Hard) => "hard-tainted: receives no Jobs until the taint expires",
+            (_, TaintLevel::Soft) => {
+                "soft-tainted: a second failure within softTaintDuration excludes it"
+            }
+            _ => "Cluster is healthy",
+        };
+        member_statuses.insert(
+            m.name.clone(),
+            DsjMemberClusterStatus {
+                description: Some(description.to_owned()),
+                id: before.and_then(|b| b.id.clone()),
+                running_jobs: o.map_or(0, |o| count(o.running_jobs)),
+                pending_jobs: o.map_or(0, |o| count(o.pending_jobs)),
+                stuck_jobs: o.map_or(0, |o| count(o.stuck_jobs)),
+                soft_tainted: level == TaintLevel::Soft,
+                hard_tainted: level == TaintLevel::Hard,
+                hard_taint_scopes: i.state.hard_taint_scopes(&m.name, i.now),
+                excluded: level == TaintLevel::Hard || m.state == MemberState::Unreachable,
+                last_status_change_time: match before {
+                    Some(b) if b.state.as_deref() == Some(state) => {
+                        b.last_status_change_time.clone()
+                    }
+                    _ => Some(to_time(i.now)),
+                },
+                state: Some(state.to_owned()),
+            },
+        );
+    }
+    let trigger_metrics_status = i
+        .readings
+        .iter()
+        .map(|(name, r)| {
+            let state = match r.state() {
+                TriggerState::Active => "Active",
+                TriggerState::Inactive => "Inactive",
+                TriggerState::Error => "Error",
+            };
+            let before = p.trigger_metrics_status.iter().find(|t| &t.name == name);
+            TriggerMetricStatus {
+                name: name.clone(),
+                state: state.to_owned(),
+                info: Some(r.info()),
+                last_change_time: match before {
+                    Some(b) if b.state == state => b.last_change_time.clone(),
+                    _ => Some(to_time(i.now)),
+                },
+            }
+        })
+        .collect();
+    let scalers_target_average_value = i
+        .readings
+        .iter()
+        .filter_map(|(name, r)| match r {
+            Reading::Read(m) => Some((name.clone(), format!("{}", m.target))),
+            Reading::Failed(_) => None,
+        })
+        .collect();
+    let unreadable = &i.out.unreadable;
+    let mut conditions = vec![
+        condition(
+            &p.conditions,
+            CONDITION_READY,
+            true,
+            REASON_RECONCILED,
+            "Jobs are planned every pollingInterval".to_owned(),
+            i.generation,
+            i.now,
+        ),
+        condition(
+            &p.conditions,
+            CONDITION_PAUSED,
+            i.paused,
+            if i.paused {
+                REASON_PAUSED_BY_ANNOTATION
+            } else {
+                "NotPaused"
+            },
+            if i.paused {
+                "autoscaling.keda.sh/paused: no new Jobs are created"
+            } else {
+                "Jobs are created as the triggers ask"
+            }
+            .to_owned(),
+            i.generation,
+            i.now,
+        ),
+    ];
+    let degraded = if unreadable.is_empty() {
+        (
+            false,
+            "NoFailures",
+            String::from("every trigger can be read"),
+        )
+    } else {
+        (
+            true,
+            "MetricUnavailable",
+            format!(
+                "no Job is created while these triggers cannot be read: {}",
+                unreadable.join(", ")
+            ),
+        )
+    };
+    conditions.push(condition(
+        &p.conditions,
+        CONDITION_DEGRADED,
+        degraded.0,
+        degraded.1,
+        degraded.2,
+        i.generation,
+        i.now,
+    ));
+    let _ = i.names;
+    let _ = i.views;
+    DistributedScaledJobStatus {
+        desired_jobs: count(i.out.plan.desired_jobs),
+        running_jobs: count(i.out.plan.running_jobs),
+        pending_jobs: count(i.out.plan.pending_jobs),
+        member_cluster_statuses: member_statuses,
+        selector: Some(format!("{LABEL_DSJ}={}", i.name)),
+        scalers_target_average_value,
+        trigger_metrics_status,
+        scheduling: Some(i.state.to_status(i.next_index)),
+        conditions,
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    status: &DistributedScaledJobStatus,
+) -> Result<()> {
+    let api: Api<DistributedScaledJob> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = json!({
+        "apiVersion": format!("{GROUP}/{VERSION}"),
+        "kind": "DistributedScaledJob",
+        "status": status,
+    });
+    super::bounded(
+        "apply DistributedScaledJob status",
+        api.patch_status(
+            name,
+            &PatchParams::apply(super::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        ),
+    )
+    .await?;
+    ctx.metrics.status_written(CONTROLLER);
+    Ok(())
+}
+
+/// Requeues a failed reconcile after a short pause.
+pub fn error_policy(obj: Arc<DistributedScaledJob>, error: &Error, ctx: Arc<Context>) -> Action {
+    warn!(dsj = %obj.name_any(), %error, "reconcile failed");
+    ctx.metrics
+        .reconcile_failed(CONTROLLER, error.metric_label());
+    Action::requeue(Duration::from_secs(5))
+}

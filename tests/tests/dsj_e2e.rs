@@ -1,0 +1,180 @@
+//! DistributedScaledJobs end to end with the real binaries on kedge-sim: a queue length
+//! read through the shadow KEDA ScaledObject turns into Jobs split by weight over the
+//! members, an unreadable metric creates nothing and says why, and a hub restart creates no
+//! Job twice.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use support::dso::*;
+use support::*;
+
+const TWO: [&str; 2] = ["member-1", "member-2"];
+
+fn dsj_yaml(queue_resource: &str) -> String {
+    format!(
+        r#"apiVersion: kedge.dev/v1alpha1
+kind: DistributedScaledJob
+metadata: {{name: work, namespace: default, labels: {{team: a}}}}
+spec:
+  memberClusters:
+  - {{name: member-1, weight: 2}}
+  - {{name: member-2, weight: 3}}
+  scaledJobSpec:
+    pollingInterval: 1
+    maxReplicaCount: 50
+    jobTargetRef:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{{name: worker, image: busybox}}]
+    triggers:
+    - type: kubernetes-resource
+      name: queue
+      metadata: {{resourceKind: ConfigMap, resourceName: {queue_resource}, key: length, targetValue: "1"}}
+"#
+    )
+}
+
+/// Jobs of DSJ `work` in each member.
+async fn jobs(fleet: &Fleet) -> Vec<Vec<Job>> {
+    let mut out = Vec::new();
+    for member in TWO {
+        let client = fleet.sim.cluster(member).unwrap().client().unwrap();
+        let list = Api::<Job>::namespaced(client, "default")
+            .list(&ListParams::default().labels("kedge.dev/distributedscaledjob=work"))
+            .await
+            .unwrap();
+        out.push(list.items);
+    }
+    out
+}
+
+async fn set_queue(fleet: &Fleet, length: u32) {
+    let client = fleet.sim.cluster("hub").unwrap().client().unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "queue", "namespace": "default"},
+        "data": {"length": length.to_string()}});
+    api.patch(
+        "queue",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .unwrap();
+}
+
+fn dsj(fleet: &Fleet) -> Value {
+    fleet
+        .hub_object("kedge.dev/v1alpha1", "DistributedScaledJob", "work")
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_length_becomes_jobs_split_by_weight() {
+    // Jobs run long enough that the split is counted before any finishes.
+    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
+    let hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
+    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
+    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+
+    // An unreadable metric (the ConfigMap does not exist): nothing is created, and the
+    // status says why.
+    apply(&fleet, &dsj_yaml("queue"), "work.yaml").await;
+    let status = wait_for(LIMIT, "the queue trigger in Error", || async {
+        let s = dsj(&fleet)["status"].clone();
+        let t = &s["triggerMetricsStatus"][0];
+        (t["name"] == "queue" && t["state"] == "Error").then_some(s)
+    })
+    .await;
+    let degraded = condition(&status, "Degraded").unwrap();
+    assert_eq!(degraded["reason"], "MetricUnavailable", "{status}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        jobs(&fleet).await.iter().all(Vec::is_empty),
+        "Jobs created from an unreadable metric"
+    );
+    fleet.wait_event("work", "MetricUnavailable", "queue").await;
+
+    // 10 in the queue, target 1 per Job: 10 Jobs, 4 and 6 by weight 2:3.
+    set_queue(&fleet, 10).await;
+    let split = wait_for(LIMIT, "10 Jobs split 4:6", || async {
+        let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+        (counts.iter().sum::<usize>() >= 10).then_some(counts)
+    })
+    .await;
+    assert_eq!(split, [4, 6], "split by weight 2:3");
+    // The Jobs carry the DSJ's labels, the member and the owner.
+    let job = &jobs(&fleet).await[1][0];
+    let labels = job.metadata.labels.clone().unwrap();
+    assert_eq!(labels["team"], "a");
+    assert_eq!(labels["kedge.dev/member"], "member-2");
+    assert_eq!(
+        job.metadata.annotations.clone().unwrap()["kedge.dev/owner"],
+        "default/work"
+    );
+    let status = wait_for(LIMIT, "status to count 10 Jobs", || async {
+        let s = dsj(&fleet)["status"].clone();
+        (s["runningJobs"] == 10 && s["desiredJobs"] == 10).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status["memberClusterStatuses"]["member-1"]["runningJobs"], 4,
+        "{status}"
+    );
+    assert_eq!(status["triggerMetricsStatus"][0]["state"], "Active");
+    assert_eq!(status["scalersTargetAverageValue"]["queue"], "1");
+
+    // More polls with the same queue create nothing more (pendingAware counts what runs).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+    assert_eq!(counts, [4, 6], "Jobs created twice");
+
+    // The hub restarts: the new one reads the Jobs the agents report and creates none twice.
+    let next_index = dsj(&fleet)["status"]["scheduling"]["nextJobIndex"].clone();
+    assert_eq!(next_index, 10, "{}", dsj(&fleet));
+    drop(hub);
+    let hub = fleet.start_hub_with("hub-2.log", &["--dsj-enabled", "true"]);
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+    assert_eq!(counts, [4, 6], "a restarted hub created Jobs twice");
+
+    // Paused: a longer queue creates nothing and the status says so; unpaused, it does.
+    fleet
+        .kubectl(&["annotate", "dsj/work", "autoscaling.keda.sh/paused=true"])
+        .await;
+    wait_for(LIMIT, "Paused=True", || async {
+        let s = dsj(&fleet)["status"].clone();
+        condition(&s, "Paused")
+            .is_some_and(|c| c["status"] == "True")
+            .then_some(())
+    })
+    .await;
+    set_queue(&fleet, 15).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+    assert_eq!(counts, [4, 6], "a paused DSJ created Jobs");
+    fleet
+        .kubectl(&["annotate", "dsj/work", "autoscaling.keda.sh/paused-"])
+        .await;
+    wait_for(LIMIT, "15 Jobs", || async {
+        let total: usize = jobs(&fleet).await.iter().map(Vec::len).sum();
+        (total >= 15).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+    assert_eq!(counts, [6, 9], "the 5 new Jobs continue the 2:3 round robin");
+    drop(hub);
+}
