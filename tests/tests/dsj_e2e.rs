@@ -175,6 +175,10 @@ async fn queue_length_becomes_jobs_split_by_weight() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
-    assert_eq!(counts, [6, 9], "the 5 new Jobs continue the 2:3 round robin");
+    assert_eq!(
+        counts,
+        [6, 9],
+        "the 5 new Jobs continue the 2:3 round robin"
+    );
     drop(hub);
 }
