@@ -182,3 +182,82 @@ async fn queue_length_becomes_jobs_split_by_weight() {
     );
     drop(hub);
 }
+
+/// A member whose pods never start: its Jobs get stuck after the grace period, the member is
+/// soft- then hard-tainted (the second failure within `softTaintDuration`), its stuck Jobs
+/// are re-created in the other member, and `preferFailover` deletes each source once its
+/// failover Job runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_jobs_taint_their_member_and_fail_over() {
+    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
+    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
+    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
+    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    set_queue(&fleet, 2).await;
+    // member-1's Jobs ask for a node label no node has: their pods stay Pending.
+    let yaml = dsj_yaml("queue")
+        .replace(
+            "  - {name: member-1, weight: 2}",
+            "  - name: member-1\n    weight: 1\n    podOverrides: {nodeSelector: {kedge.dev/none: \"true\"}}",
+        )
+        .replace("  - {name: member-2, weight: 3}", "  - {name: member-2, weight: 1}")
+        .replace(
+            "  scaledJobSpec:\n",
+            "  clusterScheduling:\n    failoverPolicy: {gracePeriod: 2s, softTaintDuration: 1m, \
+             hardTaintDuration: 5m, duplicationPolicy: preferFailover}\n  scaledJobSpec:\n",
+        );
+    apply(&fleet, &yaml, "work.yaml").await;
+    // One Job each; member-1's never starts.
+    wait_for(LIMIT, "one Job in each member", || async {
+        let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+        (counts == [1, 1]).then_some(())
+    })
+    .await;
+    fleet
+        .wait_event("work", "JobStuck", "pending longer than the grace period")
+        .await;
+    fleet.wait_event("work", "Failover", "member-2").await;
+    let status = wait_for(LIMIT, "member-1 soft-tainted", || async {
+        let s = dsj(&fleet)["status"].clone();
+        (s["memberClusterStatuses"]["member-1"]["softTainted"] == true).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status["memberClusterStatuses"]["member-2"]["softTainted"],
+        false
+    );
+    // preferFailover: once the failover Job runs in member-2, the stuck source goes.
+    wait_for(LIMIT, "the stuck source deleted", || async {
+        let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+        (counts == [0, 2]).then_some(())
+    })
+    .await;
+    fleet.wait_event("work", "JobCleanedUp", "member-1").await;
+
+    // A second Job sent to member-1 gets stuck too: a second failure within
+    // softTaintDuration makes the taint hard, and member-1 receives nothing more.
+    set_queue(&fleet, 4).await;
+    let status = wait_for(Duration::from_secs(30), "member-1 hard-tainted", || async {
+        let s = dsj(&fleet)["status"].clone();
+        (s["memberClusterStatuses"]["member-1"]["hardTainted"] == true).then_some(s)
+    })
+    .await;
+    let m1 = &status["memberClusterStatuses"]["member-1"];
+    assert_eq!(m1["excluded"], true, "{status}");
+    assert_eq!(m1["hardTaintScopes"][0], "cluster", "{status}");
+    assert!(
+        status["scheduling"]["taints"].as_array().is_some_and(|t| t
+            .iter()
+            .any(|t| t["member"] == "member-1" && t["hardUntil"].is_string())),
+        "{status}"
+    );
+    // Everything ends up running in member-2.
+    wait_for(LIMIT, "4 Jobs running in member-2", || async {
+        let s = dsj(&fleet)["status"].clone();
+        (s["memberClusterStatuses"]["member-2"]["runningJobs"] == 4
+            && s["memberClusterStatuses"]["member-1"]["runningJobs"] == 0)
+            .then_some(())
+    })
+    .await;
+}
