@@ -261,3 +261,50 @@ async fn stuck_jobs_taint_their_member_and_fail_over() {
     })
     .await;
 }
+
+/// Finished Jobs beyond `successfulJobsHistoryLimit` are deleted, most recent kept; a
+/// finished Job no longer counts as running, so the queue keeps getting Jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_limits_delete_old_finished_jobs() {
+    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_millis(500)).await;
+    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
+    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
+    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    set_queue(&fleet, 2).await;
+    let yaml = dsj_yaml("queue").replace(
+        "    maxReplicaCount: 50\n",
+        "    maxReplicaCount: 50\n    successfulJobsHistoryLimit: 1\n",
+    );
+    apply(&fleet, &yaml, "work.yaml").await;
+    // Jobs finish in half a second and the queue stays at 2: new Jobs keep coming (one per
+    // member and poll). Each member keeps its most recent finished Job, plus at most the one
+    // that finished since the last poll and one being deleted; without the limit, six
+    // finished Jobs would pile up in each member by the time twelve were created.
+    fleet.wait_event("work", "JobCleanedUp", "History").await;
+    let succeeded = |list: &[Job]| {
+        list.iter()
+            .filter(|j| {
+                j.status
+                    .as_ref()
+                    .and_then(|s| s.succeeded)
+                    .is_some_and(|n| n > 0)
+            })
+            .count()
+    };
+    wait_for(Duration::from_secs(30), "12 Jobs created", || async {
+        let all = jobs(&fleet).await;
+        for (member, list) in TWO.iter().zip(&all) {
+            assert!(
+                succeeded(list) <= 3,
+                "{member} keeps {} finished Jobs with successfulJobsHistoryLimit 1",
+                succeeded(list)
+            );
+        }
+        let created = dsj(&fleet)["status"]["scheduling"]["nextJobIndex"]
+            .as_i64()
+            .unwrap_or(0);
+        (created >= 12).then_some(())
+    })
+    .await;
+}
