@@ -180,6 +180,20 @@ async fn queue_length_becomes_jobs_split_by_weight() {
         [6, 9],
         "the 5 new Jobs continue the 2:3 round robin"
     );
+
+    // Deleting the DSJ deletes its Jobs in the members, and its shadow ScaledObject.
+    fleet.kubectl(&["delete", "dsj/work", "--wait=true"]).await;
+    wait_for(LIMIT, "the DSJ's Jobs deleted", || async {
+        jobs(&fleet).await.iter().all(Vec::is_empty).then_some(())
+    })
+    .await;
+    wait_for(LIMIT, "the shadow ScaledObject gone", || async {
+        fleet
+            .hub_object("keda.sh/v1alpha1", "ScaledObject", "work")
+            .is_none()
+            .then_some(())
+    })
+    .await;
     drop(hub);
 }
 

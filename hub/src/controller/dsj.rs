@@ -33,6 +33,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, instrument, warn};
@@ -54,9 +55,28 @@ pub const CONTROLLER: &str = "distributedscaledjob";
 pub struct Sent {
     sent: Mutex<HashMap<String, SystemTime>>,
     polls: Mutex<HashMap<String, (SystemTime, u64)>>,
+    /// The status this process wrote last, by owner: the next poll starts from it rather
+    /// than from a watch cache that may not have seen the write yet (which would reuse Job
+    /// indexes and forget taints).
+    written: Mutex<HashMap<String, DistributedScaledJobStatus>>,
 }
 
 impl Sent {
+    fn written(&self, owner: &str) -> Option<DistributedScaledJobStatus> {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(owner)
+            .cloned()
+    }
+
+    fn remember(&self, owner: &str, status: &DistributedScaledJobStatus) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(owner.to_owned(), status.clone());
+    }
+
     fn since(&self, name: &str, now: SystemTime) -> SystemTime {
         *self
             .sent
@@ -137,20 +157,80 @@ pub fn shadow_scaled_object(
     }))
 }
 
+/// Finalizer that has the Jobs of a deleted DSJ deleted in every member.
+pub const FINALIZER: &str = "kedge.dev/distributedscaledjob";
+
+fn ns_name(dsj: &DistributedScaledJob) -> Result<(String, String)> {
+    let namespace = dsj.namespace().ok_or(Error::MissingField {
+        kind: "DistributedScaledJob",
+        field: "metadata.namespace",
+    })?;
+    Ok((namespace, dsj.name_any()))
+}
+
 /// Reconciles one DSJ.
 #[instrument(skip(ctx, obj), fields(dsj = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciled(CONTROLLER);
-    if obj.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let namespace = obj.namespace().ok_or(Error::MissingField {
-        kind: "DistributedScaledJob",
-        field: "metadata.namespace",
-    })?;
-    let name = obj.name_any();
+    let (namespace, _) = ns_name(&obj)?;
+    let api: Api<DistributedScaledJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalizer(&api, FINALIZER, obj, |event| async {
+        match event {
+            Finalizer::Apply(dsj) => apply(dsj, &ctx).await,
+            Finalizer::Cleanup(dsj) => delete_jobs_of(&dsj, &ctx),
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// A deleted DSJ: every member whose agent has reported its Jobs is told to delete this
+/// DSJ's Jobs (and to create none); the hub keeps sending those deletes until each member
+/// reports them gone, after the DSJ itself is gone. A member not connected now keeps its
+/// Jobs (they run to completion).
+fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
+    let (namespace, name) = ns_name(dsj)?;
     let owner = format!("{namespace}/{name}");
-    let previous = obj.status.clone().unwrap_or_default();
+    for member in ctx.fleet.members() {
+        let Some(session) = member
+            .session
+            .as_ref()
+            .filter(|s| s.state == SessionState::Connected)
+        else {
+            continue;
+        };
+        let jobs = ctx.fleet.jobs_of(&member.name, &owner);
+        let deletes = jobs
+            .jobs
+            .iter()
+            .map(|j| JobDelete {
+                namespace: j.namespace.clone(),
+                name: j.name.clone(),
+                owner: owner.clone(),
+            })
+            .collect();
+        ctx.fleet.set_jobs(
+            &member.name,
+            &session.session_id,
+            &owner,
+            JobCommands {
+                creates: Vec::new(),
+                deletes,
+            },
+        );
+    }
+    // The shadow ScaledObject goes with the DSJ through its ownerReference.
+    Ok(Action::await_change())
+}
+
+async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> {
+    let (namespace, name) = ns_name(&obj)?;
+    let owner = format!("{namespace}/{name}");
+    let observed = obj.status.clone().unwrap_or_default();
+    let previous = ctx
+        .dsj_sent
+        .written(&owner)
+        .unwrap_or_else(|| observed.clone());
     let now = SystemTime::now();
     let generation = obj.metadata.generation;
     let settings = match validate::dsj(&obj.spec, obj.annotations()) {
@@ -176,7 +256,7 @@ pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Res
                     message,
                 )
                 .await;
-                write_status(&ctx, &namespace, &name, &status).await?;
+                write_status(ctx, &namespace, &name, &status).await?;
             }
             return Ok(Action::await_change());
         }
@@ -484,9 +564,10 @@ pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Res
     for (kind, reason, note) in events {
         ctx.publish(&*obj, kind, reason, "Reconcile", note).await;
     }
-    if status != previous {
-        write_status(&ctx, &namespace, &name, &status).await?;
+    if status != observed {
+        write_status(ctx, &namespace, &name, &status).await?;
     }
+    ctx.dsj_sent.remember(&owner, &status);
     Ok(Action::requeue(polling))
 }
 
