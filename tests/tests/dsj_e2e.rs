@@ -19,6 +19,9 @@ use support::*;
 
 const TWO: [&str; 2] = ["member-1", "member-2"];
 
+/// The tests share two cores; run them one at a time so grace periods mean what they say.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn dsj_yaml(queue_resource: &str) -> String {
     format!(
         r#"apiVersion: kedge.dev/v1alpha1
@@ -73,6 +76,16 @@ async fn set_queue(fleet: &Fleet, length: u32) {
     .unwrap();
 }
 
+/// Waits until the DSJ's status shows both members Ready: connected, with their Jobs
+/// reported. Before, a member receives no Job (every Job would go to the other one).
+async fn members_ready(fleet: &Fleet) {
+    wait_for(LIMIT, "both members Ready for the DSJ", || async {
+        let s = dsj(fleet)["status"]["memberClusterStatuses"].clone();
+        TWO.iter().all(|m| s[*m]["state"] == "Ready").then_some(())
+    })
+    .await;
+}
+
 fn dsj(fleet: &Fleet) -> Value {
     fleet
         .hub_object("kedge.dev/v1alpha1", "DistributedScaledJob", "work")
@@ -81,6 +94,7 @@ fn dsj(fleet: &Fleet) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_length_becomes_jobs_split_by_weight() {
+    let _serial = SERIAL.lock().await;
     // Jobs run long enough that the split is counted before any finishes.
     let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
     let hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
@@ -107,6 +121,7 @@ async fn queue_length_becomes_jobs_split_by_weight() {
     fleet.wait_event("work", "MetricUnavailable", "queue").await;
 
     // 10 in the queue, target 1 per Job: 10 Jobs, 4 and 6 by weight 2:3.
+    members_ready(&fleet).await;
     set_queue(&fleet, 10).await;
     let split = wait_for(LIMIT, "10 Jobs split 4:6", || async {
         let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
@@ -203,12 +218,12 @@ async fn queue_length_becomes_jobs_split_by_weight() {
 /// failover Job runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_jobs_taint_their_member_and_fail_over() {
+    let _serial = SERIAL.lock().await;
     let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
     let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
     let _a1 = fleet.start_agent("member-1", None, "member-1.log");
     let _a2 = fleet.start_agent("member-2", None, "member-2.log");
     wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
-    set_queue(&fleet, 2).await;
     // member-1's Jobs ask for a node label no node has: their pods stay Pending.
     let yaml = dsj_yaml("queue")
         .replace(
@@ -222,6 +237,8 @@ async fn stuck_jobs_taint_their_member_and_fail_over() {
              hardTaintDuration: 5m, duplicationPolicy: preferFailover}\n  scaledJobSpec:\n",
         );
     apply(&fleet, &yaml, "work.yaml").await;
+    members_ready(&fleet).await;
+    set_queue(&fleet, 2).await;
     // One Job each; member-1's never starts.
     wait_for(LIMIT, "one Job in each member", || async {
         let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
@@ -280,17 +297,19 @@ async fn stuck_jobs_taint_their_member_and_fail_over() {
 /// finished Job no longer counts as running, so the queue keeps getting Jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_limits_delete_old_finished_jobs() {
+    let _serial = SERIAL.lock().await;
     let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_millis(500)).await;
     let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
     let _a1 = fleet.start_agent("member-1", None, "member-1.log");
     let _a2 = fleet.start_agent("member-2", None, "member-2.log");
     wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
-    set_queue(&fleet, 2).await;
     let yaml = dsj_yaml("queue").replace(
         "    maxReplicaCount: 50\n",
         "    maxReplicaCount: 50\n    successfulJobsHistoryLimit: 1\n",
     );
     apply(&fleet, &yaml, "work.yaml").await;
+    members_ready(&fleet).await;
+    set_queue(&fleet, 2).await;
     // Jobs finish in half a second and the queue stays at 2: new Jobs keep coming (one per
     // member and poll). Each member keeps its most recent finished Job, plus at most the one
     // that finished since the last poll and one being deleted; without the limit, six
@@ -319,6 +338,66 @@ async fn history_limits_delete_old_finished_jobs() {
             .as_i64()
             .unwrap_or(0);
         (created >= 12).then_some(())
+    })
+    .await;
+}
+
+/// `priorityFailover`: every Job goes to the highest-priority member; when its Jobs get stuck
+/// it is tainted (scoped to the workload's class, size and the member's priority) and the Jobs
+/// go to the next member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_failover_prefers_the_high_priority_member_until_it_fails() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
+    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
+    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
+    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let yaml = dsj_yaml("queue")
+        .replace(
+            "  - {name: member-1, weight: 2}",
+            "  - name: member-1\n    scheduling: {priority: 2}\n    podOverrides: {nodeSelector: {kedge.dev/none: \"true\"}}",
+        )
+        .replace(
+            "  - {name: member-2, weight: 3}",
+            "  - {name: member-2, scheduling: {priority: 1}}",
+        )
+        .replace(
+            "  scaledJobSpec:\n",
+            "  clusterScheduling:\n    strategy: priorityFailover\n    workloadAffinity: {class: gpu, size: 2}\n    \
+             failoverPolicy: {gracePeriod: 2s, softTaintDuration: 0s, hardTaintDuration: 5m}\n  scaledJobSpec:\n",
+        );
+    apply(&fleet, &yaml, "work.yaml").await;
+    members_ready(&fleet).await;
+    set_queue(&fleet, 3).await;
+    wait_for(
+        LIMIT,
+        "3 Jobs in member-1, the preferred member",
+        || async {
+            let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+            (counts == [3, 0]).then_some(())
+        },
+    )
+    .await;
+    // softTaintDuration 0s: the first stuck poll makes the taint hard, scoped to the workload.
+    let status = wait_for(LIMIT, "member-1 hard-tainted for gpu>=2", || async {
+        let s = dsj(&fleet)["status"].clone();
+        (s["memberClusterStatuses"]["member-1"]["hardTainted"] == true).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status["memberClusterStatuses"]["member-1"]["hardTaintScopes"][0], "gpu>=2@2",
+        "{status}"
+    );
+    // The stuck Jobs are re-created in member-2 (keepAll keeps the sources).
+    wait_for(LIMIT, "3 failover Jobs in member-2", || async {
+        let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
+        (counts == [3, 3]).then_some(())
+    })
+    .await;
+    wait_for(LIMIT, "status: 3 Jobs running in member-2", || async {
+        let s = dsj(&fleet)["status"].clone();
+        (s["memberClusterStatuses"]["member-2"]["runningJobs"] == 3).then_some(())
     })
     .await;
 }
