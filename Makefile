@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test build fmt-check lint footprint crds bench-latency
+.PHONY: demo test build fmt-check lint footprint crds bench-latency bench-dsj-latency
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
@@ -34,3 +34,8 @@ crds:
 bench-latency:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-sim --bench scale_latency
+
+## Queue change to Jobs running in the members, end to end (docs/dsj.md "Latency").
+bench-dsj-latency:
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) bench -p kedge-sim --bench dsj_latency

@@ -290,6 +290,9 @@ fn start_hub(config: &FleetConfig, quic_port: u16, ops_port: u16) -> Result<Chil
             .join(format!("{HUB_CLUSTER}.kubeconfig"))
             .display()
             .to_string(),
+        // The local fleet runs both controllers.
+        "--dsj-enabled".into(),
+        "true".into(),
     ];
     let log = config.dir.join("logs").join("hub.log");
     spawn(&config.bin_dir.join("kedge-hub"), &args, &log)
