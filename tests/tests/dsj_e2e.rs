@@ -86,6 +86,16 @@ async fn members_ready(fleet: &Fleet) {
     .await;
 }
 
+/// A running fleet for the DSJ tests: the simulator (Jobs running for `job_duration`), a hub
+/// with the DSJ controller and both agents connected. Keep the returned values alive.
+async fn dsj_fleet(job_duration: Duration) -> (tempfile::TempDir, Fleet, Proc, [Proc; 2]) {
+    let (dir, fleet) = start_with(&TWO, |c| c.job_duration = job_duration).await;
+    let hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
+    let agents = TWO.map(|m| fleet.start_agent(m, None, &format!("{m}.log")));
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    (dir, fleet, hub, agents)
+}
+
 fn dsj(fleet: &Fleet) -> Value {
     fleet
         .hub_object("kedge.dev/v1alpha1", "DistributedScaledJob", "work")
@@ -96,11 +106,7 @@ fn dsj(fleet: &Fleet) -> Value {
 async fn queue_length_becomes_jobs_split_by_weight() {
     let _serial = SERIAL.lock().await;
     // Jobs run long enough that the split is counted before any finishes.
-    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
-    let hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
-    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
-    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let (_dir, fleet, hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
 
     // An unreadable metric (the ConfigMap does not exist): nothing is created, and the
     // status says why.
@@ -160,7 +166,8 @@ async fn queue_length_becomes_jobs_split_by_weight() {
     assert_eq!(next_index, 10, "{}", dsj(&fleet));
     drop(hub);
     let hub = fleet.start_hub_with("hub-2.log", &["--dsj-enabled", "true"]);
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    // The killed hub's Lease expires first (2 s), then the agents' backoff runs out.
+    wait_for_states(fleet.ports, &TWO, "Connected", 2 * LIMIT).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let counts: Vec<usize> = jobs(&fleet).await.iter().map(Vec::len).collect();
     assert_eq!(counts, [4, 6], "a restarted hub created Jobs twice");
@@ -219,11 +226,7 @@ async fn queue_length_becomes_jobs_split_by_weight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_jobs_taint_their_member_and_fail_over() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
-    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
-    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
-    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
     // member-1's Jobs ask for a node label no node has: their pods stay Pending.
     let yaml = dsj_yaml("queue")
         .replace(
@@ -298,11 +301,7 @@ async fn stuck_jobs_taint_their_member_and_fail_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_limits_delete_old_finished_jobs() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_millis(500)).await;
-    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
-    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
-    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_millis(500)).await;
     let yaml = dsj_yaml("queue").replace(
         "    maxReplicaCount: 50\n",
         "    maxReplicaCount: 50\n    successfulJobsHistoryLimit: 1\n",
@@ -348,11 +347,7 @@ async fn history_limits_delete_old_finished_jobs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_failover_prefers_the_high_priority_member_until_it_fails() {
     let _serial = SERIAL.lock().await;
-    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
-    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
-    let _a1 = fleet.start_agent("member-1", None, "member-1.log");
-    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
     let yaml = dsj_yaml("queue")
         .replace(
             "  - {name: member-1, weight: 2}",

@@ -765,23 +765,7 @@ async fn write_status(
     name: &str,
     status: &DistributedScaledJobStatus,
 ) -> Result<()> {
-    let api: Api<DistributedScaledJob> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = json!({
-        "apiVersion": format!("{GROUP}/{VERSION}"),
-        "kind": "DistributedScaledJob",
-        "status": status,
-    });
-    super::bounded(
-        "apply DistributedScaledJob status",
-        api.patch_status(
-            name,
-            &PatchParams::apply(super::FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        ),
-    )
-    .await?;
-    ctx.metrics.status_written(CONTROLLER);
-    Ok(())
+    super::write_status::<DistributedScaledJob>(ctx, CONTROLLER, namespace, name, status).await
 }
 
 /// Requeues a failed reconcile after a short pause.

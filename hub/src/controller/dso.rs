@@ -238,23 +238,7 @@ async fn write_status(
     name: &str,
     status: &DistributedScaledObjectStatus,
 ) -> Result<()> {
-    let api: Api<DistributedScaledObject> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = json!({
-        "apiVersion": format!("{GROUP}/{VERSION}"),
-        "kind": "DistributedScaledObject",
-        "status": status,
-    });
-    super::bounded(
-        "apply DistributedScaledObject status",
-        api.patch_status(
-            name,
-            &PatchParams::apply(super::FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        ),
-    )
-    .await?;
-    ctx.metrics.status_written(CONTROLLER);
-    Ok(())
+    super::write_status::<DistributedScaledObject>(ctx, CONTROLLER, namespace, name, status).await
 }
 
 /// The child KEDA ScaledObject of a DSO: its target is the DSO's own `/scale`.

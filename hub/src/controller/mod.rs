@@ -289,6 +289,40 @@ impl Context {
     }
 }
 
+/// Writes `status` of the `K` named `namespace/name` with server-side apply (this hub's field
+/// manager, forced), and counts the write for `controller`.
+pub async fn write_status<K>(
+    ctx: &Context,
+    controller: &str,
+    namespace: &str,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    bounded(
+        "apply status",
+        api.patch_status(
+            name,
+            &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+            &kube::api::Patch::Apply(&patch),
+        ),
+    )
+    .await?;
+    ctx.metrics.status_written(controller);
+    Ok(())
+}
+
 /// Where the hub cluster is.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
