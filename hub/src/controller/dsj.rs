@@ -161,11 +161,7 @@ pub fn shadow_scaled_object(
 pub const FINALIZER: &str = "kedge.dev/distributedscaledjob";
 
 fn ns_name(dsj: &DistributedScaledJob) -> Result<(String, String)> {
-    let namespace = dsj.namespace().ok_or(Error::MissingField {
-        kind: "DistributedScaledJob",
-        field: "metadata.namespace",
-    })?;
-    Ok((namespace, dsj.name_any()))
+    super::ns_name(dsj, "DistributedScaledJob")
 }
 
 /// Reconciles one DSJ.

@@ -33,11 +33,7 @@ pub const CONTROLLER: &str = "distributedscaledobject";
 pub const FINALIZER: &str = "kedge.dev/distributedscaledobject";
 
 fn ns_name(dso: &DistributedScaledObject) -> Result<(String, String)> {
-    let namespace = dso.namespace().ok_or(Error::MissingField {
-        kind: "DistributedScaledObject",
-        field: "metadata.namespace",
-    })?;
-    Ok((namespace, dso.name_any()))
+    super::ns_name(dso, "DistributedScaledObject")
 }
 
 /// The fleet owner key of a DSO.

@@ -323,6 +323,15 @@ where
     Ok(())
 }
 
+/// Namespace and name of a namespaced hub object of `kind`.
+pub fn ns_name<K: Resource>(obj: &K, kind: &'static str) -> Result<(String, String)> {
+    let namespace = obj.meta().namespace.clone().ok_or(Error::MissingField {
+        kind,
+        field: "metadata.namespace",
+    })?;
+    Ok((namespace, obj.meta().name.clone().unwrap_or_default()))
+}
+
 /// Where the hub cluster is.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
