@@ -165,6 +165,28 @@ pub enum ClusterStrategy {
     },
 }
 
+/// `scaledJobSpec.rollout`: what an update of the DSJ does to the Jobs made from the
+/// previous spec.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Rollout {
+    /// `default`: delete them (they are re-created from the new spec), with this
+    /// `propagationPolicy` for their pods.
+    #[default]
+    Replace,
+    /// `gradual`: let them run; only new Jobs use the new spec.
+    Gradual,
+}
+
+/// `scaledJobSpec.rollout.propagationPolicy`: how the pods of a Job deleted by a rollout go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// `background` (default): the Job goes at once, its pods after it.
+    #[default]
+    Background,
+    /// `foreground`: the Job stays (being deleted) until its pods are gone.
+    Foreground,
+}
+
 /// `failoverPolicy.duplicationPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DuplicationPolicy {
@@ -245,6 +267,10 @@ pub struct DsjSettings {
     pub successful_jobs_history_limit: u32,
     /// `failedJobsHistoryLimit` (default 100).
     pub failed_jobs_history_limit: u32,
+    /// `rollout.strategy` (or the deprecated `rolloutStrategy`).
+    pub rollout: Rollout,
+    /// `rollout.propagationPolicy`.
+    pub propagation: Propagation,
     /// Trigger keys (name, else type) in spec order.
     pub triggers: Vec<String>,
     /// Whether `autoscaling.keda.sh/paused` is set (paused-replicas means nothing for Jobs
@@ -805,14 +831,41 @@ pub fn dsj(
             MultipleScalers::Max
         }
     };
-    if let Some(rollout) = sj.rollout.as_ref().and_then(|r| r.strategy.as_deref())
-        && !matches!(rollout, "default" | "gradual")
+    // `rollout.strategy` wins over the deprecated `rolloutStrategy`, as in KEDA.
+    let (rollout_field, rollout_text) =
+        match sj.rollout.as_ref().and_then(|r| r.strategy.as_deref()) {
+            Some(s) => ("spec.scaledJobSpec.rollout.strategy", Some(s)),
+            None => (
+                "spec.scaledJobSpec.rolloutStrategy",
+                sj.rollout_strategy.as_deref(),
+            ),
+        };
+    let rollout = match rollout_text {
+        None | Some("default") => Rollout::Replace,
+        Some("gradual") => Rollout::Gradual,
+        Some(other) => {
+            p.add(
+                rollout_field,
+                format!("unknown strategy {other:?} (expected default or gradual)"),
+            );
+            Rollout::Replace
+        }
+    };
+    let propagation = match sj
+        .rollout
+        .as_ref()
+        .and_then(|r| r.propagation_policy.as_deref())
     {
-        p.add(
-            "spec.scaledJobSpec.rollout.strategy",
-            format!("unknown strategy {rollout:?} (expected default or gradual)"),
-        );
-    }
+        None | Some("background") => Propagation::Background,
+        Some("foreground") => Propagation::Foreground,
+        Some(other) => {
+            p.add(
+                "spec.scaledJobSpec.rollout.propagationPolicy",
+                format!("unknown policy {other:?} (expected background or foreground)"),
+            );
+            Propagation::Background
+        }
+    };
     let max_jobs = p.count(
         "spec.scaledJobSpec.maxReplicaCount",
         sj.max_replicas(),
@@ -869,6 +922,8 @@ pub fn dsj(
         duplication,
         successful_jobs_history_limit,
         failed_jobs_history_limit,
+        rollout,
+        propagation,
         triggers,
         paused,
     })
@@ -1054,6 +1109,10 @@ mod tests {
         assert_eq!(s.duplication, DuplicationPolicy::KeepAll);
         assert_eq!((s.min_jobs, s.max_jobs), (0, 100));
         assert_eq!(s.successful_jobs_history_limit, 100);
+        assert_eq!(
+            (s.rollout, s.propagation),
+            (Rollout::Replace, Propagation::Background)
+        );
     }
 
     #[test]
@@ -1111,6 +1170,18 @@ mod tests {
             )
         );
         assert!(err.contains("spec.scaledJobSpec.scalingStrategy.multipleScalersCalculation"));
+        let err = dsj_error(
+            "scaledJobSpec:\n  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}\n  \
+             rolloutStrategy: slow\n  rollout: {propagationPolicy: orphan}",
+        );
+        assert!(
+            err.contains("spec.scaledJobSpec.rolloutStrategy: unknown strategy \"slow\""),
+            "{err}"
+        );
+        assert!(
+            err.contains("spec.scaledJobSpec.rollout.propagationPolicy: unknown policy \"orphan\""),
+            "{err}"
+        );
     }
 
     #[test]

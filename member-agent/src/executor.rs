@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::batch::v1::Job;
 use kedge_protocol::{
     Ack, CommandResult, CommandTarget, DesiredState, Failure, FailureCode, JobCreate, JobDelete,
-    Retry, WorkloadRef, WorkloadReplicas,
+    Propagation, Retry, WorkloadRef, WorkloadReplicas,
 };
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions,
@@ -361,7 +361,10 @@ impl Executor {
         owner.check(&job.metadata)?;
         // Only the Job checked: one replaced in between is checked again on the next try.
         let params = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
+            propagation_policy: Some(match command.propagation {
+                Propagation::Background => PropagationPolicy::Background,
+                Propagation::Foreground => PropagationPolicy::Foreground,
+            }),
             preconditions: Some(Preconditions {
                 uid: job.metadata.uid.clone(),
                 resource_version: None,

@@ -146,6 +146,7 @@ mod tests {
             created_unix_ms: 1,
             finished: None,
             replaces: None,
+            template: None,
         }
     }
 

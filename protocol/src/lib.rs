@@ -25,10 +25,10 @@ pub use message::*;
 pub use report::bounded_text;
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// The oldest protocol version this build still accepts from a peer.
-pub const MIN_PROTOCOL_VERSION: u16 = 2;
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
 
 /// QUIC/TLS application protocol name.
 pub const ALPN: &[u8] = b"kedge/1";

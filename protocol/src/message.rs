@@ -141,7 +141,18 @@ pub struct JobCreate {
     pub manifest_json: Vec<u8>,
 }
 
-/// A Job to delete (history cleanup or scale-in).
+/// How the pods of a deleted Job go (Kubernetes' `propagationPolicy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Propagation {
+    /// The Job goes at once; the garbage collector deletes its pods after it.
+    #[default]
+    Background,
+    /// The Job stays, being deleted, until its pods are gone.
+    Foreground,
+}
+
+/// A Job to delete (duplicate resolution, history cleanup, rollout of a changed spec, or the
+/// deleted DSJ).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobDelete {
     /// Namespace in the member cluster.
@@ -150,6 +161,8 @@ pub struct JobDelete {
     pub name: String,
     /// `namespace/name` of the DistributedScaledJob.
     pub owner: String,
+    /// How its pods go: `rollout.propagationPolicy` for a rollout, background otherwise.
+    pub propagation: Propagation,
 }
 
 /// The complete desired state of one member at one revision. Level-triggered: the agent
@@ -363,6 +376,9 @@ pub struct JobStatus {
     /// For a failover Job, the name of the stuck Job it replaces (its `kedge.dev/replaces`
     /// annotation), so that a restarted hub pairs them again for the duplication policy.
     pub replaces: Option<String>,
+    /// Its `kedge.dev/template` annotation: a hash of the Job spec it was made from, so the
+    /// hub can tell Jobs made from an earlier DSJ spec (`rollout.strategy: default`).
+    pub template: Option<String>,
 }
 
 /// Free and total schedulable capacity of the member cluster.

@@ -109,6 +109,7 @@ mod tests {
             failure_reason: None,
             finished_unix_ms: None,
             replaces: Some(format!("work-{:05}", i + 1)),
+            template: None,
         }
     }
 

@@ -133,7 +133,8 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                     pending_reason: None,
                     failure_reason: None,
                     finished_unix_ms: None,
-                    replaces: Some("stuck".into())
+                    replaces: Some("stuck".into()),
+                    template: Some("0123456789abcdef".into())
                 }],
                 removed_jobs: vec![JobRef {
                     namespace: "ns".into(),
@@ -192,7 +193,8 @@ fn hub_message() -> impl Strategy<Value = HubMessage> {
                     delete_jobs: vec![JobDelete {
                         namespace: "ns".into(),
                         name: "dsj-old".into(),
-                        owner: "ns/dsj".into()
+                        owner: "ns/dsj".into(),
+                        propagation: Propagation::Foreground
                     }],
                 })
             ),

@@ -52,6 +52,7 @@ fn delete(name: &str, owner: &str) -> JobDelete {
         namespace: "apps".into(),
         name: name.into(),
         owner: owner.into(),
+        propagation: Propagation::Background,
     }
 }
 

@@ -49,16 +49,59 @@ spec:
 
 /// Jobs of DSJ `work` in each member.
 async fn jobs(fleet: &Fleet) -> Vec<Vec<Job>> {
+    jobs_of(fleet, "work").await
+}
+
+/// Jobs of DSJ `name` in each member.
+async fn jobs_of(fleet: &Fleet, name: &str) -> Vec<Vec<Job>> {
     let mut out = Vec::new();
     for member in TWO {
         let client = fleet.sim.cluster(member).unwrap().client().unwrap();
         let list = Api::<Job>::namespaced(client, "default")
-            .list(&ListParams::default().labels("kedge.dev/distributedscaledjob=work"))
+            .list(&ListParams::default().labels(&format!("kedge.dev/distributedscaledjob={name}")))
             .await
             .unwrap();
         out.push(list.items);
     }
     out
+}
+
+/// How many Jobs of DSJ `name` each member has.
+async fn counts(fleet: &Fleet, name: &str) -> Vec<usize> {
+    jobs_of(fleet, name).await.iter().map(Vec::len).collect()
+}
+
+/// Job names of DSJ `name`, all members.
+async fn names(fleet: &Fleet, name: &str) -> std::collections::BTreeSet<String> {
+    jobs_of(fleet, name)
+        .await
+        .iter()
+        .flatten()
+        .filter_map(|j| j.metadata.name.clone())
+        .collect()
+}
+
+/// Waits until DSJ `name` shows `members` Ready.
+async fn ready_for(fleet: &Fleet, name: &str, members: &[&str]) {
+    wait_for(LIMIT, &format!("{members:?} Ready for {name}"), || async {
+        let s = dsj_named(fleet, name)["status"]["memberClusterStatuses"].clone();
+        members
+            .iter()
+            .all(|m| s[*m]["state"] == "Ready")
+            .then_some(())
+    })
+    .await;
+}
+
+/// Waits until DSJ `name` has `want` Jobs per member, then checks that they stay so for
+/// three more polls.
+async fn settles(fleet: &Fleet, name: &str, want: &[usize], what: &str) {
+    wait_for(LIMIT, what, || async {
+        (counts(fleet, name).await == want).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(counts(fleet, name).await, want, "{what}: did not stay");
 }
 
 async fn set_queue(fleet: &Fleet, length: u32) {
@@ -97,8 +140,12 @@ async fn dsj_fleet(job_duration: Duration) -> (tempfile::TempDir, Fleet, Proc, [
 }
 
 fn dsj(fleet: &Fleet) -> Value {
+    dsj_named(fleet, "work")
+}
+
+fn dsj_named(fleet: &Fleet, name: &str) -> Value {
     fleet
-        .hub_object("kedge.dev/v1alpha1", "DistributedScaledJob", "work")
+        .hub_object("kedge.dev/v1alpha1", "DistributedScaledJob", name)
         .unwrap_or(Value::Null)
 }
 
@@ -313,7 +360,9 @@ async fn history_limits_delete_old_finished_jobs() {
     // member and poll). Each member keeps its most recent finished Job, plus at most the one
     // that finished since the last poll and one being deleted; without the limit, six
     // finished Jobs would pile up in each member by the time twelve were created.
-    fleet.wait_event("work", "JobCleanedUp", "History").await;
+    fleet
+        .wait_event("work", "JobCleanedUp", "history limit")
+        .await;
     let succeeded = |list: &[Job]| {
         list.iter()
             .filter(|j| {
@@ -395,4 +444,433 @@ async fn priority_failover_prefers_the_high_priority_member_until_it_fails() {
         (s["memberClusterStatuses"]["member-2"]["runningJobs"] == 3).then_some(())
     })
     .await;
+}
+
+/// A DSJ `name` whose Jobs go to member-1, where their pods never start (they stay pending:
+/// a node label no node has), with `strategy` (a `scalingStrategy` flow mapping body).
+fn pending_dsj(name: &str, strategy: &str) -> String {
+    format!(
+        r#"apiVersion: kedge.dev/v1alpha1
+kind: DistributedScaledJob
+metadata: {{name: {name}, namespace: default}}
+spec:
+  memberClusters:
+  - name: member-1
+    podOverrides: {{nodeSelector: {{kedge.dev/none: "true"}}}}
+  clusterScheduling:
+    failoverPolicy: {{gracePeriod: 1h}}
+  scaledJobSpec:
+    pollingInterval: 1
+    maxReplicaCount: 6
+    scalingStrategy: {{{strategy}}}
+    jobTargetRef:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{{name: worker, image: busybox}}]
+    triggers:
+    - type: kubernetes-resource
+      name: queue
+      metadata: {{resourceKind: ConfigMap, resourceName: queue, key: length, targetValue: "1"}}
+"#
+    )
+}
+
+/// The five scaling strategies through the real binaries, side by side on one queue of 4
+/// (target 1 per Job, `maxReplicaCount` 6), every Job pending in member-1 (so running =
+/// pending = the Jobs there), polled every second. By KEDA's formulas, from 0 Jobs:
+/// - default: maxScale − running = 4 − R: 4 Jobs.
+/// - custom (deduction 1, running 0.5): trunc(4 − 1 − 0.5·R): 3, then 1 at R=3 and 4, then 0
+///   at R=5: 5 Jobs.
+/// - accurate: 4 − pending while 4 + R ≤ 6, else 6 − R: 4, then 2 (4 + 4 > 6): 6 Jobs.
+/// - eager: min(6 − R − pending, 4) = min(6 − 2R, 4): 4, then 0: 4 Jobs.
+/// - pendingAware: 4 − R + stuck: 4 Jobs.
+///
+/// Then member-2 joins every DSJ and the grace period drops to 2 s, so the pending Jobs
+/// become stuck: only pendingAware re-creates them, min(4 − R + stuck, 6 − R) = min(4, 2):
+/// 2 failover Jobs in member-2, as many as `maxReplicaCount` leaves room for; the others
+/// count the stuck Jobs as running and create nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_five_scaling_strategies_create_what_the_formulas_give() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
+    let strategies = [
+        ("s-default", "strategy: default", 4),
+        (
+            "s-custom",
+            "strategy: custom, customScalingQueueLengthDeduction: 1, \
+             customScalingRunningJobPercentage: \"0.5\"",
+            5,
+        ),
+        ("s-accurate", "strategy: accurate", 6),
+        ("s-eager", "strategy: eager", 4),
+        ("s-pending-aware", "strategy: pendingAware", 4),
+    ];
+    for (name, strategy, _) in &strategies {
+        apply(
+            &fleet,
+            &pending_dsj(name, strategy),
+            &format!("{name}.yaml"),
+        )
+        .await;
+    }
+    for (name, _, _) in &strategies {
+        ready_for(&fleet, name, &["member-1"]).await;
+    }
+    set_queue(&fleet, 4).await;
+    for (name, _, want) in &strategies {
+        settles(&fleet, name, &[*want, 0], &format!("{name}: {want} Jobs")).await;
+    }
+    let status = dsj_named(&fleet, "s-accurate")["status"].clone();
+    assert_eq!(status["pendingJobs"], 6, "{status}");
+    assert_eq!(status["desiredJobs"], 4, "{status}");
+
+    // Stuck: only pendingAware re-creates the stuck Jobs, away from member-1.
+    let patch = json!({"spec": {
+        "memberClusters": [
+            {"name": "member-1", "podOverrides": {"nodeSelector": {"kedge.dev/none": "true"}}},
+            {"name": "member-2"}],
+        "clusterScheduling": {"failoverPolicy": {"gracePeriod": "2s"}}}})
+    .to_string();
+    for (name, _, _) in &strategies {
+        fleet
+            .kubectl(&[
+                "patch",
+                &format!("dsj/{name}"),
+                "--type",
+                "merge",
+                "-p",
+                &patch,
+            ])
+            .await;
+    }
+    wait_for(LIMIT, "the Jobs of s-default counted stuck", || async {
+        let s = dsj_named(&fleet, "s-default")["status"].clone();
+        (s["memberClusterStatuses"]["member-1"]["stuckJobs"] == 4).then_some(())
+    })
+    .await;
+    settles(
+        &fleet,
+        "s-pending-aware",
+        &[4, 2],
+        "2 failover Jobs in member-2",
+    )
+    .await;
+    for (name, _, want) in &strategies[..4] {
+        assert_eq!(
+            counts(&fleet, name).await,
+            [*want, 0],
+            "{name} re-created stuck Jobs"
+        );
+    }
+}
+
+/// The image of each Job of DSJ `work`.
+async fn images(fleet: &Fleet) -> Vec<String> {
+    jobs(fleet)
+        .await
+        .iter()
+        .flatten()
+        .map(|j| {
+            j.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .image
+                .clone()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+async fn patch_work(fleet: &Fleet, patch: &Value) {
+    fleet
+        .kubectl(&[
+            "patch",
+            "dsj/work",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ])
+        .await;
+}
+
+fn image_patch(image: &str) -> Value {
+    json!({"spec": {"scaledJobSpec": {"jobTargetRef": {"template": {"spec": {
+        "containers": [{"name": "worker", "image": image}]}}}}}})
+}
+
+/// `rollout.strategy`: by default a changed Job template replaces the running Jobs (deleted
+/// with the configured propagation, re-created from the new spec in the same poll); a change
+/// that leaves the Jobs' spec alone (here `maxReplicaCount`) deletes nothing; `gradual` lets
+/// running Jobs finish and uses the new spec only for new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_replaces_jobs_of_a_changed_template_unless_gradual() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
+    apply(&fleet, &dsj_yaml("queue"), "work.yaml").await;
+    members_ready(&fleet).await;
+    set_queue(&fleet, 5).await;
+    settles(&fleet, "work", &[2, 3], "5 Jobs split 2:3").await;
+    let first = names(&fleet, "work").await;
+
+    // A new image: the 5 Jobs are replaced by 5 made from the new template.
+    patch_work(&fleet, &image_patch("busybox:2")).await;
+    wait_for(LIMIT, "5 Jobs of busybox:2 only", || async {
+        let images = images(&fleet).await;
+        (images.len() == 5 && images.iter().all(|i| i == "busybox:2")).then_some(())
+    })
+    .await;
+    let second = names(&fleet, "work").await;
+    assert!(first.is_disjoint(&second), "{first:?} {second:?}");
+    fleet
+        .wait_event("work", "JobRolledOut", "made from an earlier spec")
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        counts(&fleet, "work").await.iter().sum::<usize>(),
+        5,
+        "a rollout changes which Jobs run, not how many"
+    );
+
+    // maxReplicaCount does not change the Jobs: none is replaced.
+    patch_work(
+        &fleet,
+        &json!({"spec": {"scaledJobSpec": {"maxReplicaCount": 40}}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        names(&fleet, "work").await,
+        second,
+        "Jobs replaced without a new template"
+    );
+
+    // gradual: the running Jobs stay as they are.
+    patch_work(
+        &fleet,
+        &json!({"spec": {"scaledJobSpec": {"rollout": {"strategy": "gradual"},
+            "jobTargetRef": {"template": {"spec": {
+                "containers": [{"name": "worker", "image": "busybox:3"}]}}}}}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(names(&fleet, "work").await, second, "gradual replaced Jobs");
+    // New Jobs use the new template.
+    set_queue(&fleet, 6).await;
+    wait_for(LIMIT, "a 6th Job, of busybox:3", || async {
+        let images = images(&fleet).await;
+        (images.len() == 6).then_some(images)
+    })
+    .await;
+    let seen = images(&fleet).await;
+    assert_eq!(
+        seen.iter().filter(|i| *i == "busybox:3").count(),
+        1,
+        "{seen:?}"
+    );
+
+    // Foreground propagation: still replaced, the Jobs go once their pods are gone.
+    patch_work(
+        &fleet,
+        &json!({"spec": {"scaledJobSpec": {
+            "rollout": {"strategy": "default", "propagationPolicy": "foreground"},
+            "jobTargetRef": {"template": {"spec": {
+                "containers": [{"name": "worker", "image": "busybox:4"}]}}}}}}),
+    )
+    .await;
+    wait_for(LIMIT, "6 Jobs of busybox:4 only", || async {
+        let images = images(&fleet).await;
+        (images.len() == 6 && images.iter().all(|i| i == "busybox:4")).then_some(())
+    })
+    .await;
+}
+
+/// `immediateSourceCleanup` deletes a stuck Job as soon as its failover Job is scheduled;
+/// `preferSource` keeps both while the source is stuck and deletes the failover Job once the
+/// source runs after all (here: member-1 gets the node label its pods were waiting for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplication_policies_resolve_source_and_failover_jobs() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
+    let policies = ["immediateSourceCleanup", "preferSource"];
+    let name = |policy: &str| policy.to_lowercase();
+    for policy in policies {
+        let yaml = dsj_yaml("queue")
+            .replace("name: work,", &format!("name: {},", name(policy)))
+            .replace(
+                "  - {name: member-1, weight: 2}",
+                "  - name: member-1\n    podOverrides: {nodeSelector: {kedge.dev/none: \"true\"}}",
+            )
+            .replace("  - {name: member-2, weight: 3}", "  - {name: member-2}")
+            .replace(
+                "  scaledJobSpec:\n",
+                &format!(
+                    "  clusterScheduling:\n    failoverPolicy: {{gracePeriod: 2s, \
+                     duplicationPolicy: {policy}}}\n  scaledJobSpec:\n"
+                ),
+            );
+        apply(&fleet, &yaml, &format!("{policy}.yaml")).await;
+    }
+    for policy in policies {
+        ready_for(&fleet, &name(policy), &TWO).await;
+    }
+    set_queue(&fleet, 2).await;
+    // One Job each; member-1's is stuck after 2 s and re-created in member-2.
+    settles(
+        &fleet,
+        "immediatesourcecleanup",
+        &[0, 2],
+        "the stuck source deleted at once",
+    )
+    .await;
+    fleet
+        .wait_event(
+            "immediatesourcecleanup",
+            "JobCleanedUp",
+            "duplicationPolicy",
+        )
+        .await;
+    settles(
+        &fleet,
+        "prefersource",
+        &[1, 2],
+        "source and failover both kept",
+    )
+    .await;
+
+    // The source's pods can start now: preferSource deletes the failover Job.
+    let client = fleet.sim.cluster("member-1").unwrap().client().unwrap();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+    for node in nodes.list(&ListParams::default()).await.unwrap().items {
+        let patch = json!({"metadata": {"labels": {"kedge.dev/none": "true"}}});
+        nodes
+            .patch(
+                &node.metadata.name.unwrap(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+    settles(&fleet, "prefersource", &[1, 1], "the failover Job deleted").await;
+    fleet
+        .wait_event("prefersource", "JobCleanedUp", "member-2")
+        .await;
+}
+
+/// A priorityFailover DSJ of class `gpu` and `size` (member-1 preferred, priority 2), its
+/// Jobs pending forever in member-1 when `stuck`.
+fn gpu_dsj(name: &str, size: u32, stuck: bool) -> String {
+    let overrides = if stuck {
+        "\n    podOverrides: {nodeSelector: {kedge.dev/none: \"true\"}}"
+    } else {
+        ""
+    };
+    dsj_yaml("queue")
+        .replace("name: work,", &format!("name: {name},"))
+        .replace(
+            "  - {name: member-1, weight: 2}",
+            &format!("  - name: member-1\n    scheduling: {{priority: 2}}{overrides}"),
+        )
+        .replace(
+            "  - {name: member-2, weight: 3}",
+            "  - {name: member-2, scheduling: {priority: 1}}",
+        )
+        .replace(
+            "  scaledJobSpec:\n",
+            &format!(
+                "  clusterScheduling:\n    strategy: priorityFailover\n    workloadAffinity: \
+                 {{class: gpu, size: {size}}}\n    failoverPolicy: {{gracePeriod: 2s, \
+                 softTaintDuration: 0s, hardTaintDuration: 5m}}\n  scaledJobSpec:\n"
+            ),
+        )
+}
+
+/// Taints by (class, size, priority) are shared by the DSJs of a namespace: when the size-4
+/// DSJ's Jobs get stuck on member-1, member-1 is excluded for a size-8 DSJ of the class too,
+/// while a size-2 one still runs there. A hub restart keeps all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_taint_excludes_only_equal_or_larger_sizes_across_dsjs() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet, hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
+    apply(&fleet, &gpu_dsj("big", 4, true), "big.yaml").await;
+    ready_for(&fleet, "big", &TWO).await;
+    set_queue(&fleet, 1).await;
+    let status = wait_for(LIMIT, "member-1 hard-tainted for gpu>=4", || async {
+        let s = dsj_named(&fleet, "big")["status"].clone();
+        (s["memberClusterStatuses"]["member-1"]["hardTainted"] == true).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        status["memberClusterStatuses"]["member-1"]["hardTaintScopes"][0], "gpu>=4@2",
+        "{status}"
+    );
+    settles(
+        &fleet,
+        "big",
+        &[1, 1],
+        "big's stuck Job re-created in member-2",
+    )
+    .await;
+
+    for (name, size) in [("small", 2), ("bigger", 8)] {
+        apply(&fleet, &gpu_dsj(name, size, false), &format!("{name}.yaml")).await;
+        ready_for(&fleet, name, &TWO).await;
+    }
+    settles(&fleet, "small", &[1, 0], "size 2 still placed on member-1").await;
+    settles(&fleet, "bigger", &[0, 1], "size 8 kept off member-1").await;
+    let bigger = dsj_named(&fleet, "bigger")["status"].clone();
+    let m1 = &bigger["memberClusterStatuses"]["member-1"];
+    assert_eq!(m1["hardTainted"], true, "{bigger}");
+    assert_eq!(m1["hardTaintScopes"][0], "gpu>=4@2", "{bigger}");
+    assert!(
+        bigger["scheduling"]["taints"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "a shared taint is not kept by the DSJ it only excludes: {bigger}"
+    );
+    let small = dsj_named(&fleet, "small")["status"].clone();
+    assert_eq!(
+        small["memberClusterStatuses"]["member-1"]["hardTainted"],
+        false
+    );
+
+    // A hub restart loses no taint: the next Jobs go where they went before.
+    drop(hub);
+    let _hub = fleet.start_hub_with("hub-2.log", &["--dsj-enabled", "true"]);
+    wait_for_states(fleet.ports, &TWO, "Connected", 2 * LIMIT).await;
+    // The restarted hub counts every member's Jobs before it creates any: none twice.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for (name, want) in [("big", [1, 1]), ("small", [1, 0]), ("bigger", [0, 1])] {
+        assert_eq!(counts(&fleet, name).await, want, "{name} after the restart");
+    }
+    set_queue(&fleet, 3).await;
+    settles(
+        &fleet,
+        "small",
+        &[3, 0],
+        "size 2 on member-1 after the restart",
+    )
+    .await;
+    settles(
+        &fleet,
+        "bigger",
+        &[0, 3],
+        "size 8 off member-1 after the restart",
+    )
+    .await;
+    let big = dsj_named(&fleet, "big")["status"].clone();
+    assert_eq!(
+        big["memberClusterStatuses"]["member-1"]["hardTainted"], true,
+        "{big}"
+    );
+    // big: the stuck source (still counted: it is pending), its failover, and the new Job,
+    // which avoids member-1.
+    settles(&fleet, "big", &[1, 2], "big's new Job in member-2").await;
 }

@@ -16,6 +16,10 @@ pub const ANNOTATION_OWNER: &str = "kedge.dev/owner";
 /// Annotation on a failover Job: the name of the stuck Job it replaces (reported back by the
 /// agent, so a restarted hub pairs them again).
 pub const ANNOTATION_REPLACES: &str = "kedge.dev/replaces";
+/// Annotation on a Job: a hash of the Job spec it was rendered with in its member
+/// (`jobTargetRef` plus that member's `podOverrides`). Reported back by the agent, so the
+/// hub knows which Jobs an update of the DSJ leaves behind (`rollout.strategy: default`).
+pub const ANNOTATION_TEMPLATE: &str = "kedge.dev/template";
 /// Label on Jobs created by a DSJ, naming the member they were placed in.
 pub const LABEL_MEMBER: &str = "kedge.dev/member";
 

@@ -8,7 +8,7 @@ pub mod history;
 pub mod metrics;
 pub mod overrides;
 pub mod pending;
-mod persist;
+pub mod persist;
 mod plan;
 pub mod render;
 pub mod scaling;

@@ -60,6 +60,7 @@ mod tests {
             failure_reason: None,
             finished_unix_ms: None,
             replaces: None,
+            template: None,
         }
     }
 

@@ -11,35 +11,36 @@ use crate::crd::dsj::{DsjScheduling, TaintRecord};
 use crate::time::{from_time, to_time};
 use crate::validate::DsjSettings;
 
+/// The taints a DSJ saved in `status.scheduling`, following `policy`. Records that are
+/// inconsistent (a negative size) are dropped rather than trusted.
+pub fn saved_taints(
+    saved: &DsjScheduling,
+    policy: TaintPolicy,
+) -> impl Iterator<Item = ((String, TaintScope), Taint)> + '_ {
+    saved.taints.iter().filter_map(move |r| {
+        let scope = match &r.class {
+            None => TaintScope::Cluster,
+            Some(class) => TaintScope::Workload {
+                class: class.clone(),
+                size: u32::try_from(r.size.unwrap_or(0)).ok()?,
+                priority: r.priority.unwrap_or(0),
+            },
+        };
+        let taint = Taint {
+            policy,
+            soft_until: r.soft_until.as_ref().map(from_time),
+            hard_until: r.hard_until.as_ref().map(from_time),
+        };
+        Some(((r.member.clone(), scope), taint))
+    })
+}
+
 impl DsjState {
     /// The state saved in `status.scheduling`, under the current spec's rules. Taints whose
     /// record is inconsistent (a negative size) are dropped rather than trusted.
     pub fn from_status(settings: &DsjSettings, saved: &DsjScheduling) -> DsjState {
         let mut taints = TaintBook::new(settings);
-        let policy = TaintPolicy::new(settings);
-        for r in &saved.taints {
-            let scope = match &r.class {
-                None => TaintScope::Cluster,
-                Some(class) => {
-                    let Ok(size) = u32::try_from(r.size.unwrap_or(0)) else {
-                        continue;
-                    };
-                    TaintScope::Workload {
-                        class: class.clone(),
-                        size,
-                        priority: r.priority.unwrap_or(0),
-                    }
-                }
-            };
-            taints.taints.insert(
-                (r.member.clone(), scope),
-                Taint {
-                    policy,
-                    soft_until: r.soft_until.as_ref().map(from_time),
-                    hard_until: r.hard_until.as_ref().map(from_time),
-                },
-            );
-        }
+        taints.taints = saved_taints(saved, TaintPolicy::new(settings)).collect();
         DsjState {
             taints,
             wrr: WrrState {
@@ -81,14 +82,21 @@ impl DsjState {
         }
     }
 
-    /// What the hard taints of `member` in force at `now` apply to: `cluster`, or
+    /// What the hard taints of `member` in force at `now` that apply to this DSJ (its own and
+    /// those shared by others) cover: `cluster`, or
     /// `CLASS>=SIZE@PRIORITY`.
-    pub fn hard_taint_scopes(&self, member: &str, now: SystemTime) -> Vec<String> {
-        self.taints
+    pub fn hard_taint_scopes(
+        &self,
+        settings: &DsjSettings,
+        member: &str,
+        now: SystemTime,
+    ) -> Vec<String> {
+        let priority = super::step::priority(settings, member);
+        let mut scopes: Vec<String> = self
             .taints
-            .iter()
-            .filter(|((m, _), t)| m == member && t.level(now) == TaintLevel::Hard)
-            .map(|((_, scope), _)| match scope {
+            .applying(member, priority, &settings.cluster_strategy)
+            .filter(|(_, t)| t.level(now) == TaintLevel::Hard)
+            .map(|(scope, _)| match scope {
                 TaintScope::Cluster => "cluster".to_owned(),
                 TaintScope::Workload {
                     class,
@@ -96,7 +104,10 @@ impl DsjState {
                     priority,
                 } => format!("{class}>={size}@{priority}"),
             })
-            .collect()
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
     }
 }
 
@@ -138,7 +149,7 @@ mod tests {
         assert_eq!(back.stuck, state.stuck);
         assert_eq!(back.wrr, state.wrr);
         assert_eq!(taint_level(&s, &back, "a", now), TaintLevel::Hard);
-        assert_eq!(back.hard_taint_scopes("a", now), ["cluster"]);
+        assert_eq!(back.hard_taint_scopes(&s, "a", now), ["cluster"]);
         // Whole seconds are what the API server keeps; the level does not depend on more.
         let later = now + Duration::from_secs(301);
         assert_eq!(taint_level(&s, &back, "a", later), TaintLevel::None);
@@ -159,7 +170,7 @@ mod tests {
             .taints
             .observe("a", Some(1), crate::dsj::taint::TaintEvent::JobStuck, now);
         let back = DsjState::from_status(&s, &state.to_status(0));
-        assert_eq!(back.hard_taint_scopes("a", now), ["gpu>=2@1"]);
+        assert_eq!(back.hard_taint_scopes(&s, "a", now), ["gpu>=2@1"]);
         assert_eq!(taint_level(&s, &back, "a", now), TaintLevel::Hard);
         // A record with a negative size is not trusted.
         let mut bad = state.to_status(0);

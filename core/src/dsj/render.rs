@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::overrides::apply_pod_overrides;
 use crate::crd::DistributedScaledJobSpec;
 use crate::crd::conditions::{
     ANNOTATION_OWNER, ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, ANNOTATION_REPLACES,
-    LABEL_DSJ, LABEL_MEMBER,
+    ANNOTATION_TEMPLATE, LABEL_DSJ, LABEL_MEMBER,
 };
 
 /// Annotations of the DSJ that are not copied onto its Jobs: kubectl's bookkeeping and the
@@ -78,15 +78,14 @@ pub struct JobOf<'a> {
     pub replaces: Option<&'a str>,
 }
 
-/// Renders one Job from `jobTargetRef` with the member's `podOverrides`, and the warnings
-/// for overrides naming containers the template does not have (the hub emits them as
-/// Events).
-pub fn job(spec: &DistributedScaledJobSpec, of: &JobOf<'_>) -> (Job, Vec<String>) {
+/// `jobTargetRef` with `member`'s `podOverrides`, and the warnings for overrides naming
+/// containers the template does not have.
+fn member_job_spec(spec: &DistributedScaledJobSpec, member: &str) -> (JobSpec, Vec<String>) {
     let mut job_spec = spec.scaled_job_spec.job_target_ref.clone();
     let overrides = spec
         .member_clusters
         .iter()
-        .find(|m| m.name == of.member)
+        .find(|m| m.name == member)
         .and_then(|m| m.pod_overrides.as_ref());
     let mut warnings = Vec::new();
     if let Some(overrides) = overrides {
@@ -94,6 +93,31 @@ pub fn job(spec: &DistributedScaledJobSpec, of: &JobOf<'_>) -> (Job, Vec<String>
         job_spec.template = template;
         warnings = w;
     }
+    (job_spec, warnings)
+}
+
+fn hash_of(job_spec: &JobSpec) -> String {
+    // Serialized through serde_json::Value: object keys sorted, so the text (and the hash)
+    // depends only on the content.
+    let text = serde_json::to_value(job_spec)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
+    format!("{:016x}", fnv(text))
+}
+
+/// The template hash (`kedge.dev/template`) a Job rendered now for `member` carries: it
+/// changes exactly when that member's Job spec (`jobTargetRef` plus its `podOverrides`)
+/// does, so a Job whose hash differs was made from an earlier spec.
+pub fn template_hash(spec: &DistributedScaledJobSpec, member: &str) -> String {
+    hash_of(&member_job_spec(spec, member).0)
+}
+
+/// Renders one Job from `jobTargetRef` with the member's `podOverrides`, and the warnings
+/// for overrides naming containers the template does not have (the hub emits them as
+/// Events).
+pub fn job(spec: &DistributedScaledJobSpec, of: &JobOf<'_>) -> (Job, Vec<String>) {
+    let (mut job_spec, warnings) = member_job_spec(spec, of.member);
+    let template = hash_of(&job_spec);
     let mut labels = of.labels.clone();
     labels.insert(LABEL_DSJ.to_owned(), of.dsj.to_owned());
     labels.insert(LABEL_MEMBER.to_owned(), of.member.to_owned());
@@ -118,6 +142,7 @@ pub fn job(spec: &DistributedScaledJobSpec, of: &JobOf<'_>) -> (Job, Vec<String>
     if let Some(source) = of.replaces {
         annotations.insert(ANNOTATION_REPLACES.to_owned(), source.to_owned());
     }
+    annotations.insert(ANNOTATION_TEMPLATE.to_owned(), template);
     let job = Job {
         metadata: ObjectMeta {
             name: Some(of.name.to_owned()),
@@ -149,6 +174,49 @@ mod tests {
         // A name cut at a dash does not leave a double dash.
         let cut = job_name(&format!("{}-y", "a".repeat(39)), "uid", u64::MAX);
         assert!(!cut.contains("--"), "{cut}");
+    }
+
+    #[test]
+    fn the_template_hash_changes_with_the_member_job_spec_only() {
+        let spec = |image: &str, edge_image: &str| -> DistributedScaledJobSpec {
+            serde_yaml::from_str(&format!(
+                r#"
+memberClusters:
+- name: edge-1
+  podOverrides: {{containerOverrides: {{worker: {{image: {edge_image}}}}}}}
+- name: edge-2
+scaledJobSpec:
+  pollingInterval: 5
+  jobTargetRef:
+    template:
+      spec:
+        restartPolicy: Never
+        containers: [{{name: worker, image: {image}}}]
+  triggers: [{{type: rabbitmq, metadata: {{value: "1"}}}}]
+"#
+            ))
+            .unwrap()
+        };
+        let base = spec("worker:1", "worker:edge");
+        let h = |s: &DistributedScaledJobSpec, m: &str| template_hash(s, m);
+        assert_eq!(
+            h(&base, "edge-1"),
+            h(&spec("worker:1", "worker:edge"), "edge-1")
+        );
+        assert_ne!(
+            h(&base, "edge-1"),
+            h(&base, "edge-2"),
+            "overrides are part of it"
+        );
+        // A new image changes edge-2's Jobs; edge-1 overrides the image, so its Jobs stay.
+        let new_image = spec("worker:2", "worker:edge");
+        assert_ne!(h(&base, "edge-2"), h(&new_image, "edge-2"));
+        assert_eq!(h(&base, "edge-1"), h(&new_image, "edge-1"));
+        // Changing only a scaling field changes no Job.
+        let mut polling = base.clone();
+        polling.scaled_job_spec.polling_interval = Some(60);
+        assert_eq!(h(&base, "edge-2"), h(&polling, "edge-2"));
+        assert_eq!(h(&base, "edge-2").len(), 16);
     }
 
     #[test]
@@ -202,6 +270,10 @@ scaledJobSpec:
         assert_eq!(annotations[ANNOTATION_OWNER], "jobs/reports");
         assert_eq!(annotations[ANNOTATION_REPLACES], "reports-abcde-0");
         assert!(!annotations.contains_key(ANNOTATION_PAUSED));
+        assert_eq!(
+            annotations[ANNOTATION_TEMPLATE],
+            template_hash(&spec, "edge-1")
+        );
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(2));
         let pod = spec.template;

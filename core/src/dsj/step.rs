@@ -15,7 +15,7 @@ use super::schedule::WrrState;
 use super::taint::{TaintBook, TaintEvent, TaintLevel};
 use super::{DsjMemberObservation, DsjPlan, DsjPlanInput, plan};
 use crate::dso::MemberState;
-use crate::validate::DsjSettings;
+use crate::validate::{DsjSettings, Rollout};
 
 /// One Job of the DSJ, as the agents report it (hub) or the simulator tracks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,6 +32,8 @@ pub struct JobView {
     pub finished_at: Option<SystemTime>,
     /// For a failover Job: the name of the stuck Job it replaces.
     pub replaces: Option<String>,
+    /// The template hash it was rendered with (`kedge.dev/template`); `None` when unknown.
+    pub template: Option<String>,
 }
 
 impl JobView {
@@ -110,7 +112,8 @@ pub struct StepOutput {
     pub unreadable: Vec<String>,
 }
 
-fn priority(settings: &DsjSettings, member: &str) -> Option<i32> {
+/// `member`'s `scheduling.priority` in the spec.
+pub(crate) fn priority(settings: &DsjSettings, member: &str) -> Option<i32> {
     settings
         .members
         .iter()
@@ -284,6 +287,8 @@ pub enum Cleanup {
     Duplicate,
     /// Beyond `successfulJobsHistoryLimit` or `failedJobsHistoryLimit`.
     History,
+    /// Made from an earlier spec, under `rollout.strategy: default`.
+    Rollout,
 }
 
 /// A Job to delete.
@@ -295,6 +300,36 @@ pub struct Deletion {
     pub name: String,
     /// Why.
     pub why: Cleanup,
+}
+
+/// The Jobs an update of the DSJ leaves behind, under `rollout.strategy: default`: every
+/// pending or running Job whose template hash differs from `current[member]`, the hash a Job
+/// rendered now for its member would carry. KEDA deletes every Job of a ScaledJob on any
+/// update; kedge deletes only those whose Job spec in that member really changed, so changing
+/// `maxReplicaCount` or a trigger kills nothing. Finished Jobs are left to the history limits,
+/// and a Job without a known hash is left alone. Under `gradual`, nothing.
+///
+/// The hub leaves these Jobs out of [`step`]'s input, so their replacements are created in the
+/// same poll.
+pub fn rollout(
+    settings: &DsjSettings,
+    jobs: &[JobView],
+    current: &BTreeMap<String, String>,
+) -> Vec<Deletion> {
+    if settings.rollout == Rollout::Gradual {
+        return Vec::new();
+    }
+    jobs.iter()
+        .filter(|j| j.active())
+        .filter(|j| {
+            matches!((&j.template, current.get(&j.member)), (Some(had), Some(now)) if had != now)
+        })
+        .map(|j| Deletion {
+            member: j.member.clone(),
+            name: j.name.clone(),
+            why: Cleanup::Rollout,
+        })
+        .collect()
 }
 
 /// The Jobs to delete: one of each source/failover pair as `duplicationPolicy` says, then
@@ -388,7 +423,48 @@ mod tests {
             finished_at: matches!(phase, JobPhase::Succeeded | JobPhase::Failed)
                 .then(|| t(since + 1)),
             replaces: None,
+            template: None,
         }
+    }
+
+    #[test]
+    fn rollout_deletes_active_jobs_made_from_an_earlier_spec_unless_gradual() {
+        let with = |name: &str, member: &str, phase, template: Option<&str>| JobView {
+            template: template.map(str::to_owned),
+            ..job(name, member, phase, 0)
+        };
+        let jobs = [
+            with("old-running", "a", JobPhase::Running, Some("v1")),
+            with("old-pending", "a", JobPhase::Pending, Some("v1")),
+            with("old-done", "a", JobPhase::Succeeded, Some("v1")),
+            with("new", "a", JobPhase::Running, Some("v2")),
+            with("unknown", "a", JobPhase::Running, None),
+            // b's Job spec did not change (its podOverrides pin what changed for a).
+            with("b-same", "b", JobPhase::Running, Some("b1")),
+        ];
+        let current =
+            BTreeMap::from([("a".to_owned(), "v2".to_owned()), ("b".into(), "b1".into())]);
+        let doomed: Vec<(String, Cleanup)> = rollout(&settings(""), &jobs, &current)
+            .into_iter()
+            .map(|d| (d.name, d.why))
+            .collect();
+        assert_eq!(
+            doomed,
+            [
+                ("old-running".to_owned(), Cleanup::Rollout),
+                ("old-pending".to_owned(), Cleanup::Rollout)
+            ]
+        );
+        let gradual = settings("  rollout: {strategy: gradual, propagationPolicy: foreground}");
+        assert_eq!(
+            gradual.propagation,
+            crate::validate::Propagation::Foreground
+        );
+        assert!(rollout(&gradual, &jobs, &current).is_empty());
+        // The deprecated field still means gradual; rollout.strategy wins over it.
+        assert!(rollout(&settings("  rolloutStrategy: gradual"), &jobs, &current).is_empty());
+        let both = settings("  rolloutStrategy: gradual\n  rollout: {strategy: default}");
+        assert_eq!(rollout(&both, &jobs, &current).len(), 2);
     }
 
     fn members() -> Vec<DsjMember> {

@@ -154,6 +154,10 @@ pub struct TaintBook {
     policy: TaintPolicy,
     /// Taints by (member, scope).
     pub taints: BTreeMap<(String, TaintScope), Taint>,
+    /// Taints other DSJs recorded (set with [`TaintBook::share`]): they exclude members from
+    /// this DSJ like its own, by the same scope rules, but this DSJ neither escalates nor
+    /// keeps them.
+    pub shared: BTreeMap<(String, TaintScope), Taint>,
 }
 
 impl TaintBook {
@@ -163,6 +167,22 @@ impl TaintBook {
             strategy: settings.cluster_strategy.clone(),
             policy: TaintPolicy::new(settings),
             taints: BTreeMap::new(),
+            shared: BTreeMap::new(),
+        }
+    }
+
+    /// Replaces the taints shared by other DSJs (of the same namespace, in the hub). Where
+    /// several record the same (member, scope), the one ending last counts.
+    pub fn share(&mut self, others: impl IntoIterator<Item = ((String, TaintScope), Taint)>) {
+        self.shared.clear();
+        for (key, taint) in others {
+            let end = |t: &Taint| (t.hard_until, t.soft_until);
+            match self.shared.get(&key) {
+                Some(had) if end(had) >= end(&taint) => {}
+                _ => {
+                    self.shared.insert(key, taint);
+                }
+            }
         }
     }
 
@@ -216,9 +236,23 @@ impl TaintBook {
         strategy: &ClusterStrategy,
         now: SystemTime,
     ) -> TaintLevel {
+        self.applying(member, member_priority, strategy)
+            .map(|(_, t)| t.level(now))
+            .max()
+            .unwrap_or(TaintLevel::None)
+    }
+
+    /// The taints, own and shared, on `member` that apply to a workload under `strategy`.
+    pub fn applying<'a>(
+        &'a self,
+        member: &'a str,
+        member_priority: Option<i32>,
+        strategy: &'a ClusterStrategy,
+    ) -> impl Iterator<Item = (&'a TaintScope, &'a Taint)> + 'a {
         self.taints
             .iter()
-            .filter(|((m, scope), _)| {
+            .chain(&self.shared)
+            .filter(move |((m, scope), _)| {
                 m == member
                     && match (scope, strategy) {
                         (TaintScope::Cluster, _) => true,
@@ -240,14 +274,13 @@ impl TaintBook {
                         (TaintScope::Workload { .. }, ClusterStrategy::WeightedRoundRobin) => false,
                     }
             })
-            .map(|(_, t)| t.level(now))
-            .max()
-            .unwrap_or(TaintLevel::None)
+            .map(|((_, scope), t)| (scope, t))
     }
 
     /// Forgets taints that have fully expired, so the book does not grow forever.
     pub fn expire(&mut self, now: SystemTime) {
         self.taints.retain(|_, t| t.level(now) != TaintLevel::None);
+        self.shared.retain(|_, t| t.level(now) != TaintLevel::None);
     }
 }
 
@@ -388,6 +421,8 @@ mod tests {
             duplication: crate::validate::DuplicationPolicy::KeepAll,
             successful_jobs_history_limit: 100,
             failed_jobs_history_limit: 100,
+            rollout: crate::validate::Rollout::Replace,
+            propagation: crate::validate::Propagation::Background,
             triggers: Vec::new(),
             paused: false,
         }
@@ -422,6 +457,20 @@ mod tests {
             book.level_under("primary", Some(100), &other_class, at(1)),
             TaintLevel::None
         );
+        // Another DSJ of the class at a smaller size still fits; a shared taint excludes
+        // the bigger one, which neither keeps nor escalates it.
+        let mut small = TaintBook::new(&settings(strategy(2)));
+        small.share(book.taints.clone());
+        assert_eq!(small.level("primary", Some(100), at(1)), TaintLevel::None);
+        let mut big = TaintBook::new(&settings(strategy(6)));
+        big.share(book.taints.clone());
+        assert_eq!(big.level("primary", Some(100), at(1)), TaintLevel::Hard);
+        assert!(
+            big.taints.is_empty(),
+            "a shared taint is not this DSJ's own"
+        );
+        big.expire(at(301));
+        assert!(big.shared.is_empty());
         // Under weightedRoundRobin a create failure taints the whole cluster.
         let mut wrr = TaintBook::new(&settings(ClusterStrategy::WeightedRoundRobin));
         wrr.observe("b", None, TaintEvent::CreateFailed, at(0));

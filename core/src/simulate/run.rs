@@ -275,6 +275,7 @@ impl SimJobs {
             pending_since: since,
             finished_at: None,
             replaces,
+            template: None,
         });
     }
 

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use kedge_core::crd::conditions::{ANNOTATION_REPLACES, ANNOTATION_TEMPLATE};
 use kedge_core::crd::conditions::{
     CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, LABEL_DSJ, REASON_PAUSED_BY_ANNOTATION,
     REASON_RECONCILED, condition,
@@ -20,15 +21,17 @@ use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, V
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, TriggerState, usable};
 use kedge_core::dsj::pending::is_pending;
-use kedge_core::dsj::render::{JobOf, job, job_name};
+use kedge_core::dsj::persist::saved_taints;
+use kedge_core::dsj::render::{JobOf, job, job_name, template_hash};
 use kedge_core::dsj::step::{
-    DsjMember, DsjState, JobView, StepInput, cleanup, create_failed, step, taint_level,
+    Cleanup, DsjMember, DsjState, JobView, StepInput, cleanup, create_failed, rollout, step,
+    taint_level,
 };
-use kedge_core::dsj::taint::TaintLevel;
+use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
 use kedge_core::dso::MemberState;
 use kedge_core::time::{from_unix_ms, to_time};
 use kedge_core::validate;
-use kedge_protocol::{JobCreate, JobDelete, JobPhase, JobStatus};
+use kedge_protocol::{JobCreate, JobDelete, JobPhase, JobStatus, Propagation};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
@@ -84,6 +87,14 @@ impl Sent {
             .unwrap_or_else(|p| p.into_inner())
             .entry(name.to_owned())
             .or_insert(now)
+    }
+
+    /// Forgets when `owner` was last polled, so that its next reconcile polls.
+    fn not_polled(&self, owner: &str) {
+        self.polls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(owner);
     }
 
     fn forget_except(&self, keep: &BTreeSet<String>) {
@@ -203,6 +214,7 @@ fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
                 namespace: j.namespace.clone(),
                 name: j.name.clone(),
                 owner: owner.clone(),
+                propagation: Propagation::Background,
             })
             .collect();
         ctx.fleet.set_jobs(
@@ -348,6 +360,7 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     let mut commands: BTreeMap<String, (String, JobCommands)> = BTreeMap::new();
     let mut state =
         DsjState::from_status(&settings, &previous.scheduling.clone().unwrap_or_default());
+    state.taints.share(shared_taints(ctx, &namespace, &name));
     let mut next_index = previous
         .scheduling
         .as_ref()
@@ -401,7 +414,8 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
                 phase: Phase::Pending,
                 pending_since: ctx.dsj_sent.since(&c.name, now),
                 finished_at: None,
-                replaces: replaces_of(c),
+                replaces: annotation_of(c, ANNOTATION_REPLACES),
+                template: annotation_of(c, ANNOTATION_TEMPLATE),
             });
         }
         if let Some(session) = session
@@ -410,8 +424,40 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
             commands.insert(member.clone(), (session.session_id.clone(), held));
         }
     }
+    // Right after a hub start, a member whose agent has not reported yet hides its Jobs: the
+    // poll would count too few and create Jobs a second time elsewhere. Wait for every listed
+    // member (or for the startup grace to end: an agent that does not come back in it is
+    // unreachable, and its Jobs cannot be counted).
+    let unreported: Vec<&str> = members
+        .iter()
+        .filter(|m| m.state != MemberState::Ready)
+        .map(|m| m.name.as_str())
+        .collect();
+    if ctx.starting() && !unreported.is_empty() {
+        debug!(
+            ?unreported,
+            "hub starting: waiting for every member's Jobs before polling"
+        );
+        ctx.dsj_sent.not_polled(&owner);
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     ctx.dsj_sent.forget_except(&sent_names);
     views.sort_by(|a, b| (a.pending_since, &a.name).cmp(&(b.pending_since, &b.name)));
+
+    // Jobs made from an earlier spec go (rollout.strategy default) and are left out of the
+    // plan, so their replacements are created in this same poll. A create still in flight is
+    // withdrawn, and deleted in case the agent made it already.
+    let current: BTreeMap<String, String> = names
+        .iter()
+        .map(|m| (m.clone(), template_hash(&obj.spec, m)))
+        .collect();
+    let rolled_out = rollout(&settings, &views, &current);
+    for d in &rolled_out {
+        if let Some((_, held)) = commands.get_mut(&d.member) {
+            held.creates.retain(|c| c.name != d.name);
+        }
+    }
+    views.retain(|v| !rolled_out.iter().any(|d| d.name == v.name));
 
     let levels_before: BTreeMap<&str, TaintLevel> = names
         .iter()
@@ -427,7 +473,8 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         },
         &mut state,
     );
-    let deletions = cleanup(&settings, &views);
+    let mut deletions = rolled_out;
+    deletions.extend(cleanup(&settings, &views));
     debug!(plan = ?out.plan, creates = ?out.creates, deletions = ?deletions, "decided");
 
     // New Jobs, rendered; deletes of reported Jobs.
@@ -483,19 +530,36 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     for d in &deletions {
         if let Some((_, held)) = commands.get_mut(&d.member)
             && !held.deletes.iter().any(|x| x.name == d.name)
-            && views
-                .iter()
-                .any(|v| v.name == d.name && v.member == d.member)
+            && (d.why == Cleanup::Rollout
+                || views
+                    .iter()
+                    .any(|v| v.name == d.name && v.member == d.member))
         {
+            let (propagation, why) = match d.why {
+                Cleanup::Rollout => (
+                    match settings.propagation {
+                        validate::Propagation::Background => Propagation::Background,
+                        validate::Propagation::Foreground => Propagation::Foreground,
+                    },
+                    "made from an earlier spec; rollout.strategy default",
+                ),
+                Cleanup::Duplicate => (Propagation::Background, "duplicationPolicy"),
+                Cleanup::History => (Propagation::Background, "beyond the history limit"),
+            };
             held.deletes.push(JobDelete {
                 namespace: namespace.clone(),
                 name: d.name.clone(),
                 owner: owner.clone(),
+                propagation,
             });
             events.push((
                 EventType::Normal,
-                "JobCleanedUp",
-                format!("deleting Job {} in {} ({:?})", d.name, d.member, d.why),
+                if d.why == Cleanup::Rollout {
+                    "JobRolledOut"
+                } else {
+                    "JobCleanedUp"
+                },
+                format!("deleting Job {} in {} ({why})", d.name, d.member),
             ));
         }
     }
@@ -567,9 +631,32 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     Ok(Action::requeue(polling))
 }
 
-fn replaces_of(create: &JobCreate) -> Option<String> {
+/// The taints the other DSJs of `namespace` keep (the status this process wrote last for
+/// each, else the one the cache shows). The DSJs of a namespace share taints: a member
+/// hard-tainted by one is excluded for the others (a workload-scoped taint only for DSJs of
+/// that class at that size or larger). Namespaces are the tenancy boundary: a DSJ in one
+/// cannot exclude members for another.
+fn shared_taints(ctx: &Context, namespace: &str, name: &str) -> Vec<((String, TaintScope), Taint)> {
+    ctx.dsjs()
+        .iter()
+        .filter(|d| d.namespace().as_deref() == Some(namespace) && d.name_any() != name)
+        .flat_map(|d| {
+            let owner = format!("{namespace}/{}", d.name_any());
+            let scheduling = ctx
+                .dsj_sent
+                .written(&owner)
+                .or_else(|| d.status.clone())
+                .and_then(|s| s.scheduling)
+                .unwrap_or_default();
+            saved_taints(&scheduling, TaintPolicy::default()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// An annotation of the Job a create command carries.
+fn annotation_of(create: &JobCreate, key: &str) -> Option<String> {
     let manifest: Value = serde_json::from_slice(&create.manifest_json).ok()?;
-    manifest["metadata"]["annotations"][kedge_core::crd::conditions::ANNOTATION_REPLACES]
+    manifest["metadata"]["annotations"][key]
         .as_str()
         .map(str::to_owned)
 }
@@ -591,6 +678,7 @@ fn view(member: &str, j: &JobStatus, conditions: &[String]) -> JobView {
             .finished_unix_ms
             .map(|ms| kedge_core::time::from_time(&from_unix_ms(ms))),
         replaces: j.replaces.clone(),
+        template: j.template.clone(),
     }
 }
 
@@ -644,7 +732,7 @@ fn status_of(i: &StatusInput<'_>) -> DistributedScaledJobStatus {
                 stuck_jobs: o.map_or(0, |o| count(o.stuck_jobs)),
                 soft_tainted: level == TaintLevel::Soft,
                 hard_tainted: level == TaintLevel::Hard,
-                hard_taint_scopes: i.state.hard_taint_scopes(&m.name, i.now),
+                hard_taint_scopes: i.state.hard_taint_scopes(i.settings, &m.name, i.now),
                 excluded: level == TaintLevel::Hard || m.state == MemberState::Unreachable,
                 last_status_change_time: match before {
                     Some(b) if b.state.as_deref() == Some(state) => {

@@ -150,6 +150,9 @@ pub struct Context {
     pub scaled_objects: ApiResource,
     /// Every DSO, as the controller's reflector sees them (for claims on shared workloads).
     dsos: Option<Store<DistributedScaledObject>>,
+    /// Every DSJ, as the DSJ controller's reflector sees them (for taints shared by the DSJs
+    /// of a namespace).
+    dsjs: Option<Store<DistributedScaledJob>>,
     /// Since when each (DSO, member) has been in its phase.
     phases: Mutex<MemberPhases>,
     /// The DSO status this process wrote last, by owner.
@@ -204,6 +207,7 @@ impl Context {
             metrics,
             scaled_objects: scaled_object_resource(),
             dsos,
+            dsjs: None,
             phases: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
@@ -221,6 +225,11 @@ impl Context {
     /// Every DSO the controller knows.
     pub fn dsos(&self) -> Vec<Arc<DistributedScaledObject>> {
         self.dsos.as_ref().map(Store::state).unwrap_or_default()
+    }
+
+    /// Every DSJ the DSJ controller knows.
+    pub fn dsjs(&self) -> Vec<Arc<DistributedScaledJob>> {
+        self.dsjs.as_ref().map(Store::state).unwrap_or_default()
     }
 
     /// The phase `member` was last seen in for `owner`, and since when.
@@ -415,12 +424,20 @@ pub async fn run(
         watcher::Config::default(),
     );
     let store = config.dso.then(|| dso_controller.store());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        fleet.clone(),
-        metrics,
-        store.clone(),
-    ));
+    let dsj_controller = config.dsj.then(|| {
+        Controller::new(
+            Api::<DistributedScaledJob>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns_with(
+            Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
+            scaled_object_resource(),
+            watcher::Config::default(),
+        )
+    });
+    let mut ctx = Context::new(client.clone(), fleet.clone(), metrics, store.clone());
+    ctx.dsjs = dsj_controller.as_ref().map(Controller::store);
+    let ctx = Arc::new(ctx);
     let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
     let dso_run = async {
         let Some(store) = store else { return };
@@ -440,18 +457,12 @@ pub async fn run(
             .await;
     };
     let dsj_run = async {
-        if !config.dsj {
+        let Some(controller) = dsj_controller else {
             return;
-        }
-        let dsjs = Api::<DistributedScaledJob>::all(client.clone());
+        };
         info!("DistributedScaledJob controller started");
         let stop = shutdown.clone();
-        Controller::new(dsjs, watcher::Config::default())
-            .owns_with(
-                Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
-                scaled_object_resource(),
-                watcher::Config::default(),
-            )
+        controller
             .graceful_shutdown_on(async move { stop.cancelled().await })
             .run(dsj::reconcile, dsj::error_policy, ctx.clone())
             .for_each(|_| futures::future::ready(()))

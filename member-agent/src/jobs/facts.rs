@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kedge_core::crd::conditions::{ANNOTATION_OWNER, ANNOTATION_REPLACES};
+use kedge_core::crd::conditions::{ANNOTATION_OWNER, ANNOTATION_REPLACES, ANNOTATION_TEMPLATE};
 use kedge_protocol::{
     JobPhase, JobRef, JobStatus, MAX_POD_CONDITION_SETS, MAX_POD_CONDITION_TYPES, PodConditionSet,
     bounded_text,
@@ -168,6 +168,8 @@ pub struct JobFacts {
     pub finished: Option<(Outcome, Option<i64>)>,
     /// Its `kedge.dev/replaces` annotation: the stuck Job a failover Job replaces.
     pub replaces: Option<String>,
+    /// Its `kedge.dev/template` annotation: the hash of the spec it was made from.
+    pub template: Option<String>,
 }
 
 impl JobFacts {
@@ -200,6 +202,13 @@ impl JobFacts {
                 (Outcome::Succeeded, at)
             })
         };
+        let annotation = |key: &str| {
+            meta.annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .map(String::as_str)
+                .map(bounded_text)
+        };
         let facts = JobFacts {
             uid: meta.uid.clone().unwrap_or_default(),
             owner: meta
@@ -211,12 +220,8 @@ impl JobFacts {
                 .unwrap_or_default(),
             created_unix_ms: meta.creation_timestamp.as_ref().map_or(0, unix_ms),
             finished,
-            replaces: meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANNOTATION_REPLACES))
-                .map(String::as_str)
-                .map(bounded_text),
+            replaces: annotation(ANNOTATION_REPLACES),
+            template: annotation(ANNOTATION_TEMPLATE),
         };
         Some((key, facts))
     }
@@ -354,6 +359,7 @@ pub fn status_of<'a>(
         failure_reason,
         finished_unix_ms,
         replaces: job.replaces.clone(),
+        template: job.template.clone(),
     }
 }
 
@@ -368,7 +374,8 @@ mod tests {
         let job: JobLite = serde_json::from_value(json!({
             "metadata": {"name": "work-1", "namespace": "apps", "uid": UID,
                 "creationTimestamp": "2026-01-01T00:00:00Z",
-                "annotations": {"kedge.dev/owner": "apps/work", "kedge.dev/replaces": "work-0"}},
+                "annotations": {"kedge.dev/owner": "apps/work", "kedge.dev/replaces": "work-0",
+                    "kedge.dev/template": "0123456789abcdef"}},
             "status": status,
         }))
         .unwrap();
@@ -475,6 +482,7 @@ mod tests {
         let (key, facts) = job(json!({}));
         let status = status_of(&key, &facts, []);
         assert_eq!(status.replaces.as_deref(), Some("work-0"));
+        assert_eq!(status.template.as_deref(), Some("0123456789abcdef"));
         assert_eq!(status.owner, "apps/work");
     }
 
