@@ -201,6 +201,12 @@ async fn queue_length_becomes_jobs_split_by_weight() {
         "{status}"
     );
     assert_eq!(status["triggerMetricsStatus"][0]["state"], "Active");
+    assert!(
+        status["memberClusterStatuses"]["member-2"]["id"]
+            .as_str()
+            .is_some_and(|id| !id.is_empty()),
+        "the member's session id: {status}"
+    );
     assert_eq!(status["scalersTargetAverageValue"]["queue"], "1");
 
     // More polls with the same queue create nothing more (pendingAware counts what runs).

@@ -368,6 +368,7 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         .max(0);
     let mut events: Vec<(EventType, &str, String)> = Vec::new();
     let mut sent_names = BTreeSet::new();
+    let mut ids: BTreeMap<String, String> = BTreeMap::new();
     for member in &names {
         let snapshot = snapshots.get(member);
         let session = snapshot
@@ -375,6 +376,9 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
             .filter(|s| s.state == SessionState::Connected);
         let jobs = ctx.fleet.jobs_of(member, &owner);
         let ready = session.is_some() && jobs.complete;
+        if let Some(session) = session {
+            ids.insert(member.clone(), session.session_id.clone());
+        }
         members.push(DsjMember {
             name: member.clone(),
             state: if ready {
@@ -595,6 +599,7 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         name: &name,
         names: &names,
         members: &members,
+        ids: &ids,
         views: &views,
         readings: &readings,
         out: &out,
@@ -688,6 +693,8 @@ struct StatusInput<'a> {
     name: &'a str,
     names: &'a [String],
     members: &'a [DsjMember],
+    /// Session id of each connected member.
+    ids: &'a BTreeMap<String, String>,
     views: &'a [JobView],
     readings: &'a BTreeMap<String, Reading>,
     out: &'a kedge_core::dsj::step::StepOutput,
@@ -726,7 +733,11 @@ fn status_of(i: &StatusInput<'_>) -> DistributedScaledJobStatus {
             m.name.clone(),
             DsjMemberClusterStatus {
                 description: Some(description.to_owned()),
-                id: before.and_then(|b| b.id.clone()),
+                id: i
+                    .ids
+                    .get(&m.name)
+                    .cloned()
+                    .or_else(|| before.and_then(|b| b.id.clone())),
                 running_jobs: o.map_or(0, |o| count(o.running_jobs)),
                 pending_jobs: o.map_or(0, |o| count(o.pending_jobs)),
                 stuck_jobs: o.map_or(0, |o| count(o.stuck_jobs)),
