@@ -455,31 +455,17 @@ async fn priority_failover_prefers_the_high_priority_member_until_it_fails() {
 /// A DSJ `name` whose Jobs go to member-1, where their pods never start (they stay pending:
 /// a node label no node has), with `strategy` (a `scalingStrategy` flow mapping body).
 fn pending_dsj(name: &str, strategy: &str) -> String {
-    format!(
-        r#"apiVersion: kedge.dev/v1alpha1
-kind: DistributedScaledJob
-metadata: {{name: {name}, namespace: default}}
-spec:
-  memberClusters:
-  - name: member-1
-    podOverrides: {{nodeSelector: {{kedge.dev/none: "true"}}}}
-  clusterScheduling:
-    failoverPolicy: {{gracePeriod: 1h}}
-  scaledJobSpec:
-    pollingInterval: 1
-    maxReplicaCount: 6
-    scalingStrategy: {{{strategy}}}
-    jobTargetRef:
-      template:
-        spec:
-          restartPolicy: Never
-          containers: [{{name: worker, image: busybox}}]
-    triggers:
-    - type: kubernetes-resource
-      name: queue
-      metadata: {{resourceKind: ConfigMap, resourceName: queue, key: length, targetValue: "1"}}
-"#
-    )
+    dsj_yaml("queue")
+        .replace("name: work,", &format!("name: {name},"))
+        .replace(
+            "  - {name: member-1, weight: 2}\n  - {name: member-2, weight: 3}\n",
+            "  - name: member-1\n    podOverrides: {nodeSelector: {kedge.dev/none: \"true\"}}\n  \
+             clusterScheduling:\n    failoverPolicy: {gracePeriod: 1h}\n",
+        )
+        .replace(
+            "    maxReplicaCount: 50\n",
+            &format!("    maxReplicaCount: 6\n    scalingStrategy: {{{strategy}}}\n"),
+        )
 }
 
 /// The five scaling strategies through the real binaries, side by side on one queue of 4
