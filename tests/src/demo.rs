@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kedge_core::crd::DistributedScaledObject;
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::Deserialize;
@@ -17,8 +17,11 @@ use crate::fleet::{Fleet, HUB_CLUSTER};
 use crate::{Error, Result};
 
 const DSO_YAML: &str = include_str!("../../deploy/examples/fleet/dso-nginx.yaml");
+const DSJ_YAML: &str = include_str!("../../deploy/examples/fleet/dsj-queue.yaml");
 const DEPLOYMENT_YAML: &str = include_str!("../../deploy/examples/fleet/nginx-deployment.yaml");
 const FIELD_MANAGER: &str = "kedge-demo";
+/// Name of the example DSJ (`dsj-queue.yaml`).
+pub const DSJ_NAME: &str = "queue-worker";
 
 fn documents(yaml: &str) -> Result<Vec<Value>> {
     serde_yaml::Deserializer::from_str(yaml)
@@ -31,7 +34,8 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// Installs the example: the Deployment in every member, the DSO and its metric on the hub.
+/// Installs the example: the Deployment in every member; the DSO, the DSJ and the
+/// ConfigMaps they read on the hub.
 pub async fn install_example(fleet: &Fleet) -> Result<()> {
     for member in fleet.members() {
         let client = cluster_client(fleet, &member)?;
@@ -43,27 +47,32 @@ pub async fn install_example(fleet: &Fleet) -> Result<()> {
         }
     }
     let hub = cluster_client(fleet, HUB_CLUSTER)?;
-    for doc in documents(DSO_YAML)? {
-        let name = doc["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        match doc["kind"].as_str() {
-            Some("ConfigMap") => {
-                let api: Api<ConfigMap> = Api::namespaced(hub.clone(), "default");
-                api.patch(&name, &apply_params(), &Patch::Apply(&doc))
-                    .await?;
-            }
-            Some("DistributedScaledObject") => {
-                let api: Api<DistributedScaledObject> = Api::namespaced(hub.clone(), "default");
-                api.patch(&name, &apply_params(), &Patch::Apply(&doc))
-                    .await?;
-            }
-            other => {
-                return Err(Error::Fleet(format!(
-                    "unexpected kind {other:?} in the example"
-                )));
-            }
+    for doc in documents(DSO_YAML)?.into_iter().chain(documents(DSJ_YAML)?) {
+        apply_on_hub(&hub, &doc).await?;
+    }
+    Ok(())
+}
+
+async fn apply_on_hub(hub: &kube::Client, doc: &Value) -> Result<()> {
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let patch = Patch::Apply(doc);
+    match doc["kind"].as_str() {
+        Some("ConfigMap") => {
+            let api: Api<ConfigMap> = Api::namespaced(hub.clone(), "default");
+            api.patch(name, &apply_params(), &patch).await?;
+        }
+        Some("DistributedScaledObject") => {
+            let api: Api<DistributedScaledObject> = Api::namespaced(hub.clone(), "default");
+            api.patch(name, &apply_params(), &patch).await?;
+        }
+        Some("DistributedScaledJob") => {
+            let api: Api<DistributedScaledJob> = Api::namespaced(hub.clone(), "default");
+            api.patch(name, &apply_params(), &patch).await?;
+        }
+        other => {
+            return Err(Error::Fleet(format!(
+                "unexpected kind {other:?} in the example"
+            )));
         }
     }
     Ok(())
