@@ -1,14 +1,14 @@
-//! The live demo of `kedge-sim up` (without `--headless`): the example DSO on a three-member
-//! fleet, a scripted metric, one member cut off and returning, and a terminal view of how
-//! replicas move.
+//! The live demo of `kedge-sim up` (without `--headless`): the example DSO and DSJ on a
+//! three-member fleet, a scripted metric, one member cut off and returning, and a terminal
+//! view of how replicas and Jobs move.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
-use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::process::Command;
@@ -20,6 +20,8 @@ const DSO_YAML: &str = include_str!("../../deploy/examples/fleet/dso-nginx.yaml"
 const DSJ_YAML: &str = include_str!("../../deploy/examples/fleet/dsj-queue.yaml");
 const DEPLOYMENT_YAML: &str = include_str!("../../deploy/examples/fleet/nginx-deployment.yaml");
 const FIELD_MANAGER: &str = "kedge-demo";
+/// Name of the example DSO (`dso-nginx.yaml`).
+pub const DSO_NAME: &str = "nginx";
 /// Name of the example DSJ (`dsj-queue.yaml`).
 pub const DSJ_NAME: &str = "queue-worker";
 
@@ -136,11 +138,14 @@ const SCRIPT: [(u64, Action, &str); 6] = [
     (95, Action::Metric(10), "metric 10 → 2 replicas"),
 ];
 const SCRIPT_LENGTH: u64 = 115;
+/// Lines of the script's log the view keeps.
+const LOG_LINES: usize = 8;
 
 /// Runs the script and redraws the view every second until `stop` resolves.
 pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let hub = cluster_client(fleet, HUB_CLUSTER)?;
     let dsos: Api<DistributedScaledObject> = Api::namespaced(hub.clone(), "default");
+    let dsjs: Api<DistributedScaledJob> = Api::namespaced(hub.clone(), "default");
     let start = Instant::now();
     let mut done = 0usize;
     let mut cycle_start = 0u64;
@@ -162,13 +167,14 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
                 Action::Reconnect => signal(fleet.agent_pid("member-3"), "CONT").await,
             }
             log.push(format!("[{t:>3}s] {text}"));
-            if log.len() > 6 {
+            if log.len() > LOG_LINES {
                 log.remove(0);
             }
             done += 1;
         }
-        let dso = dsos.get_opt("nginx").await.ok().flatten();
-        let view = render(dso.as_ref(), &log, t);
+        let dso = dsos.get_opt(DSO_NAME).await.ok().flatten();
+        let dsj = dsjs.get_opt(DSJ_NAME).await.ok().flatten();
+        let view = render(dso.as_ref(), dsj.as_ref(), &log, t);
         print!("\x1b[2J\x1b[H{view}");
         tokio::select! {
             _ = &mut stop => break,
@@ -180,42 +186,230 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
     Ok(())
 }
 
-/// Renders the DSO's state as the view's text.
-pub fn render(dso: Option<&DistributedScaledObject>, log: &[String], t: u64) -> String {
+/// The whole view: a header, the DSO, the DSJ and the script's log.
+pub fn render(
+    dso: Option<&DistributedScaledObject>,
+    dsj: Option<&DistributedScaledJob>,
+    log: &[String],
+    t: u64,
+) -> String {
     let mut out = format!("kedge fleet demo  t={t}s  (Ctrl-C to stop)\n\n");
-    let Some(dso) = dso else {
-        out.push_str("waiting for DistributedScaledObject default/nginx...\n");
-        return out;
-    };
-    let status = dso.status.clone().unwrap_or_default();
-    out.push_str(&format!(
-        "dso/nginx  desired total {}   current total {}   healthy members {}/{}\n\n",
-        dso.spec
-            .total_target_replicas
-            .map_or_else(|| "(not set yet)".to_owned(), |t| t.to_string()),
-        status.total_current_replicas,
-        status.members_healthy_count,
-        status.members_total_count
-    ));
-    out.push_str(&format!(
-        "{:<10} {:<12} {:>7} {:>7}  {}\n",
-        "MEMBER", "STATE", "DESIRED", "CURRENT", "REPLICAS"
-    ));
-    for (member, s) in &status.member_cluster_statuses {
-        let bar = "█".repeat(s.current_replicas.clamp(0, 40) as usize);
-        out.push_str(&format!(
-            "{:<10} {:<12} {:>7} {:>7}  {}\n",
-            member,
-            s.state.as_deref().unwrap_or("-"),
-            s.desired_replicas,
-            s.current_replicas,
-            bar
-        ));
-    }
+    out.push_str(&render_dso(dso));
+    out.push('\n');
+    out.push_str(&render_dsj(dsj));
     out.push_str("\nwhat happened:\n");
     for line in log {
         out.push_str(line);
         out.push('\n');
     }
     out
+}
+
+/// A bar of `n` blocks, at most 40.
+fn bar(block: &str, n: i32) -> String {
+    block.repeat(n.clamp(0, 40) as usize)
+}
+
+/// The DSO's section: totals, then desired and current replicas per member.
+pub fn render_dso(dso: Option<&DistributedScaledObject>) -> String {
+    let Some(dso) = dso else {
+        return format!("waiting for DistributedScaledObject default/{DSO_NAME}...\n");
+    };
+    let status = dso.status.clone().unwrap_or_default();
+    let mut out = format!(
+        "dso/{}  desired total {}   current total {}   healthy members {}/{}\n\n",
+        dso.name_any(),
+        dso.spec
+            .total_target_replicas
+            .map_or_else(|| "(not set yet)".to_owned(), |t| t.to_string()),
+        status.total_current_replicas,
+        status.members_healthy_count,
+        status.members_total_count
+    );
+    out.push_str(&format!(
+        "{:<10} {:<12} {:>7} {:>7}  {}\n",
+        "MEMBER", "STATE", "DESIRED", "CURRENT", "REPLICAS"
+    ));
+    for (member, s) in &status.member_cluster_statuses {
+        out.push_str(&format!(
+            "{:<10} {:<12} {:>7} {:>7}  {}\n",
+            member,
+            s.state.as_deref().unwrap_or("-"),
+            s.desired_replicas,
+            s.current_replicas,
+            bar("█", s.current_replicas)
+        ));
+    }
+    out
+}
+
+/// The DSJ's section: the trigger, Job totals, then per member the Jobs running (█) and
+/// pending (░), stuck Jobs and the member's taint.
+pub fn render_dsj(dsj: Option<&DistributedScaledJob>) -> String {
+    let Some(dsj) = dsj else {
+        return format!("waiting for DistributedScaledJob default/{DSJ_NAME}...\n");
+    };
+    let status = dsj.status.clone().unwrap_or_default();
+    let mut out = format!(
+        "dsj/{}  desired {}   running {}   pending {}\n",
+        dsj.name_any(),
+        status.desired_jobs,
+        status.running_jobs,
+        status.pending_jobs
+    );
+    for trigger in &status.trigger_metrics_status {
+        out.push_str(&format!(
+            "trigger {}: {} ({})\n",
+            trigger.name,
+            trigger.state,
+            trigger.info.as_deref().unwrap_or("-")
+        ));
+    }
+    out.push_str(&format!(
+        "\n{:<10} {:<12} {:>7} {:>7} {:>5} {:<5}  {}\n",
+        "MEMBER", "STATE", "RUNNING", "PENDING", "STUCK", "TAINT", "JOBS (█ running, ░ pending)"
+    ));
+    for (member, s) in &status.member_cluster_statuses {
+        let taint = if s.hard_tainted {
+            "hard"
+        } else if s.soft_tainted {
+            "soft"
+        } else {
+            "-"
+        };
+        // runningJobs counts every non-terminal Job, pending ones included.
+        let started = s.running_jobs - s.pending_jobs;
+        out.push_str(&format!(
+            "{:<10} {:<12} {:>7} {:>7} {:>5} {:<5}  {}{}\n",
+            member,
+            s.state.as_deref().unwrap_or("-"),
+            s.running_jobs,
+            s.pending_jobs,
+            s.stuck_jobs,
+            taint,
+            bar("█", started),
+            bar("░", s.pending_jobs)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kedge_core::crd::dsj::{DsjMemberClusterStatus, TriggerMetricStatus};
+    use kedge_core::crd::{DistributedScaledJobSpec, DistributedScaledJobStatus};
+
+    use super::*;
+
+    fn member(state: &str, running: i32, pending: i32, stuck: i32) -> DsjMemberClusterStatus {
+        DsjMemberClusterStatus {
+            state: Some(state.to_owned()),
+            running_jobs: running,
+            pending_jobs: pending,
+            stuck_jobs: stuck,
+            ..DsjMemberClusterStatus::default()
+        }
+    }
+
+    /// The example DSJ as the hub reports it while member-2's Jobs are stuck.
+    fn dsj() -> DistributedScaledJob {
+        let mut dsj = DistributedScaledJob::new(DSJ_NAME, DistributedScaledJobSpec::default());
+        let soft = DsjMemberClusterStatus {
+            soft_tainted: true,
+            ..member("Ready", 3, 3, 3)
+        };
+        let hard = DsjMemberClusterStatus {
+            hard_tainted: true,
+            excluded: true,
+            ..member("Unreachable", 7, 1, 0)
+        };
+        dsj.status = Some(DistributedScaledJobStatus {
+            desired_jobs: 10,
+            running_jobs: 12,
+            pending_jobs: 4,
+            member_cluster_statuses: BTreeMap::from([
+                ("member-1".to_owned(), member("Ready", 2, 0, 0)),
+                ("member-2".to_owned(), soft),
+                ("member-3".to_owned(), hard),
+            ]),
+            trigger_metrics_status: vec![TriggerMetricStatus {
+                name: "queue".into(),
+                state: "Active".into(),
+                info: Some("value 10 / target 1".into()),
+                last_change_time: None,
+            }],
+            ..DistributedScaledJobStatus::default()
+        });
+        dsj
+    }
+
+    fn line_of<'a>(text: &'a str, start: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line starting with {start:?} in\n{text}"))
+    }
+
+    #[test]
+    fn dsj_section_shows_totals_trigger_and_each_member() {
+        let text = render_dsj(Some(&dsj()));
+        assert_eq!(
+            line_of(&text, "dsj/"),
+            "dsj/queue-worker  desired 10   running 12   pending 4"
+        );
+        assert_eq!(
+            line_of(&text, "trigger"),
+            "trigger queue: Active (value 10 / target 1)"
+        );
+        let columns = |member: &str| -> Vec<String> {
+            line_of(&text, member)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect()
+        };
+        // MEMBER STATE RUNNING PENDING STUCK TAINT BAR; running counts pending Jobs too, so
+        // the bar has one block per Job: █ started, ░ pending.
+        assert_eq!(
+            columns("member-1"),
+            ["member-1", "Ready", "2", "0", "0", "-", "██"]
+        );
+        assert_eq!(
+            columns("member-2"),
+            ["member-2", "Ready", "3", "3", "3", "soft", "░░░"]
+        );
+        assert_eq!(
+            columns("member-3"),
+            ["member-3", "Unreachable", "7", "1", "0", "hard", "██████░"]
+        );
+    }
+
+    #[test]
+    fn dsj_section_without_status_or_object() {
+        let fresh = DistributedScaledJob::new(DSJ_NAME, DistributedScaledJobSpec::default());
+        let text = render_dsj(Some(&fresh));
+        assert!(text.starts_with("dsj/queue-worker  desired 0   running 0   pending 0\n"));
+        assert!(!text.contains("member-"), "{text}");
+        assert_eq!(
+            render_dsj(None),
+            "waiting for DistributedScaledJob default/queue-worker...\n"
+        );
+    }
+
+    #[test]
+    fn view_puts_the_dsj_below_the_dso_and_the_log_last() {
+        let log = vec!["[  3s] queue 10".to_owned()];
+        let text = render(None, Some(&dsj()), &log, 7);
+        assert!(text.starts_with("kedge fleet demo  t=7s"), "{text}");
+        let dso = text.find("DistributedScaledObject").unwrap_or(usize::MAX);
+        let dsj = text.find("dsj/queue-worker").unwrap_or(usize::MAX);
+        let log = text.find("[  3s] queue 10").unwrap_or(usize::MAX);
+        assert!(dso < dsj && dsj < log, "{text}");
+    }
+
+    #[test]
+    fn bars_are_capped() {
+        assert_eq!(bar("█", -1), "");
+        assert_eq!(bar("░", 100).chars().count(), 40);
+    }
 }
