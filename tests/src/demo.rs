@@ -1,13 +1,13 @@
 //! The live demo of `kedge-sim up` (without `--headless`): the example DSO and DSJ on a
-//! three-member fleet, a scripted metric, one member cut off and returning, and a terminal
-//! view of how replicas and Jobs move.
+//! three-member fleet, a scripted metric and queue, one member cut off and returning, and a
+//! terminal view of how replicas and Jobs move.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -24,6 +24,8 @@ const FIELD_MANAGER: &str = "kedge-demo";
 pub const DSO_NAME: &str = "nginx";
 /// Name of the example DSJ (`dsj-queue.yaml`).
 pub const DSJ_NAME: &str = "queue-worker";
+const METRIC_CONFIGMAP: (&str, &str) = ("mock-metric", "metric-value");
+const QUEUE_CONFIGMAP: (&str, &str) = ("work-queue", "length");
 
 fn documents(yaml: &str) -> Result<Vec<Value>> {
     serde_yaml::Deserializer::from_str(yaml)
@@ -88,10 +90,12 @@ fn cluster_client(fleet: &Fleet, name: &str) -> Result<kube::Client> {
         .client()
 }
 
-async fn set_metric(hub: &kube::Client, value: u32) -> Result<()> {
+/// Sets `key` of ConfigMap `name` on the hub, the value a `kubernetes-resource` trigger
+/// reads.
+async fn set_value(hub: &kube::Client, (name, key): (&str, &str), value: u32) -> Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(hub.clone(), "default");
-    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"metric-value": value.to_string()}});
-    api.patch("mock-metric", &apply_params(), &Patch::Apply(&patch))
+    let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {key: value.to_string()}});
+    api.patch(name, &apply_params(), &Patch::Apply(&patch))
         .await?;
     Ok(())
 }
@@ -105,24 +109,56 @@ async fn signal(pid: Option<u32>, signal: &str) {
     }
 }
 
+/// Makes a member's nodes unschedulable (`full`) or schedulable again, like `kubectl
+/// cordon`: new pods there stay Pending, running ones go on.
+async fn set_full(fleet: &Fleet, member: &str, full: bool) -> Result<()> {
+    let nodes: Api<Node> = Api::all(cluster_client(fleet, member)?);
+    let patch = json!({"spec": {"unschedulable": full}});
+    for node in nodes.list(&ListParams::default()).await? {
+        let name = node.metadata.name.unwrap_or_default();
+        nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
 /// One step of the script: at `at` seconds, do `action`.
 #[derive(Debug, Clone, Copy)]
 enum Action {
+    /// The DSO's metric.
     Metric(u32),
+    /// The DSJ's queue length.
+    Queue(u32),
+    /// member-2's nodes cordoned (`true`) or uncordoned.
+    Member2Full(bool),
+    /// member-3's agent frozen.
     CutOff,
+    /// member-3's agent running again.
     Reconnect,
+    /// Nothing to do: the text says what the view shows by now.
+    Note,
 }
 
-const SCRIPT: [(u64, Action, &str); 6] = [
+/// The DSO and DSJ steps on one timeline; each text says what was seen to happen on the
+/// local fleet. The DSJ's Jobs run 15 s each, so every queue of 10 is back to 0 before its
+/// Jobs finish (a queue that stays at 10 would get 10 new Jobs each time they do).
+const SCRIPT: [(u64, Action, &str); 15] = [
     (
         0,
         Action::Metric(5),
         "metric 5: one replica per 5 → 1 replica",
     ),
+    (3, Action::Queue(10), "queue 10 → 10 Jobs, split 2:3:5"),
     (
         12,
         Action::Metric(20),
         "metric 20 → 4 replicas, split 2:3:5",
+    ),
+    (
+        13,
+        Action::Queue(0),
+        "queue 0: no new Jobs; each member keeps its last 2 finished Jobs",
     ),
     (24, Action::Metric(45), "metric 45 → 9 replicas"),
     (
@@ -131,11 +167,38 @@ const SCRIPT: [(u64, Action, &str); 6] = [
         "member-3 cut off (agent frozen): Unreachable in 3 s, share moves after 20 s grace; pods keep running",
     ),
     (
+        46,
+        Action::Queue(10),
+        "queue 10, member-3 unreachable → 10 Jobs, split 2:3 over member-1 and member-2",
+    ),
+    (56, Action::Queue(0), "queue 0"),
+    (
         75,
         Action::Reconnect,
         "member-3's agent is back: replicas rebalance by weight",
     ),
+    (
+        78,
+        Action::Member2Full(true),
+        "member-2 full (nodes cordoned): new pods there stay Pending",
+    ),
+    (
+        80,
+        Action::Queue(10),
+        "queue 10 → 2:3:5, but member-2's 3 Jobs stay Pending",
+    ),
+    (
+        89,
+        Action::Note,
+        "stuck after 5 s: member-2 soft-tainted; its Jobs re-created in member-1/3, the stuck ones deleted",
+    ),
+    (90, Action::Queue(0), "queue 0"),
     (95, Action::Metric(10), "metric 10 → 2 replicas"),
+    (
+        100,
+        Action::Member2Full(false),
+        "member-2 has room again (its soft taint lasts 1 min)",
+    ),
 ];
 const SCRIPT_LENGTH: u64 = 115;
 /// Lines of the script's log the view keeps.
@@ -162,9 +225,12 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
                 break;
             }
             match action {
-                Action::Metric(v) => set_metric(&hub, v).await?,
+                Action::Metric(v) => set_value(&hub, METRIC_CONFIGMAP, v).await?,
+                Action::Queue(v) => set_value(&hub, QUEUE_CONFIGMAP, v).await?,
+                Action::Member2Full(full) => set_full(fleet, "member-2", full).await?,
                 Action::CutOff => signal(fleet.agent_pid("member-3"), "STOP").await,
                 Action::Reconnect => signal(fleet.agent_pid("member-3"), "CONT").await,
+                Action::Note => {}
             }
             log.push(format!("[{t:>3}s] {text}"));
             if log.len() > LOG_LINES {
@@ -181,8 +247,9 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    // Never leave an agent frozen behind.
+    // Never leave an agent frozen or a member full behind.
     signal(fleet.agent_pid("member-3"), "CONT").await;
+    set_full(fleet, "member-2", false).await?;
     Ok(())
 }
 
