@@ -1,5 +1,6 @@
 //! `kedge-sim up --headless`: the scripted fleet comes up with every agent connected, is
-//! usable with the real kubectl, and stops cleanly.
+//! usable with the real kubectl, and stops cleanly. The demo's example on that fleet: its
+//! DistributedScaledJob turns a queue into Jobs in the members.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,7 +9,15 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::bin;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kedge_core::crd::DistributedScaledJob;
+use kedge_sim::demo::{DSJ_NAME, install_example};
+use kedge_sim::fleet::{Fleet, FleetConfig, HUB_CLUSTER};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::json;
+use support::{bin, wait_for};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -115,4 +124,75 @@ async fn headless_fleet_comes_up_connected_and_stops_cleanly() {
         !after.status.success(),
         "the hub still answers after the fleet stopped"
     );
+}
+
+/// What `kedge-sim up` installs for the demo, on the same fleet (three members, the real
+/// hub and agents): a queue of 10 in the example's ConfigMap becomes 10 Jobs in the members,
+/// split by the example's weights 2:3:5, and the DSJ's status counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_example_dsj_turns_a_queue_into_jobs_in_the_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = FleetConfig::new(3, dir.path().to_owned()).unwrap();
+    // Tests run from target/<profile>/deps; the binaries are one level up.
+    if config.bin_dir.ends_with("deps") {
+        config.bin_dir.pop();
+    }
+    let fleet = Fleet::up(config).await.expect("fleet up");
+    install_example(&fleet).await.unwrap();
+    let client = |name: &str| fleet.sim.cluster(name).unwrap().client().unwrap();
+    let dsjs: Api<DistributedScaledJob> = Api::namespaced(client(HUB_CLUSTER), "default");
+    let limit = Duration::from_secs(60);
+
+    // Until a member has reported its Jobs it gets none; wait for all three, as the demo's
+    // script does by starting a few seconds in.
+    wait_for(limit, "every member Ready for the example DSJ", || async {
+        let status = dsjs.get(DSJ_NAME).await.ok()?.status?;
+        let ready = |m: &str| {
+            status
+                .member_cluster_statuses
+                .get(m)
+                .is_some_and(|s| s.state.as_deref() == Some("Ready"))
+        };
+        ["member-1", "member-2", "member-3"]
+            .into_iter()
+            .all(ready)
+            .then_some(())
+    })
+    .await;
+
+    let queue = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"length": "10"}});
+    Api::<ConfigMap>::namespaced(client(HUB_CLUSTER), "default")
+        .patch(
+            "work-queue",
+            &PatchParams::apply("fleet-up-test").force(),
+            &Patch::Apply(&queue),
+        )
+        .await
+        .unwrap();
+    let selector = format!("kedge.dev/distributedscaledjob={DSJ_NAME}");
+    let counts = wait_for(limit, "10 Jobs in the members", || async {
+        let mut counts = Vec::new();
+        for member in fleet.members() {
+            let jobs = Api::<Job>::namespaced(client(&member), "default")
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            counts.push(jobs.items.len());
+        }
+        (counts.iter().sum::<usize>() >= 10).then_some(counts)
+    })
+    .await;
+    assert_eq!(counts, [2, 3, 5], "Jobs per member, weights 2:3:5");
+    // The example's Jobs run for 15 s: the status counts all 10 running well before any
+    // finishes.
+    wait_for(
+        limit,
+        "the DSJ's status to count 10 running Jobs",
+        || async {
+            let status = dsjs.get(DSJ_NAME).await.ok()?.status?;
+            (status.desired_jobs == 10 && status.running_jobs == 10).then_some(())
+        },
+    )
+    .await;
+    fleet.shutdown().await;
 }
