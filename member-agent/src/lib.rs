@@ -10,6 +10,7 @@ mod error;
 pub mod executor;
 pub mod jobs;
 mod link;
+pub mod lite;
 pub mod metrics;
 pub mod observe;
 pub mod report;
