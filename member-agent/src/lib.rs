@@ -120,6 +120,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             &shutdown,
         )
         .await;
+        link.session_ended();
         readiness.set(false);
         metrics.connected.set(0);
         let ended = match attempt {
