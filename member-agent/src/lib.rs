@@ -10,6 +10,7 @@ mod error;
 pub mod executor;
 pub mod jobs;
 mod link;
+pub mod lite;
 pub mod metrics;
 pub mod observe;
 pub mod report;
@@ -119,6 +120,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             &shutdown,
         )
         .await;
+        link.session_ended();
         readiness.set(false);
         metrics.connected.set(0);
         let ended = match attempt {

@@ -35,10 +35,12 @@ const COALESCE: Duration = Duration::from_millis(200);
 pub(crate) struct SessionLink {
     /// Acks and reports to send to the hub.
     pub(crate) outbox: mpsc::Receiver<AgentMessage>,
-    /// Where received desired state goes.
-    pub(crate) desired: watch::Sender<Option<DesiredState>>,
+    /// Where received desired state goes (shared: a thousand Jobs' manifests are worth not
+    /// copying).
+    pub(crate) desired: watch::Sender<Option<Arc<DesiredState>>>,
     full_report: Arc<AtomicBool>,
     report_now: Arc<Notify>,
+    online: Arc<AtomicBool>,
 }
 
 impl SessionLink {
@@ -46,8 +48,15 @@ impl SessionLink {
     /// for a full report right away.
     pub(crate) fn session_started(&mut self) {
         while self.outbox.try_recv().is_ok() {}
+        self.online.store(true, Ordering::Release);
         self.full_report.store(true, Ordering::Release);
         self.report_now.notify_one();
+    }
+
+    /// Called when a session ends: no report is built until the next one starts, which
+    /// gets a full report anyway (reports queued for nobody would only hold memory).
+    pub(crate) fn session_ended(&mut self) {
+        self.online.store(false, Ordering::Release);
     }
 }
 
@@ -71,10 +80,11 @@ pub(crate) fn start(
     supervisor: &Supervisor,
 ) -> SessionLink {
     let shutdown = supervisor.stop().clone();
-    let (desired_tx, desired_rx) = watch::channel::<Option<DesiredState>>(None);
+    let (desired_tx, desired_rx) = watch::channel::<Option<Arc<DesiredState>>>(None);
     let (outbox_tx, outbox_rx) = mpsc::channel(OUTBOX);
     let full_report = Arc::new(AtomicBool::new(true));
     let report_now = Arc::new(Notify::new());
+    let online = Arc::new(AtomicBool::new(false));
     let scopes = job_watch::scopes(executor.policy().namespaces());
     let jobs = job_watch::index_for(&scopes);
     for scope in scopes {
@@ -113,8 +123,11 @@ pub(crate) fn start(
             jobs,
             desired_rx,
             outbox_tx,
-            full_report.clone(),
-            report_now.clone(),
+            Reporting {
+                full: full_report.clone(),
+                now: report_now.clone(),
+                online: online.clone(),
+            },
             (report_interval, capacity_interval),
             shutdown,
         ),
@@ -124,13 +137,14 @@ pub(crate) fn start(
         desired: desired_tx,
         full_report,
         report_now,
+        online,
     }
 }
 
 /// Applies every new desired state and acknowledges it.
 async fn apply_loop(
     executor: Arc<Executor>,
-    mut desired: watch::Receiver<Option<DesiredState>>,
+    mut desired: watch::Receiver<Option<Arc<DesiredState>>>,
     outbox: mpsc::Sender<AgentMessage>,
     shutdown: CancellationToken,
 ) {
@@ -203,20 +217,34 @@ impl Drift {
     }
 }
 
+/// What the session side tells the report loop.
+#[derive(Debug)]
+struct Reporting {
+    /// The next report must be full.
+    full: Arc<AtomicBool>,
+    /// Report now (a watch saw a change, or a session started).
+    now: Arc<Notify>,
+    /// A session is up to send reports to.
+    online: Arc<AtomicBool>,
+}
+
 /// Observes managed workloads (restoring replica counts changed outside kedge) and the
 /// cluster's capacity every report interval, reports managed Jobs as their watches change
-/// them, and sends what changed.
-#[allow(clippy::too_many_arguments)]
+/// them, and sends what changed. Without a session it only restores replica counts.
 async fn report_loop(
     executor: Arc<Executor>,
     jobs: SharedIndex,
-    desired: watch::Receiver<Option<DesiredState>>,
+    desired: watch::Receiver<Option<Arc<DesiredState>>>,
     outbox: mpsc::Sender<AgentMessage>,
-    full_report: Arc<AtomicBool>,
-    report_now: Arc<Notify>,
+    reporting: Reporting,
     (report_interval, capacity_interval): (Duration, Duration),
     shutdown: CancellationToken,
 ) {
+    let Reporting {
+        full: full_report,
+        now: report_now,
+        online,
+    } = reporting;
     let mut tick = tokio::time::interval(report_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state = ReportState::default();
@@ -233,6 +261,12 @@ async fn report_loop(
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(COALESCE) => {}
             }
+        }
+        if !online.load(Ordering::Acquire) {
+            if ticked {
+                observe_workloads(&executor, &desired, &mut drift).await;
+            }
+            continue;
         }
         let full = full_report.swap(false, Ordering::AcqRel);
         // Watch events alone report Jobs; workloads are read on the tick and in full reports.
@@ -269,7 +303,7 @@ async fn report_loop(
 /// kedge unless something else keeps changing them.
 async fn observe_workloads(
     executor: &Executor,
-    desired: &watch::Receiver<Option<DesiredState>>,
+    desired: &watch::Receiver<Option<Arc<DesiredState>>>,
     drift: &mut HashMap<WorkloadRef, Drift>,
 ) -> Vec<WorkloadStatus> {
     let commands = desired

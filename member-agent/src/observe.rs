@@ -2,17 +2,22 @@
 //! the cluster's free capacity (read once per report interval and capacity interval, so a
 //! flapping workload cannot flood the member API server or the hub).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kedge_core::quantity::parse_quantity;
 use kedge_protocol::{ClusterCapacity, WorkloadRef, WorkloadStatus};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, ResourceExt};
+use serde::Deserialize;
 use tracing::debug;
 
 use crate::executor::{Executor, classify};
+use crate::jobs::facts::Condition;
+use crate::lite::{for_each_page, lite_resource};
 
 fn int_at(value: &serde_json::Value, path: &[&str]) -> i32 {
     path.iter()
@@ -22,8 +27,95 @@ fn int_at(value: &serde_json::Value, path: &[&str]) -> i32 {
         .unwrap_or(0)
 }
 
+/// A `v1` Node, decoded with only what capacity needs (not its images, addresses, …).
+#[derive(Debug, Clone, Deserialize)]
+pub struct NodeLite {
+    /// Standard metadata.
+    pub metadata: ObjectMeta,
+    /// The spec, if any.
+    #[serde(default)]
+    pub spec: Option<NodeLiteSpec>,
+    /// The status, if any.
+    #[serde(default)]
+    pub status: Option<NodeLiteStatus>,
+}
+
+/// The part of a node's spec capacity needs.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NodeLiteSpec {
+    /// Cordoned.
+    #[serde(default)]
+    pub unschedulable: Option<bool>,
+}
+
+/// The part of a node's status capacity needs.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct NodeLiteStatus {
+    /// What pods may request, by resource.
+    #[serde(default)]
+    pub allocatable: Option<BTreeMap<String, Quantity>>,
+    /// `Ready`, ….
+    #[serde(default)]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+/// A `v1` Pod, decoded with only what capacity and a workload's pod counts need.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PodUsage {
+    /// Standard metadata.
+    pub metadata: ObjectMeta,
+    /// The spec, if any.
+    #[serde(default)]
+    pub spec: Option<PodUsageSpec>,
+    /// The status, if any.
+    #[serde(default)]
+    pub status: Option<PodUsageStatus>,
+}
+
+/// Where a pod is bound and what its containers request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodUsageSpec {
+    /// The node it is bound to.
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// Its containers.
+    #[serde(default)]
+    pub containers: Vec<ContainerUsage>,
+}
+
+/// A container, reduced to its requests.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ContainerUsage {
+    /// Its resources.
+    #[serde(default)]
+    pub resources: Option<ResourcesUsage>,
+}
+
+/// A container's resources, reduced to requests.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ResourcesUsage {
+    /// Requested quantities by resource.
+    #[serde(default)]
+    pub requests: Option<BTreeMap<String, Quantity>>,
+}
+
+/// The part of a pod's status capacity and pod counts need.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PodUsageStatus {
+    /// `Pending`, `Running`, ….
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// Pod conditions.
+    #[serde(default)]
+    pub conditions: Option<Vec<Condition>>,
+}
+
+lite_resource!(NodeLite, "", "v1", "Node", "nodes", ClusterResourceScope);
+lite_resource!(PodUsage, "", "v1", "Pod", "pods", NamespaceResourceScope);
+
 /// Whether the scheduler reported the pod `Unschedulable`, and since when (Unix ms).
-fn unschedulable_since(pod: &Pod) -> Option<i64> {
+fn unschedulable_since(pod: &PodUsage) -> Option<i64> {
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
     conditions
         .iter()
@@ -39,22 +131,34 @@ fn unschedulable_since(pod: &Pod) -> Option<i64> {
         })
 }
 
-/// Pod counts of one workload: (pending, unschedulable, oldest unschedulable since).
-pub fn pod_counts(pods: &[Pod]) -> (i32, i32, Option<i64>) {
-    let live = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none());
-    let (mut pending, mut unschedulable, mut oldest) = (0, 0, None::<i64>);
-    for pod in live {
-        if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
-            pending += 1;
-        }
-        if let Some(since) = unschedulable_since(pod) {
-            unschedulable += 1;
-            oldest = Some(oldest.map_or(since, |o| o.min(since)));
+/// Pod counts of one workload, added up a page of pods at a time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// Pods in phase `Pending`.
+    pub pending: i32,
+    /// Pods the scheduler reported `Unschedulable`.
+    pub unschedulable: i32,
+    /// Since when the oldest of them is (Unix ms).
+    pub oldest_unschedulable: Option<i64>,
+}
+
+impl PodCounts {
+    /// Counts `pods`, leaving out those being deleted.
+    pub fn add(&mut self, pods: &[PodUsage]) {
+        let live = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none());
+        for pod in live {
+            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
+                self.pending += 1;
+            }
+            if let Some(since) = unschedulable_since(pod) {
+                self.unschedulable += 1;
+                self.oldest_unschedulable =
+                    Some(self.oldest_unschedulable.map_or(since, |o| o.min(since)));
+            }
         }
     }
-    (pending, unschedulable, oldest)
 }
 
 /// CPU (millicores) and memory (bytes) one pod of a workload requests, from its pod template
@@ -174,111 +278,134 @@ pub async fn observe_workload(
         .map_err(|e| classify(&e, &what))?;
     let selector = scale.status.and_then(|s| s.selector).unwrap_or_default();
     if !selector.is_empty() {
-        let pods: Api<Pod> = Api::namespaced(executor.client().clone(), &workload.namespace);
-        let list = pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| classify(&e, &format!("listing pods of {}", workload.name)))?;
-        let (pending, unschedulable, oldest) = pod_counts(&list.items);
-        status.pending_pods = pending;
-        status.unschedulable_pods = unschedulable;
-        status.unschedulable_for_ms = oldest.map_or(0, |since| {
+        let pods: Api<PodUsage> = Api::namespaced(executor.client().clone(), &workload.namespace);
+        let mut counts = PodCounts::default();
+        for_each_page(&pods, ListParams::default().labels(&selector), |page| {
+            counts.add(&page)
+        })
+        .await
+        .map_err(|e| classify(&e, &format!("listing pods of {}", workload.name)))?;
+        status.pending_pods = counts.pending;
+        status.unschedulable_pods = counts.unschedulable;
+        status.unschedulable_for_ms = counts.oldest_unschedulable.map_or(0, |since| {
             u64::try_from(now_unix_ms.saturating_sub(since)).unwrap_or(0)
         });
     }
     Ok(status)
 }
 
-fn quantity(
-    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-    key: &str,
-) -> i128 {
+fn quantity(map: Option<&BTreeMap<String, Quantity>>, key: &str) -> i128 {
     map.and_then(|m| m.get(key))
         .and_then(|q| parse_quantity(&q.0).ok())
         .unwrap_or(0)
 }
 
-/// Sums allocatable capacity of Ready, schedulable nodes and the requests of the pods bound
-/// to them that have not finished.
-pub fn capacity_of(nodes: &[Node], pods: &[Pod]) -> ClusterCapacity {
-    let ready = |node: &Node| {
-        let schedulable = !node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        let is_ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        schedulable && is_ready
-    };
-    let ready_nodes: Vec<&Node> = nodes.iter().filter(|n| ready(n)).collect();
-    let ready_names: Vec<&str> = ready_nodes
-        .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
-        .collect();
-    let mut cap = ClusterCapacity {
-        nodes: nodes.len() as u32,
-        ready_nodes: ready_nodes.len() as u32,
-        ..Default::default()
-    };
-    let (mut cpu, mut mem) = (0i128, 0i128);
-    for node in &ready_nodes {
-        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-        cpu += quantity(allocatable, "cpu");
-        mem += quantity(allocatable, "memory");
-    }
-    let (mut req_cpu, mut req_mem) = (0i128, 0i128);
-    for pod in pods {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed"))
-            || !node.is_some_and(|n| ready_names.contains(&n))
-        {
-            continue;
-        }
-        for container in pod.spec.iter().flat_map(|s| &s.containers) {
-            let requests = container
-                .resources
-                .as_ref()
-                .and_then(|r| r.requests.as_ref());
-            req_cpu += quantity(requests, "cpu");
-            req_mem += quantity(requests, "memory");
-        }
-    }
-    // Quantities are milli-units: CPU stays in millicores, memory is divided to bytes.
-    let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
-    cap.allocatable_cpu_millis = clamp(cpu);
-    cap.allocatable_memory_bytes = clamp(mem / 1000);
-    cap.requested_cpu_millis = clamp(req_cpu);
-    cap.requested_memory_bytes = clamp(req_mem / 1000);
-    cap
+/// The cluster's capacity, added up a page of nodes, then a page of pods, at a time: the
+/// allocatable capacity of Ready, schedulable nodes and the requests of the pods bound to
+/// them that have not finished.
+#[derive(Debug, Default)]
+pub struct CapacitySum {
+    nodes: u32,
+    ready: HashSet<String>,
+    cpu: i128,
+    memory: i128,
+    requested_cpu: i128,
+    requested_memory: i128,
 }
 
-/// Reads nodes and pods and computes the cluster capacity.
+impl CapacitySum {
+    /// Adds nodes; every node before the first pod.
+    pub fn add_nodes(&mut self, nodes: &[NodeLite]) {
+        for node in nodes {
+            self.nodes += 1;
+            let schedulable = !node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false);
+            let is_ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
+            // A node named twice (by pages of a list that changed meanwhile) counts once.
+            if schedulable && is_ready && self.ready.insert(name.to_owned()) {
+                let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+                self.cpu += quantity(allocatable, "cpu");
+                self.memory += quantity(allocatable, "memory");
+            }
+        }
+    }
+
+    /// Adds the requests of the pods bound to a ready node that have not finished.
+    pub fn add_pods(&mut self, pods: &[PodUsage]) {
+        for pod in pods {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed"))
+                || !node.is_some_and(|n| self.ready.contains(n))
+            {
+                continue;
+            }
+            for container in pod.spec.iter().flat_map(|s| &s.containers) {
+                let requests = container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.requests.as_ref());
+                self.requested_cpu += quantity(requests, "cpu");
+                self.requested_memory += quantity(requests, "memory");
+            }
+        }
+    }
+
+    /// The capacity added up.
+    pub fn total(&self) -> ClusterCapacity {
+        // Quantities are milli-units: CPU stays in millicores, memory is divided to bytes.
+        let clamp = |v: i128| u64::try_from(v.max(0)).unwrap_or(u64::MAX);
+        ClusterCapacity {
+            nodes: self.nodes,
+            ready_nodes: self.ready.len() as u32,
+            allocatable_cpu_millis: clamp(self.cpu),
+            allocatable_memory_bytes: clamp(self.memory / 1000),
+            requested_cpu_millis: clamp(self.requested_cpu),
+            requested_memory_bytes: clamp(self.requested_memory / 1000),
+        }
+    }
+}
+
+/// The capacity of `nodes` with `pods` on them (see [`CapacitySum`]).
+pub fn capacity_of(nodes: &[NodeLite], pods: &[PodUsage]) -> ClusterCapacity {
+    let mut sum = CapacitySum::default();
+    sum.add_nodes(nodes);
+    sum.add_pods(pods);
+    sum.total()
+}
+
+/// Reads nodes and pods a page at a time and computes the cluster capacity.
 pub async fn observe_capacity(
     executor: &Executor,
 ) -> Result<ClusterCapacity, kedge_protocol::Failure> {
-    let nodes: Api<Node> = Api::all(executor.client().clone());
-    let pods: Api<Pod> = Api::all(executor.client().clone());
-    let nodes = nodes
-        .list(&ListParams::default())
+    let mut sum = CapacitySum::default();
+    let nodes: Api<NodeLite> = Api::all(executor.client().clone());
+    for_each_page(&nodes, ListParams::default(), |page| sum.add_nodes(&page))
         .await
         .map_err(|e| classify(&e, "listing nodes"))?;
-    let pods = pods
-        .list(&ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"))
+    let pods: Api<PodUsage> = Api::all(executor.client().clone());
+    let running = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    for_each_page(&pods, running, |page| sum.add_pods(&page))
         .await
         .map_err(|e| classify(&e, "listing pods"))?;
-    Ok(capacity_of(&nodes.items, &pods.items))
+    Ok(sum.total())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn node(name: &str, ready: bool, cpu: &str, mem: &str) -> Node {
+    fn node(name: &str, ready: bool, cpu: &str, mem: &str) -> NodeLite {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
             "status": {
@@ -295,7 +422,7 @@ mod tests {
         cpu: &str,
         mem: &str,
         unschedulable_since: Option<&str>,
-    ) -> Pod {
+    ) -> PodUsage {
         let mut conditions = vec![];
         if let Some(t) = unschedulable_since {
             conditions.push(serde_json::json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": t}));
@@ -323,6 +450,14 @@ mod tests {
             pod(None, "Pending", "1", "1Gi", Some("2026-01-01T00:00:00Z")), // unbound
         ];
         let cap = capacity_of(&nodes, &pods);
+        // Page by page, the same.
+        let mut sum = CapacitySum::default();
+        sum.add_nodes(&nodes[..1]);
+        sum.add_nodes(&nodes[1..]);
+        for page in pods.chunks(2) {
+            sum.add_pods(page);
+        }
+        assert_eq!(sum.total(), cap);
         assert_eq!((cap.nodes, cap.ready_nodes), (3, 2));
         assert_eq!(cap.allocatable_cpu_millis, 6000);
         assert_eq!(cap.allocatable_memory_bytes, 12 << 30);
@@ -338,9 +473,11 @@ mod tests {
             pod(None, "Pending", "1", "1Gi", None),
             pod(Some("a"), "Running", "1", "1Gi", None),
         ];
-        let (pending, unschedulable, oldest) = pod_counts(&pods);
-        assert_eq!((pending, unschedulable), (3, 2));
-        assert_eq!(oldest, Some(1_767_225_605_000));
+        let mut counts = PodCounts::default();
+        counts.add(&pods[..2]);
+        counts.add(&pods[2..]);
+        assert_eq!((counts.pending, counts.unschedulable), (3, 2));
+        assert_eq!(counts.oldest_unschedulable, Some(1_767_225_605_000));
     }
 
     fn status(name: &str, ready: i32) -> WorkloadStatus {

@@ -4,6 +4,7 @@
 //! Job watches have listed once, so that it names every managed Job exactly once.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use kedge_protocol::{
     ClusterCapacity, JobRef, JobStatus, StatusReport, WorkloadRef, WorkloadStatus,
@@ -16,7 +17,9 @@ use crate::jobs::JobIndex;
 pub struct ReportState {
     workloads: BTreeMap<WorkloadRef, WorkloadStatus>,
     capacity: Option<ClusterCapacity>,
-    jobs: HashMap<JobRef, JobStatus>,
+    /// A fingerprint of each Job's last reported status: a thousand Jobs' statuses are
+    /// several times larger, and only whether one changed matters here.
+    jobs: HashMap<JobRef, u64>,
     /// A full report started and its Jobs are not sent yet.
     jobs_open: bool,
 }
@@ -79,7 +82,7 @@ impl ReportState {
             }
             index.take_dirty();
             let all = index.statuses();
-            self.jobs = all.iter().map(|s| (job_ref(s), s.clone())).collect();
+            self.jobs = all.iter().map(|s| (job_ref(s), fingerprint(s))).collect();
             self.jobs_open = false;
             return (all, Vec::new(), true);
         }
@@ -88,8 +91,8 @@ impl ReportState {
         for key in index.take_dirty() {
             match index.status(&key) {
                 Some(status) => {
-                    if self.jobs.get(&key) != Some(&status) {
-                        self.jobs.insert(key, status.clone());
+                    let print = fingerprint(&status);
+                    if self.jobs.insert(key, print) != Some(print) {
                         changed.push(status);
                     }
                 }
@@ -102,6 +105,19 @@ impl ReportState {
         }
         (changed, removed, false)
     }
+}
+
+/// A hash of everything a Job's status says on the wire (its encoding, so that a field added
+/// to `JobStatus` counts without touching this). Two different statuses share one with
+/// odds of 2^-64; the next change or full report would then carry the missed one.
+fn fingerprint(status: &JobStatus) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    match kedge_protocol::encode(status) {
+        Ok(bytes) => bytes.hash(&mut hasher),
+        // Only a frame over the size limit fails, which a status with bounded texts is not.
+        Err(_) => format!("{status:?}").hash(&mut hasher),
+    }
+    hasher.finish()
 }
 
 fn job_ref(status: &JobStatus) -> JobRef {

@@ -273,7 +273,7 @@ async fn serve(
                     debug!(revision = state.revision, workloads = state.workloads.len(),
                         create_jobs = state.create_jobs.len(), delete_jobs = state.delete_jobs.len(),
                         "desired state received");
-                    link.desired.send_replace(Some(state));
+                    link.desired.send_replace(Some(std::sync::Arc::new(state)));
                 }
                 Ok(Some(_)) => {
                     let reason = "hub sent a handshake message mid-session";

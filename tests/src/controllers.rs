@@ -173,6 +173,18 @@ fn owned_by<'a>(objs: &'a [Obj], uid: &'a str) -> impl Iterator<Item = &'a Obj> 
     objs.iter().filter(move |o| owner_uids(o).any(|u| u == uid))
 }
 
+/// `objs` by the uid of each of their owners: one pass instead of one per owner, so that a
+/// cluster with thousands of Jobs and pods is not quadratic.
+fn by_owner(objs: &[Obj]) -> HashMap<&str, Vec<&Obj>> {
+    let mut owned: HashMap<&str, Vec<&Obj>> = HashMap::new();
+    for o in objs {
+        for uid in owner_uids(o) {
+            owned.entry(uid).or_default().push(o);
+        }
+    }
+    owned
+}
+
 /// Deletes objects whose owners are all gone, and finishes foreground deletions.
 fn garbage_collect(store: &mut Store, now: i64) {
     let uids: HashSet<String> = store.all_objects().map(|(_, o)| uid_of(o)).collect();
@@ -719,6 +731,7 @@ fn job_finished(j: &Value) -> bool {
 
 fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
     let pods = snapshot(store, PODS);
+    let pods_by_job = by_owner(&pods);
     for j in snapshot(store, JOBS) {
         if deleting(&j) {
             continue;
@@ -748,7 +761,7 @@ fn jobs(store: &mut Store, _cfg: &SimConfig, now: i64, timers: &mut Timers) {
             continue;
         }
         let uid = uid_of(&j);
-        let mine: Vec<&Obj> = owned_by(&pods, &uid).collect();
+        let mine: Vec<&Obj> = pods_by_job.get(uid.as_str()).cloned().unwrap_or_default();
         let succeeded = mine.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
         let failed = mine.iter().filter(|p| phase(p) == "Failed").count() as i64;
         let active: Vec<&&Obj> = mine

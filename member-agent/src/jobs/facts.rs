@@ -2,7 +2,6 @@
 //! them. Objects are decoded into small shapes that name only the fields the report needs
 //! (a pod's spec never is), then reduced to compact facts; nothing else is kept.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
@@ -13,6 +12,8 @@ use kedge_protocol::{
     bounded_text,
 };
 use serde::Deserialize;
+
+use crate::lite::lite_resource;
 
 /// A `status.conditions[]` entry of a Job or pod.
 #[derive(Debug, Clone, Deserialize)]
@@ -105,36 +106,15 @@ pub struct ContainerWaiting {
     pub reason: Option<String>,
 }
 
-macro_rules! namespaced_resource {
-    ($lite:ty, $group:literal, $version:literal, $kind:literal, $plural:literal) => {
-        impl kube::Resource for $lite {
-            type DynamicType = ();
-            type Scope = NamespaceResourceScope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($kind)
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($group)
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($version)
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($plural)
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-namespaced_resource!(JobLite, "batch", "v1", "Job", "jobs");
-namespaced_resource!(PodLite, "", "v1", "Pod", "pods");
+lite_resource!(
+    JobLite,
+    "batch",
+    "v1",
+    "Job",
+    "jobs",
+    NamespaceResourceScope
+);
+lite_resource!(PodLite, "", "v1", "Pod", "pods", NamespaceResourceScope);
 
 fn unix_ms(t: &Time) -> i64 {
     t.0.as_millisecond()

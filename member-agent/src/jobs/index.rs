@@ -3,7 +3,7 @@
 //! whether every watch has listed once. No I/O; the watch tasks and the report loop share
 //! it behind a lock that is never held across an await.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use kedge_protocol::{JobRef, JobStatus};
 
@@ -13,8 +13,9 @@ use super::facts::{JobFacts, PodFacts, status_of};
 #[derive(Debug, Default)]
 pub struct JobIndex {
     jobs: HashMap<JobRef, JobFacts>,
-    /// Pods by the Job that controls them, then by pod name.
-    pods: HashMap<JobRef, BTreeMap<String, PodFacts>>,
+    /// Pods by the Job that controls them, sorted by pod name. A Job has one pod or a few,
+    /// so a vector, not a map: a map's smallest node holds eleven entries.
+    pods: HashMap<JobRef, Vec<(String, PodFacts)>>,
     dirty: BTreeSet<JobRef>,
     /// Watches that have not completed their first list.
     unlisted: usize,
@@ -22,6 +23,11 @@ pub struct JobIndex {
 
 fn in_scope(key: &JobRef, namespace: Option<&str>) -> bool {
     namespace.is_none_or(|ns| key.namespace == ns)
+}
+
+/// Where pod `name` is, or would go, in pods sorted by name.
+fn position(pods: &[(String, PodFacts)], name: &str) -> Result<usize, usize> {
+    pods.binary_search_by(|(pod, _)| pod.as_str().cmp(name))
 }
 
 impl JobIndex {
@@ -99,10 +105,14 @@ impl JobIndex {
     /// A pod of Job `job` was added or changed; whether its facts changed.
     pub fn apply_pod(&mut self, job: JobRef, pod: String, facts: PodFacts) -> bool {
         let pods = self.pods.entry(job.clone()).or_default();
-        if pods.get(&pod) == Some(&facts) {
-            return false;
+        match position(pods, &pod) {
+            Ok(i) if pods[i].1 == facts => return false,
+            Ok(i) => pods[i].1 = facts,
+            Err(i) => {
+                pods.reserve_exact(1);
+                pods.insert(i, (pod, facts));
+            }
         }
-        pods.insert(pod, facts);
         self.dirty.insert(job);
         true
     }
@@ -112,9 +122,10 @@ impl JobIndex {
         let Some(pods) = self.pods.get_mut(job) else {
             return false;
         };
-        if pods.remove(pod).is_none() {
+        let Ok(i) = position(pods, pod) else {
             return false;
-        }
+        };
+        pods.remove(i);
         if pods.is_empty() {
             self.pods.remove(job);
         }
@@ -129,9 +140,14 @@ impl JobIndex {
         namespace: Option<&str>,
         listed: Vec<(JobRef, String, PodFacts)>,
     ) -> bool {
-        let mut by_job: HashMap<JobRef, BTreeMap<String, PodFacts>> = HashMap::new();
+        let mut by_job: HashMap<JobRef, Vec<(String, PodFacts)>> = HashMap::new();
         for (job, pod, facts) in listed {
-            by_job.entry(job).or_default().insert(pod, facts);
+            by_job.entry(job).or_default().push((pod, facts));
+        }
+        for pods in by_job.values_mut() {
+            pods.sort_by(|a, b| a.0.cmp(&b.0));
+            pods.dedup_by(|a, b| a.0 == b.0);
+            pods.shrink_to_fit();
         }
         let stale: Vec<JobRef> = self
             .pods
@@ -171,7 +187,11 @@ impl JobIndex {
         Some(status_of(
             key,
             job,
-            self.pods.get(key).into_iter().flat_map(BTreeMap::values),
+            self.pods
+                .get(key)
+                .into_iter()
+                .flatten()
+                .map(|(_, facts)| facts),
         ))
     }
 
@@ -246,6 +266,39 @@ mod tests {
         index.listed();
         index.listed();
         assert!(index.complete());
+    }
+
+    #[test]
+    fn a_job_with_several_pods_keeps_each_once_whatever_the_order() {
+        let mut index = JobIndex::new(1);
+        let a = key("apps", "a");
+        index.apply_job(a.clone(), facts("ua"));
+        for (name, phase) in [
+            ("a-2", PodPhase::Pending),
+            ("a-0", PodPhase::Failed),
+            ("a-1", PodPhase::Pending),
+        ] {
+            assert!(index.apply_pod(a.clone(), name.into(), pod("ua", phase)));
+        }
+        assert!(!index.apply_pod(a.clone(), "a-0".into(), pod("ua", PodPhase::Failed)));
+        assert_eq!(index.status(&a).unwrap().phase, JobPhase::Pending);
+        assert!(index.apply_pod(a.clone(), "a-1".into(), pod("ua", PodPhase::Running)));
+        assert_eq!(index.status(&a).unwrap().phase, JobPhase::Running);
+        assert!(index.delete_pod(&a, "a-1"));
+        assert!(!index.delete_pod(&a, "a-1"));
+        assert_eq!(index.status(&a).unwrap().phase, JobPhase::Pending);
+        // A relist in another order is no change.
+        index.take_dirty();
+        assert!(!index.replace_pods(
+            None,
+            vec![
+                (a.clone(), "a-2".into(), pod("ua", PodPhase::Pending)),
+                (a.clone(), "a-0".into(), pod("ua", PodPhase::Failed)),
+            ]
+        ));
+        assert!(index.take_dirty().is_empty());
+        let sets = &index.status(&a).unwrap().true_pod_conditions;
+        assert_eq!(sets.iter().map(|s| s.pods).sum::<u32>(), 2, "{sets:?}");
     }
 
     #[test]

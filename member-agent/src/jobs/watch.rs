@@ -14,10 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::facts::{JobFacts, JobLite, PodFacts, PodLite};
 use super::index::JobIndex;
-
-/// Objects per page of a watch's list: the list is decoded a page at a time, so this bounds
-/// what one relist holds in memory.
-const LIST_PAGE: u32 = 100;
+use crate::lite::LIST_PAGE;
 
 /// The index shared by the watch tasks and the report loop.
 pub type SharedIndex = Arc<Mutex<JobIndex>>;

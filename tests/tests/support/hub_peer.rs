@@ -55,6 +55,11 @@ impl HubPeer {
     /// Accepts the next agent, reads its `Hello`, welcomes it as `member` and answers its
     /// heartbeats (every 200 ms) until the connection ends.
     pub async fn accept(&self, member: &str) -> Session {
+        self.accept_with_heartbeat(member, 200).await
+    }
+
+    /// [`HubPeer::accept`] with heartbeats every `heartbeat_ms`.
+    pub async fn accept_with_heartbeat(&self, member: &str, heartbeat_ms: u64) -> Session {
         let connection = tokio::time::timeout(Duration::from_secs(20), async {
             self.endpoint.accept().await.unwrap().await.unwrap()
         })
@@ -71,7 +76,7 @@ impl HubPeer {
                 hub_version: "test".into(),
                 session_id: format!("s-{}", connection.stable_id()),
                 member: member.into(),
-                heartbeat_interval_ms: 200,
+                heartbeat_interval_ms: heartbeat_ms,
             }))
             .await
             .unwrap();
