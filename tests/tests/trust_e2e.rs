@@ -167,9 +167,25 @@ async fn members_exist_only_through_a_membercluster_and_deleting_one_revokes_it(
     fleet.register("member-2").await;
     wait_for_states(fleet.ports, &["member-2"], "Connected", LIMIT).await;
 
+    // `mc list-members` shows both, with state, versions and address.
+    let listed = wait_for(LIMIT, "list-members showing both Ready", || async {
+        let out = kedge_mc(&fleet, &["list-members"]).await;
+        (out.lines()
+            .filter(|l| l.contains("Ready") && l.contains("127.0.0.1:"))
+            .count()
+            == 2)
+            .then_some(out)
+    })
+    .await;
+    assert!(listed.starts_with("NAME"), "{listed}");
+
     // Revocation: the live session ends within a second of the delete.
-    fleet.kubectl(&["delete", "mc", "member-2"]).await;
+    let said = kedge_mc(&fleet, &["delete-member", "member-2"]).await;
     let deleted = Instant::now();
+    assert!(
+        said.contains("membercluster.kedge.dev/member-2 deleted"),
+        "{said}"
+    );
     let listed = wait_for(LIMIT, "member-2 revoked", || async {
         let listed = sessions(fleet.ports).await?;
         (state_of(&listed, "member-2")?["state"] == "Unreachable").then_some(listed)
@@ -193,6 +209,24 @@ async fn members_exist_only_through_a_membercluster_and_deleting_one_revokes_it(
         log.contains("live session revoked"),
         "no audit line for the revocation"
     );
+}
+
+/// `kubectl kedge mc ARGS` against the fleet's hub cluster; its output (panics on failure).
+async fn kedge_mc(fleet: &Fleet, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .arg("mc")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(fleet.kubeconfig("hub"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kedge mc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A certificate bound to an earlier enrollment (the URI SAN names the uid of a deleted

@@ -87,6 +87,9 @@ pub struct MemberClusterStatus {
     /// Kubernetes version of the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// Address the agent's current or last session came from (HOST:PORT as the hub saw it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// Last heartbeat received.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,

@@ -94,6 +94,7 @@ pub fn status(
         ),
         agent_version: Some(session.agent_version.clone()),
         kubernetes_version: Some(session.kubernetes_version.clone()),
+        address: Some(session.remote_addr.clone()),
         last_heartbeat_time: Some(from_unix_ms(session.last_heartbeat_unix_ms)),
         certificate_expiry: Some(from_unix_ms(
             session.cert_not_after_unix.saturating_mul(1000),
@@ -276,6 +277,7 @@ mod tests {
         assert_eq!(s.state.as_deref(), Some(STATE_READY));
         assert_eq!(s.agent_version.as_deref(), Some("0.1.0"));
         assert_eq!(s.kubernetes_version.as_deref(), Some("v1.33.0"));
+        assert_eq!(s.address.as_deref(), Some("127.0.0.1:9"));
         assert_eq!(s.last_heartbeat_time.unwrap().0.as_second(), 5);
         assert_eq!(s.certificate_expiry.unwrap().0.as_second(), 86_400);
         let c = s.capacity.unwrap();
