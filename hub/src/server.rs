@@ -375,7 +375,7 @@ fn stream_failed(
         return reason;
     }
     let label = frame_error_label(error);
-    warn!(stream, reason = label, error = %error, "closing session: bad frame from agent");
+    warn!(target: AUDIT, stream, reason = label, error = %error, "closing session: bad frame from agent");
     metrics.frame_rejected(label);
     let reason = format!("bad frame on {stream} stream: {error}");
     connection.close(
@@ -455,7 +455,7 @@ impl Session<'_> {
         let (send, recv) = match timeout(limit, self.connection.accept_bi()).await {
             Ok(Ok(streams)) => streams,
             Ok(Err(e)) => {
-                debug!(error = %e, "connection ended before the control stream opened");
+                debug!(error = %clean_error(&e), "connection ended before the control stream opened");
                 return None;
             }
             Err(_) => {
@@ -617,7 +617,7 @@ impl Session<'_> {
                 }
                 streams = self.connection.accept_bi(), if heartbeats.is_none() => match streams {
                     Ok((send, recv)) => heartbeats = Some(self.spawn_heartbeats(send, recv, session_id)),
-                    Err(e) => break closed_reason(&self.connection).unwrap_or_else(|| e.to_string()),
+                    Err(e) => break closed_reason(&self.connection).unwrap_or_else(|| clean_error(&e)),
                 },
                 message = control.recv() => match message.map(|m| m.map(AgentMessage::sanitized)) {
                     Ok(Some(AgentMessage::Ack(ack))) => {
@@ -650,7 +650,7 @@ impl Session<'_> {
                             _ => "Heartbeat",
                         };
                         let reason = format!("unexpected {kind} on the control stream");
-                        warn!(%reason, "closing session");
+                        warn!(target: AUDIT, reason = "unexpected_message", detail = %reason, "closing session");
                         self.ctx.metrics.frame_rejected("unexpected_message");
                         self.close(close_code::PROTOCOL_ERROR, &reason);
                         break reason;
@@ -705,7 +705,7 @@ impl Session<'_> {
                             }
                         }
                         Ok(Some(_)) => {
-                            warn!("closing session: non-heartbeat message on the heartbeat stream");
+                            warn!(target: AUDIT, reason = "unexpected_message", "closing session: non-heartbeat message on the heartbeat stream");
                             metrics.frame_rejected("unexpected_message");
                             connection.close(
                                 VarInt::from_u32(close_code::PROTOCOL_ERROR),
