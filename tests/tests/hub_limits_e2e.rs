@@ -443,3 +443,62 @@ async fn the_session_listing_needs_the_ops_token_when_one_is_set() {
     h.logged(&["kedge::audit", "ops request refused", "wrong_token"], 1)
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_an_audit_line_with_a_distinct_reason() {
+    let h = hub(&[]).await;
+    let now = OffsetDateTime::now_utc();
+    let ca_pem = h.ca_pem();
+    let config = |issuer: &CertificateAuthority, validity: Validity| {
+        let cert = issuer.issue_member("intruder", validity).unwrap();
+        let material = TlsMaterial::from_pem(&cert.cert_pem, &cert.key_pem, &ca_pem).unwrap();
+        tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap()
+    };
+    let other_ca = CertificateAuthority::generate(
+        "another CA",
+        Validity::starting(now, time::Duration::days(1)),
+    )
+    .unwrap();
+    let expired = Validity {
+        not_before: now - time::Duration::hours(3),
+        not_after: now - time::Duration::hours(1),
+    };
+    let anonymous = tls::anonymous_client_config(
+        &tls::load_certs(std::path::Path::new(&h.pki.path("ca.pem"))).unwrap(),
+    )
+    .unwrap();
+    for (client, reason) in [
+        (
+            config(&other_ca, Validity::starting(now, time::Duration::hours(1))),
+            "unknown_ca",
+        ),
+        (config(&h.ca, expired), "certificate_expired"),
+        (anonymous, "certificate_required"),
+    ] {
+        let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        endpoint.set_default_client_config(client);
+        let connecting = endpoint.connect(h.ports.quic_addr(), "localhost").unwrap();
+        if let Ok(Ok(connection)) = tokio::time::timeout(Duration::from_secs(10), connecting).await
+        {
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection.closed()).await;
+        }
+        h.logged(&["kedge::audit", "TLS handshake refused", reason], 1)
+            .await;
+    }
+    // A peer that finishes TLS and sends something other than a Hello.
+    let connection = h.connect("127.0.0.1", "rude").await;
+    let (send, recv) = connection.open_bi().await.unwrap();
+    let mut control = Control::new(recv, send);
+    control
+        .send(&AgentMessage::Heartbeat(Heartbeat {
+            seq: 1,
+            sent_unix_ms: 0,
+        }))
+        .await
+        .unwrap();
+    h.logged(
+        &["kedge::audit", "session refused", "unexpected_message"],
+        1,
+    )
+    .await;
+}
