@@ -71,8 +71,7 @@ impl Admission {
 
     /// A handshake permit for a connection from `source`, released when dropped.
     pub fn handshake(&self, source: IpAddr) -> Result<HandshakePermit, Refused> {
-        // One address is one source whether it arrives as IPv4 or IPv4-mapped IPv6.
-        let source = source.to_canonical();
+        let source = source_of(source);
         let mut per_source = lock(&self.per_source);
         let count = per_source.entry(source).or_insert(0);
         if *count >= self.max_per_source {
@@ -125,9 +124,19 @@ impl Admission {
     /// Handshakes in progress from `source`.
     pub fn handshakes_from(&self, source: IpAddr) -> usize {
         lock(&self.per_source)
-            .get(&source.to_canonical())
+            .get(&source_of(source))
             .copied()
             .unwrap_or(0)
+    }
+}
+
+/// The source an address counts against: an IPv4 address (also when it arrives as
+/// IPv4-mapped IPv6), or an IPv6 /64 — one site's subnet, from which a single host can
+/// draw any number of addresses.
+pub fn source_of(address: IpAddr) -> IpAddr {
+    match address.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        v4 => v4,
     }
 }
 
@@ -192,6 +201,20 @@ mod tests {
         drop(a1);
         assert_eq!(admission.handshakes_from(ip("10.0.0.1")), 1);
         let _c = admission.handshake(ip("10.0.0.3")).unwrap();
+    }
+
+    #[test]
+    fn an_ipv6_subnet_is_one_source() {
+        let admission = Admission::new(10, 2, 10);
+        let _a = admission.handshake(ip("2001:db8:1:2::1")).unwrap();
+        let _b = admission.handshake(ip("2001:db8:1:2:ffff::9")).unwrap();
+        assert_eq!(
+            admission.handshake(ip("2001:db8:1:2:abcd::7")).unwrap_err(),
+            Refused::SourceHandshakes { limit: 2 }
+        );
+        assert!(admission.handshake(ip("2001:db8:1:3::1")).is_ok());
+        assert_eq!(source_of(ip("::ffff:192.0.2.1")), ip("192.0.2.1"));
+        assert_eq!(source_of(ip("2001:db8::1:2:3:4")), ip("2001:db8::"));
     }
 
     #[test]

@@ -43,8 +43,8 @@ pub struct HubArgs {
     /// Handshakes (TLS and Hello) in progress beyond which new connections are refused.
     #[arg(long, env = "KEDGE_HUB_MAX_HANDSHAKES", default_value_t = crate::server::DEFAULT_MAX_HANDSHAKES, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_handshakes: u32,
-    /// Handshakes in progress from one source IP address beyond which its new connections
-    /// are refused.
+    /// Handshakes in progress from one source (an IPv4 address or an IPv6 /64) beyond which
+    /// its new connections are refused.
     #[arg(long, env = "KEDGE_HUB_MAX_HANDSHAKES_PER_SOURCE", default_value_t = crate::server::DEFAULT_MAX_HANDSHAKES_PER_SOURCE, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_handshakes_per_source: u32,
     /// File holding a bearer token: `/v1/sessions` then answers any peer presenting it (and

@@ -452,7 +452,11 @@ impl Session<'_> {
 
     async fn handshake(&self) -> Option<(Control, Hello)> {
         let limit = self.ctx.limits.hello_timeout;
-        let (send, recv) = match timeout(limit, self.connection.accept_bi()).await {
+        // One deadline for the stream and the Hello: a peer trickling both gets no more.
+        let deadline = Instant::now() + limit;
+        let (send, recv) = match tokio::time::timeout_at(deadline, self.connection.accept_bi())
+            .await
+        {
             Ok(Ok(streams)) => streams,
             Ok(Err(e)) => {
                 debug!(error = %clean_error(&e), "connection ended before the control stream opened");
@@ -466,7 +470,7 @@ impl Session<'_> {
             }
         };
         let mut control = Control::new(recv, send);
-        let first = match timeout(limit, control.recv()).await {
+        let first = match tokio::time::timeout_at(deadline, control.recv()).await {
             Err(_) => {
                 warn!(target: AUDIT, reason = "hello_timeout", "closing session: no Hello within {limit:?}");
                 self.ctx.metrics.session_refused("hello_timeout");
