@@ -44,6 +44,44 @@ impl Refused {
     }
 }
 
+/// At most one log line per interval for a flood of the same event: a peer hammering a full
+/// budget must not turn each refused attempt into a line on disk (the metrics count all).
+#[derive(Debug)]
+pub struct LogThrottle {
+    interval: std::time::Duration,
+    state: Mutex<HashMap<&'static str, (Option<tokio::time::Instant>, u64)>>,
+}
+
+impl LogThrottle {
+    /// One line per `interval` per reason.
+    pub fn new(interval: std::time::Duration) -> Self {
+        Self {
+            interval,
+            state: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether to log an event of `reason` at `now`: `Some(n)` with the `n` events not
+    /// logged since the last line, `None` to stay silent.
+    pub fn admit(&self, reason: &'static str, now: tokio::time::Instant) -> Option<u64> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (last, suppressed) = state.entry(reason).or_insert((None, 0));
+        match last {
+            Some(at) if now.saturating_duration_since(*at) < self.interval => {
+                *suppressed += 1;
+                None
+            }
+            _ => {
+                *last = Some(now);
+                Some(std::mem::take(suppressed))
+            }
+        }
+    }
+}
+
 /// The hub's handshake and session budgets.
 #[derive(Debug)]
 pub struct Admission {
@@ -201,6 +239,28 @@ mod tests {
         drop(a1);
         assert_eq!(admission.handshakes_from(ip("10.0.0.1")), 1);
         let _c = admission.handshake(ip("10.0.0.3")).unwrap();
+    }
+
+    #[test]
+    fn a_flood_is_logged_once_per_interval_with_the_count_left_out() {
+        let throttle = LogThrottle::new(std::time::Duration::from_secs(1));
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(throttle.admit("a", t0), Some(0));
+        assert_eq!(throttle.admit("a", t0), None);
+        assert_eq!(
+            throttle.admit("a", t0 + std::time::Duration::from_millis(500)),
+            None
+        );
+        // Another reason has its own line.
+        assert_eq!(throttle.admit("b", t0), Some(0));
+        assert_eq!(
+            throttle.admit("a", t0 + std::time::Duration::from_secs(1)),
+            Some(2)
+        );
+        assert_eq!(
+            throttle.admit("a", t0 + std::time::Duration::from_secs(3)),
+            Some(0)
+        );
     }
 
     #[test]

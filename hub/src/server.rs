@@ -19,7 +19,7 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::admission::{Admission, HandshakePermit};
+use crate::admission::{Admission, HandshakePermit, LogThrottle};
 use crate::fleet::Fleet;
 use crate::lease::Role;
 use crate::metrics::HubMetrics;
@@ -118,6 +118,8 @@ pub struct ServerContext {
     pub limits: ServerLimits,
     /// Handshake and session budgets.
     pub admission: Admission,
+    /// Thins out audit lines of attempts refused before any handshake work.
+    floods: LogThrottle,
     /// Distinguishes session ids of this hub process.
     pub boot_id: u64,
     session_counter: AtomicU64,
@@ -143,6 +145,7 @@ impl ServerContext {
                 limits.max_handshakes_per_source,
                 limits.max_connections,
             ),
+            floods: LogThrottle::new(Duration::from_secs(1)),
             boot_id,
             session_counter: AtomicU64::new(0),
             role: watch::channel(Role::Leader).1,
@@ -203,8 +206,11 @@ fn admit(incoming: &quinn::Incoming, ctx: &ServerContext) -> Option<HandshakePer
         Ok(permit) => Some(permit),
         Err(refused) => {
             let reason = refused.label();
-            warn!(target: AUDIT, %remote, reason, limit = %refused, "TLS handshake refused");
             ctx.metrics.handshake_failed(reason);
+            if let Some(suppressed) = ctx.floods.admit(reason, Instant::now()) {
+                warn!(target: AUDIT, %remote, reason, limit = %refused, suppressed,
+                    "TLS handshake refused");
+            }
             None
         }
     }
@@ -224,9 +230,11 @@ fn turn_away(incoming: quinn::Incoming, ctx: &ServerContext) {
             debug!(%remote, "address not validated yet; sent a Retry");
         }
         Err(e) => {
-            warn!(target: AUDIT, %remote, reason = "retry_failed", error = %e,
-                "TLS handshake refused");
             ctx.metrics.handshake_failed("retry_failed");
+            if let Some(suppressed) = ctx.floods.admit("retry_failed", Instant::now()) {
+                warn!(target: AUDIT, %remote, reason = "retry_failed", error = %e, suppressed,
+                    "TLS handshake refused");
+            }
             e.into_incoming().ignore();
         }
     }
