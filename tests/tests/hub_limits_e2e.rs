@@ -269,12 +269,16 @@ async fn stalled_handshakes_do_not_keep_an_agent_out() {
     )
     .await;
     // Refused attempts are counted one by one, logged once a second.
-    let refused = h
-        .metric(
-            "kedge_hub_handshake_failures_total",
-            "source_handshake_limit",
-        )
-        .await;
+    let refused = wait_for(Duration::from_secs(5), "2 refused handshakes", || async {
+        let n = h
+            .metric(
+                "kedge_hub_handshake_failures_total",
+                "source_handshake_limit",
+            )
+            .await;
+        (n >= 2.0).then_some(n)
+    })
+    .await;
     assert_eq!(refused, 2.0, "6 of 8 held a handshake");
     // Peers with valid certificates that finish TLS and never say Hello.
     let mut silent = Vec::new();
