@@ -514,3 +514,127 @@ async fn every_refusal_is_an_audit_line_with_a_distinct_reason() {
     )
     .await;
 }
+
+/// An agent that stops reading gets its session closed once a message to it waits longer than
+/// the send timeout: the hub's server run in-process (to shorten the timeout), over real QUIC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_stops_reading_is_closed_not_waited_for() {
+    use kedge_hub::fleet::Fleet;
+    use kedge_hub::metrics::HubMetrics;
+    use kedge_hub::registry::{Liveness, SessionRegistry, SessionState};
+    use kedge_hub::server::{ServerContext, ServerLimits, serve};
+    use kedge_protocol::{StatusReport, WorkloadRef, WorkloadReplicas};
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::create(dir.path(), &["deaf"]).await;
+    let material = TlsMaterial::from_files(
+        std::path::Path::new(&pki.path("hub.pem")),
+        std::path::Path::new(&pki.path("hub-key.pem")),
+        std::path::Path::new(&pki.path("ca.pem")),
+    )
+    .unwrap();
+    let endpoint = quinn::Endpoint::server(
+        tls::server_config(material, TransportTuning::default()).unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .unwrap();
+    let quic = endpoint.local_addr().unwrap();
+    let metrics = HubMetrics::default();
+    let liveness = Liveness {
+        interval: Duration::from_secs(1),
+        tolerance: 100,
+    };
+    let fleet = Arc::new(Fleet::new(Arc::new(SessionRegistry::new(
+        liveness,
+        metrics.clone(),
+    ))));
+    let limits = ServerLimits {
+        send_timeout: Duration::from_millis(500),
+        ..ServerLimits::default()
+    };
+    let ctx = Arc::new(ServerContext::new(fleet.clone(), metrics, limits));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(serve(endpoint, ctx, shutdown.clone()));
+
+    let ca = CertificateAuthority::from_pem(
+        &std::fs::read_to_string(pki.path("ca.pem")).unwrap(),
+        &std::fs::read_to_string(pki.path("ca-key.pem")).unwrap(),
+    )
+    .unwrap();
+    let cert = ca
+        .issue_member(
+            "deaf",
+            Validity::starting(OffsetDateTime::now_utc(), time::Duration::hours(1)),
+        )
+        .unwrap();
+    let ca_pem = std::fs::read_to_string(pki.path("ca.pem")).unwrap();
+    let material = TlsMaterial::from_pem(&cert.cert_pem, &cert.key_pem, &ca_pem).unwrap();
+    let mut client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    client.set_default_client_config(
+        tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap(),
+    );
+    let connection = client.connect(quic, "localhost").unwrap().await.unwrap();
+    let (send, recv) = connection.open_bi().await.unwrap();
+    let mut control = Control::new(recv, send);
+    control
+        .send(&AgentMessage::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_version: "0.0.0-test".into(),
+            kubernetes_version: String::new(),
+            last_applied_revision: 0,
+            namespaces: vec![],
+        }))
+        .await
+        .unwrap();
+    let welcome = control.recv().await.unwrap();
+    assert!(
+        matches!(welcome, Some(HubMessage::Welcome(_))),
+        "{welcome:?}"
+    );
+    control
+        .send(&AgentMessage::Report(StatusReport {
+            full: true,
+            ..StatusReport::default()
+        }))
+        .await
+        .unwrap();
+    let session = wait_for(Duration::from_secs(5), "the first report", || async {
+        fleet
+            .member("deaf")
+            .filter(|m| m.session_reported)
+            .and_then(|m| m.session)
+            .map(|s| s.session_id)
+    })
+    .await;
+
+    // From here on the agent reads nothing: a desired state larger than the flow-control
+    // windows cannot be taken.
+    let workloads: Vec<WorkloadReplicas> = (0..12_000)
+        .map(|i| WorkloadReplicas {
+            workload: WorkloadRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "default".into(),
+                name: format!("{i:0>100}"),
+            },
+            replicas: Some(1),
+            owner: "default/big".into(),
+        })
+        .collect();
+    let started = Instant::now();
+    fleet.set_workloads("deaf", &session, "default/big", workloads);
+    let closed = tokio::time::timeout(Duration::from_secs(10), connection.closed())
+        .await
+        .expect("the hub closed the deaf agent's session");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "closed before the send timeout: {closed}"
+    );
+    assert!(closed.to_string().contains("took no data"), "{closed}");
+    let view = fleet.registry().get("deaf").unwrap();
+    assert_eq!(view.state, SessionState::Unreachable);
+    assert!(view.reason.contains("took no data"), "{}", view.reason);
+    shutdown.cancel();
+    server.await.unwrap();
+}
