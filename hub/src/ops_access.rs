@@ -206,6 +206,45 @@ mod tests {
         assert!(SessionsAccess::with_token(" \n").is_none());
     }
 
+    /// The guard in front of a route, served over real TCP as a peer at `peer`; the status
+    /// and body of a `GET /v1/sessions` with `headers`.
+    async fn get_as(peer: &str, access: SessionsAccess, headers: &str) -> (u16, String) {
+        use axum::extract::connect_info::MockConnectInfo;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let app = axum::Router::new()
+            .route("/v1/sessions", axum::routing::get(|| async { "[]" }))
+            .layer(axum::middleware::from_fn_with_state(access, guard))
+            .layer(MockConnectInfo(SocketAddr::new(ip(peer), 40_000)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request =
+            format!("GET /v1/sessions HTTP/1.1\r\nHost: hub\r\nConnection: close\r\n{headers}\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        server.abort();
+        let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, response)
+    }
+
+    #[tokio::test]
+    async fn the_guard_answers_403_off_loopback_and_401_without_the_token() {
+        let (status, body) = get_as("10.0.0.7", SessionsAccess::loopback_only(), "").await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body.contains("--ops-token-file"), "{body}");
+        let (status, body) = get_as("127.0.0.1", SessionsAccess::loopback_only(), "").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.ends_with("[]"), "{body}");
+        let access = SessionsAccess::with_token("0123456789abcdef-token").unwrap();
+        let (status, body) = get_as("10.0.0.7", access.clone(), "").await;
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("www-authenticate: Bearer"), "{body}");
+        let auth = "Authorization: Bearer 0123456789abcdef-token\r\n";
+        assert_eq!(get_as("10.0.0.7", access, auth).await.0, 200);
+    }
+
     #[test]
     fn a_token_file_is_read_and_checked() {
         let dir = std::env::temp_dir().join(format!("kedge-ops-token-{}", std::process::id()));
