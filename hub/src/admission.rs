@@ -21,10 +21,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::registry::SessionRegistry;
+use kedge_net::telemetry::AUDIT;
 
-/// Audit log target of security events (enroll, renew, refuse, revoke).
-pub const AUDIT: &str = "kedge::audit";
+use crate::registry::SessionRegistry;
 
 /// One `MemberCluster` as admission sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,9 +36,21 @@ pub struct HubArgs {
     /// Missed heartbeat intervals before a member is Unreachable.
     #[arg(long, env = "KEDGE_HUB_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub heartbeat_tolerance: u32,
-    /// Concurrent agent connections beyond which new ones are refused.
+    /// Established agent sessions beyond which new ones are refused (handshakes in progress
+    /// do not count: see --max-handshakes).
     #[arg(long, env = "KEDGE_HUB_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_connections: u32,
+    /// Handshakes (TLS and Hello) in progress beyond which new connections are refused.
+    #[arg(long, env = "KEDGE_HUB_MAX_HANDSHAKES", default_value_t = crate::server::DEFAULT_MAX_HANDSHAKES, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_handshakes: u32,
+    /// Handshakes in progress from one source (an IPv4 address or an IPv6 /64) beyond which
+    /// its new connections are refused.
+    #[arg(long, env = "KEDGE_HUB_MAX_HANDSHAKES_PER_SOURCE", default_value_t = crate::server::DEFAULT_MAX_HANDSHAKES_PER_SOURCE, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_handshakes_per_source: u32,
+    /// File holding a bearer token: `/v1/sessions` then answers any peer presenting it (and
+    /// no one without it); unset, it answers loopback peers only.
+    #[arg(long, env = "KEDGE_HUB_OPS_TOKEN_FILE")]
+    pub ops_token_file: Option<PathBuf>,
     /// Kubeconfig of the hub cluster (where DSOs and MemberClusters live); default:
     /// in-cluster, then $KUBECONFIG, then ~/.kube/config.
     #[arg(long, env = "KEDGE_HUB_KUBECONFIG")]
@@ -133,6 +145,9 @@ impl HubArgs {
     pub fn limits(&self) -> ServerLimits {
         ServerLimits {
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            max_handshakes: usize::try_from(self.max_handshakes).unwrap_or(usize::MAX),
+            max_handshakes_per_source: usize::try_from(self.max_handshakes_per_source)
+                .unwrap_or(usize::MAX),
             ..ServerLimits::default()
         }
     }
@@ -217,6 +232,8 @@ mod tests {
             ("--max-connections", "0", "0 is not in 1..=100000"),
             ("--max-connections", "18446744073709551615", "invalid value"),
             ("--max-connections", "-1", "unexpected argument"),
+            ("--max-handshakes", "0", "0 is not in 1..=100000"),
+            ("--max-handshakes-per-source", "0", "0 is not in 1..=100000"),
         ] {
             let error = parse(&[flag, bad]).unwrap_err().to_string();
             assert!(
@@ -234,5 +251,17 @@ mod tests {
         .unwrap();
         assert_eq!(args.heartbeat_interval, Duration::from_millis(100));
         assert_eq!(args.limits().max_connections, 100_000);
+        let limits = parse(&[]).unwrap().limits();
+        assert_eq!(
+            (limits.max_handshakes, limits.max_handshakes_per_source),
+            (256, 16)
+        );
+        let limits = parse(&["--max-handshakes", "8", "--max-handshakes-per-source", "2"])
+            .unwrap()
+            .limits();
+        assert_eq!(
+            (limits.max_handshakes, limits.max_handshakes_per_source),
+            (8, 2)
+        );
     }
 }

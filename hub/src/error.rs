@@ -43,6 +43,14 @@ pub enum Error {
         /// Why.
         source: serde_json::Error,
     },
+    /// The `--ops-token-file` could not be read or holds no usable token.
+    #[error("--ops-token-file {path}: {reason}")]
+    OpsToken {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// This hub held the lease and lost it; it stops so that it restarts as a standby.
     #[error("lost the hub lease: {0}")]
     LeaseLost(String),
@@ -68,6 +76,7 @@ impl Error {
             },
             Error::MissingField { .. } => "missing_field",
             Error::Serialize { .. } => "serialize",
+            Error::OpsToken { .. } => "ops_token",
             Error::LeaseLost(_) => "lease_lost",
             Error::TaskEnded(_) => "task_ended",
         }

@@ -3,6 +3,7 @@
 //! per-member desired state.
 
 pub mod admission;
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod controller;
@@ -10,6 +11,7 @@ mod error;
 pub mod fleet;
 pub mod lease;
 pub mod metrics;
+pub mod ops_access;
 pub mod registry;
 pub mod server;
 
@@ -35,6 +37,7 @@ use crate::config::HubArgs;
 use crate::fleet::Fleet;
 use crate::lease::Role;
 use crate::metrics::HubMetrics;
+use crate::ops_access::SessionsAccess;
 use crate::registry::SessionRegistry;
 use crate::server::ServerContext;
 use kedge_net::supervise::{Essential, Supervisor};
@@ -57,11 +60,15 @@ async fn get_session(
     }
 }
 
-fn session_routes(registry: Arc<SessionRegistry>) -> Router {
+fn session_routes(registry: Arc<SessionRegistry>, access: SessionsAccess) -> Router {
     Router::new()
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{member}", get(get_session))
         .with_state(registry)
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            ops_access::guard,
+        ))
 }
 
 /// Runs the hub until `shutdown` is cancelled.
@@ -71,6 +78,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     metrics.register(&mut prometheus);
     let registry = Arc::new(SessionRegistry::new(args.liveness(), metrics.clone()));
 
+    let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
     let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
     let tuning = TransportTuning::default();
     let server_config = tls::server_config(material, tuning)?;
@@ -93,7 +101,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         args.ops_listen,
         Arc::new(prometheus),
         readiness.clone(),
-        session_routes(registry.clone()),
+        session_routes(registry.clone(), access),
         stop.clone(),
     )
     .await?;

@@ -56,6 +56,7 @@ pub struct HubMetrics {
     messages_received: Family<KindLabel, Counter>,
     report_entries_dropped: Family<ReasonLabel, Counter>,
     reports_throttled: Counter,
+    retries: Counter,
     heartbeats: Counter,
     leader: Gauge,
 }
@@ -96,6 +97,11 @@ impl HubMetrics {
             self.messages_received.clone(),
         );
         r.register("heartbeats", "Heartbeats received", self.heartbeats.clone());
+        r.register(
+            "retries",
+            "QUIC Retry packets sent to validate a connecting address",
+            self.retries.clone(),
+        );
         r.register(
             "report_entries_dropped",
             "Workload entries of agent reports dropped: not asked for, or over the per-member limit",
@@ -194,6 +200,10 @@ impl HubMetrics {
 
     pub(crate) fn report_throttled(&self) {
         self.reports_throttled.inc();
+    }
+
+    pub(crate) fn retry_sent(&self) {
+        self.retries.inc();
     }
 
     pub(crate) fn heartbeat(&self) {

@@ -261,6 +261,16 @@ impl SessionRegistry {
         self.recount(&entries);
     }
 
+    /// Ends the live session of `member`, if any, as a newer session would replace it.
+    /// Returns whether one was live.
+    pub fn end_session(&self, member: &str) -> bool {
+        self.lock()
+            .get(member)
+            .and_then(|e| e.live.as_ref())
+            .map(CancellationToken::cancel)
+            .is_some()
+    }
+
     /// Ends the live session of `member`, if any, saying `why` (revocation). Returns whether
     /// one was live.
     pub fn revoke(&self, member: &str, why: &str) -> bool {

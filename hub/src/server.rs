@@ -7,18 +7,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kedge_net::identity::{PeerIdentity, connection_identity};
+use kedge_net::telemetry::AUDIT;
 use kedge_net::tls::handshake_failure_reason;
 use kedge_protocol::{
     AgentMessage, FramedStream, HeartbeatAck, Hello, HubMessage, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION, Refusal, RefusalCode, Welcome, close_code, is_supported_version,
 };
 use quinn::{Connection, RecvStream, SendStream, VarInt};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::admission::{AUDIT, Admission, Enrolled, Verdict};
+use crate::admission::{Admission, Enrolled, Verdict};
+use crate::budget::{Budget, HandshakePermit, LogThrottle};
 use crate::fleet::Fleet;
 use crate::lease::Role;
 use crate::metrics::HubMetrics;
@@ -29,23 +31,46 @@ type Control = FramedStream<RecvStream, SendStream, AgentMessage, HubMessage>;
 /// Timeouts and limits of the QUIC server.
 #[derive(Debug, Clone, Copy)]
 pub struct ServerLimits {
-    /// Concurrent connections (handshaking or established) beyond which new ones are refused.
+    /// Established sessions beyond which new ones are refused (`--max-connections`).
     pub max_connections: usize,
+    /// Handshakes (TLS and `Hello`) in progress beyond which new connections are refused
+    /// (`--max-handshakes`); they never count against `max_connections`.
+    pub max_handshakes: usize,
+    /// Handshakes in progress from one source address (`--max-handshakes-per-source`).
+    pub max_handshakes_per_source: usize,
     /// Time allowed for the TLS handshake.
     pub handshake_timeout: Duration,
     /// Time allowed between the handshake and the agent's `Hello` (and its heartbeat stream).
     pub hello_timeout: Duration,
+    /// Time allowed for one message to an agent to be taken by its stream: an agent that
+    /// stops reading is closed after this, instead of holding its session's task.
+    pub send_timeout: Duration,
 }
+
+/// Default `--max-handshakes`: a fleet of `--max-connections` agents reconnecting at once
+/// (jittered) gets through in a few rounds, while unfinished handshakes hold at most this
+/// many for at most the handshake and `Hello` timeouts.
+pub const DEFAULT_MAX_HANDSHAKES: u32 = 256;
+/// Default `--max-handshakes-per-source`: room for several agents behind one NAT address,
+/// while one address alone takes at most this share of `--max-handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES_PER_SOURCE: u32 = 16;
 
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: 1024,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES as usize,
+            max_handshakes_per_source: DEFAULT_MAX_HANDSHAKES_PER_SOURCE as usize,
             handshake_timeout: Duration::from_secs(10),
             hello_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(30),
         }
     }
 }
+
+/// How long a reconnecting member waits for its previous session to release its place when
+/// the session budget is full.
+const REPLACE_WAIT: Duration = Duration::from_secs(2);
 
 /// Reports a session may send in a burst before it is slowed down.
 const REPORT_BURST: u32 = 20;
@@ -92,6 +117,10 @@ pub struct ServerContext {
     pub metrics: HubMetrics,
     /// Limits.
     pub limits: ServerLimits,
+    /// Handshake and session budgets.
+    pub budget: Budget,
+    /// Thins out audit lines of attempts refused before any handshake work.
+    floods: LogThrottle,
     /// Distinguishes session ids of this hub process.
     pub boot_id: u64,
     session_counter: AtomicU64,
@@ -114,6 +143,12 @@ impl ServerContext {
             fleet,
             metrics,
             limits,
+            budget: Budget::new(
+                limits.max_handshakes,
+                limits.max_handshakes_per_source,
+                limits.max_connections,
+            ),
+            floods: LogThrottle::new(Duration::from_secs(1)),
             boot_id,
             session_counter: AtomicU64::new(0),
             role: watch::channel(Role::Leader).1,
@@ -146,7 +181,6 @@ pub async fn serve(
     ctx: Arc<ServerContext>,
     shutdown: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(ctx.limits.max_connections));
     loop {
         let incoming = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -155,18 +189,14 @@ pub async fn serve(
                 None => break,
             },
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            warn!(remote = %incoming.remote_address(), limit = ctx.limits.max_connections,
-                "connection limit reached; refusing");
-            ctx.metrics.handshake_failed("connection_limit");
-            incoming.refuse();
+        let Some(permit) = admit(&incoming, &ctx) else {
+            turn_away(incoming, &ctx);
             continue;
         };
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            handle_incoming(incoming, &ctx, shutdown).await;
-            drop(permit);
+            handle_incoming(incoming, permit, &ctx, shutdown).await;
         });
     }
     endpoint.close(VarInt::from_u32(close_code::SHUTDOWN), b"hub shutting down");
@@ -174,8 +204,56 @@ pub async fn serve(
     let _ = timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
 
+/// Decides on a connection attempt before the hub does any handshake work for it. A source
+/// that has not proven it receives at its address gets a QUIC Retry (stateless: a spoofed
+/// source never answers it, so it costs the hub one packet); a validated one needs a
+/// handshake permit, overall and for its address. `None` when the attempt was answered here.
+fn admit(incoming: &quinn::Incoming, ctx: &ServerContext) -> Option<HandshakePermit> {
+    let remote = incoming.remote_address();
+    if !incoming.remote_address_validated() {
+        return None;
+    }
+    match ctx.budget.handshake(remote.ip()) {
+        Ok(permit) => Some(permit),
+        Err(refused) => {
+            let reason = refused.label();
+            ctx.metrics.handshake_failed(reason);
+            if let Some(suppressed) = ctx.floods.admit(reason, Instant::now()) {
+                warn!(target: AUDIT, %remote, reason, limit = %refused, suppressed,
+                    "TLS handshake refused");
+            }
+            None
+        }
+    }
+}
+
+/// Answers an attempt [`admit`] did not let through: a Retry to an unvalidated source, a
+/// refusal otherwise.
+fn turn_away(incoming: quinn::Incoming, ctx: &ServerContext) {
+    let remote = incoming.remote_address();
+    if incoming.remote_address_validated() {
+        incoming.refuse();
+        return;
+    }
+    match incoming.retry() {
+        Ok(()) => {
+            ctx.metrics.retry_sent();
+            debug!(%remote, "address not validated yet; sent a Retry");
+        }
+        Err(e) => {
+            ctx.metrics.handshake_failed("retry_failed");
+            if let Some(suppressed) = ctx.floods.admit("retry_failed", Instant::now()) {
+                warn!(target: AUDIT, %remote, reason = "retry_failed", error = %e, suppressed,
+                    "TLS handshake refused");
+            }
+            e.into_incoming().ignore();
+        }
+    }
+}
+
 async fn handle_incoming(
     incoming: quinn::Incoming,
+    handshake: HandshakePermit,
     ctx: &ServerContext,
     shutdown: CancellationToken,
 ) {
@@ -185,20 +263,20 @@ async fn handle_incoming(
         // The first flight already failed (e.g. no common ALPN).
         Err(e) => {
             let reason = handshake_failure_reason(&e);
-            warn!(%remote, reason, error = %e, "TLS handshake refused");
+            warn!(target: AUDIT, %remote, reason, error = %clean_error(&e), "TLS handshake refused");
             ctx.metrics.handshake_failed(reason);
             return;
         }
     };
     let connection = match timeout(ctx.limits.handshake_timeout, connecting).await {
         Err(_) => {
-            warn!(%remote, "TLS handshake refused: timed out");
+            warn!(target: AUDIT, %remote, reason = "timed_out", "TLS handshake refused: timed out");
             ctx.metrics.handshake_failed("timed_out");
             return;
         }
         Ok(Err(e)) => {
             let reason = handshake_failure_reason(&e);
-            warn!(%remote, reason, error = %e, "TLS handshake refused");
+            warn!(target: AUDIT, %remote, reason, error = %clean_error(&e), "TLS handshake refused");
             ctx.metrics.handshake_failed(reason);
             return;
         }
@@ -207,7 +285,8 @@ async fn handle_incoming(
     let identity = match connection_identity(&connection) {
         Ok(identity) => identity,
         Err(e) => {
-            warn!(%remote, error = %e, "session refused: no valid member identity");
+            warn!(target: AUDIT, %remote, reason = "bad_identity", error = %e,
+                "session refused: no valid member identity");
             ctx.metrics.session_refused("bad_identity");
             connection.close(
                 VarInt::from_u32(close_code::BAD_IDENTITY),
@@ -223,6 +302,7 @@ async fn handle_incoming(
         identity,
         remote,
         shutdown,
+        handshake: Some(handshake),
     }
     .run()
     .instrument(span)
@@ -235,6 +315,13 @@ struct Session<'a> {
     identity: PeerIdentity,
     remote: SocketAddr,
     shutdown: CancellationToken,
+    /// Held until the `Hello` is in.
+    handshake: Option<HandshakePermit>,
+}
+
+/// A connection error as text safe to log: a peer's close reason is its own bytes.
+fn clean_error(error: &quinn::ConnectionError) -> String {
+    kedge_protocol::clean_text(&error.to_string(), kedge_protocol::MAX_MESSAGE_BYTES)
 }
 
 fn frame_error_label(error: &kedge_protocol::Error) -> &'static str {
@@ -247,16 +334,52 @@ fn frame_error_label(error: &kedge_protocol::Error) -> &'static str {
     }
 }
 
-/// The reason the connection already closed, if it did.
+/// The reason the connection already closed, if it did; the agent's own words cleaned.
 fn closed_reason(connection: &Connection) -> Option<String> {
     connection.close_reason().map(|e| match e {
         quinn::ConnectionError::ApplicationClosed(c) => format!(
             "agent closed the connection ({}: {})",
             close_code::name(c.error_code.into_inner()),
-            String::from_utf8_lossy(&c.reason)
+            kedge_protocol::clean_text(
+                &String::from_utf8_lossy(&c.reason),
+                kedge_protocol::MAX_MESSAGE_BYTES
+            )
         ),
-        other => other.to_string(),
+        other => clean_error(&other),
     })
+}
+
+/// Sends one message, unless the peer does not take it within `limit`. `Err(None)` when the
+/// time ran out (the peer stopped reading), `Err(Some(_))` when the stream failed.
+async fn send_within<R, W>(
+    stream: &mut FramedStream<R, W, AgentMessage, HubMessage>,
+    message: &HubMessage,
+    limit: Duration,
+) -> Result<(), Option<kedge_protocol::Error>>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    match timeout(limit, stream.send(message)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Some(e)),
+        Err(_) => Err(None),
+    }
+}
+
+/// Closes a session whose agent stopped reading; returns why it ended.
+fn stalled(connection: &Connection, metrics: &HubMetrics, limit: Duration, stream: &str) -> String {
+    if let Some(reason) = closed_reason(connection) {
+        return reason;
+    }
+    let reason = format!("the agent took no data on its {stream} stream for {limit:?}");
+    warn!(target: AUDIT, reason = "stalled", %reason, "closing session: agent stopped reading");
+    metrics.session_refused("stalled");
+    connection.close(
+        VarInt::from_u32(close_code::PROTOCOL_ERROR),
+        reason.as_bytes(),
+    );
+    reason
 }
 
 /// Handles a stream error: a closed connection ends quietly; bad bytes close it loudly.
@@ -271,7 +394,7 @@ fn stream_failed(
         return reason;
     }
     let label = frame_error_label(error);
-    warn!(stream, reason = label, error = %error, "closing session: bad frame from agent");
+    warn!(target: AUDIT, stream, reason = label, error = %error, "closing session: bad frame from agent");
     metrics.frame_rejected(label);
     let reason = format!("bad frame on {stream} stream: {error}");
     connection.close(
@@ -291,33 +414,55 @@ impl Session<'_> {
         stream_failed(&self.connection, &self.ctx.metrics, error, stream)
     }
 
+    /// Sends `message` on `stream`; `Err` with why the session ends when the stream failed
+    /// or the agent did not take it within the send timeout.
+    async fn send(
+        &self,
+        stream: &mut Control,
+        message: &HubMessage,
+        name: &str,
+    ) -> Result<(), String> {
+        let limit = self.ctx.limits.send_timeout;
+        send_within(stream, message, limit)
+            .await
+            .map_err(|e| match e {
+                Some(e) => self.stream_failed(&e, name),
+                None => stalled(&self.connection, &self.ctx.metrics, limit, name),
+            })
+    }
+
     async fn refuse(&self, control: &mut Control, code: RefusalCode, message: String) {
-        let label = match code {
+        let reason = match code {
             RefusalCode::UnsupportedVersion => "unsupported_version",
             RefusalCode::Revoked => "revoked",
             RefusalCode::UnexpectedMessage => "unexpected_message",
             RefusalCode::Unavailable => "unavailable",
         };
-        self.refuse_as(control, code, label, message).await;
+        self.refuse_as(control, code, reason, message).await;
     }
 
-    /// Refuses with `code`, counted and logged under `label`.
+    /// Refuses the session with `code`, counted and audited as `reason`.
     async fn refuse_as(
         &self,
         control: &mut Control,
         code: RefusalCode,
-        label: &'static str,
+        reason: &'static str,
         message: String,
     ) {
-        warn!(target: AUDIT, ?code, reason = label, %message, "session refused");
-        self.ctx.metrics.session_refused(label);
+        warn!(target: AUDIT, reason, ?code, %message, "session refused");
+        self.ctx.metrics.session_refused(reason);
         let refusal = HubMessage::Refused(Refusal {
             code,
             message: message.clone(),
             min_protocol_version: MIN_PROTOCOL_VERSION,
             max_protocol_version: PROTOCOL_VERSION,
         });
-        if control.send(&refusal).await.is_ok() && control.finish().await.is_ok() {
+        let sent = send_within(control, &refusal, self.ctx.limits.send_timeout).await;
+        if sent.is_ok()
+            && timeout(REPLACE_WAIT, control.finish())
+                .await
+                .is_ok_and(|r| r.is_ok())
+        {
             // Let the agent read the refusal and close first, so the frame is not discarded.
             let _ = timeout(Duration::from_secs(2), self.connection.closed()).await;
         }
@@ -326,23 +471,27 @@ impl Session<'_> {
 
     async fn handshake(&self) -> Option<(Control, Hello)> {
         let limit = self.ctx.limits.hello_timeout;
-        let (send, recv) = match timeout(limit, self.connection.accept_bi()).await {
+        // One deadline for the stream and the Hello: a peer trickling both gets no more.
+        let deadline = Instant::now() + limit;
+        let (send, recv) = match tokio::time::timeout_at(deadline, self.connection.accept_bi())
+            .await
+        {
             Ok(Ok(streams)) => streams,
             Ok(Err(e)) => {
-                debug!(error = %e, "connection ended before the control stream opened");
+                debug!(error = %clean_error(&e), "connection ended before the control stream opened");
                 return None;
             }
             Err(_) => {
-                warn!("closing session: no control stream within {limit:?}");
+                warn!(target: AUDIT, reason = "hello_timeout", "closing session: no control stream within {limit:?}");
                 self.ctx.metrics.session_refused("hello_timeout");
                 self.close(close_code::PROTOCOL_ERROR, "no control stream in time");
                 return None;
             }
         };
         let mut control = Control::new(recv, send);
-        let first = match timeout(limit, control.recv()).await {
+        let first = match tokio::time::timeout_at(deadline, control.recv()).await {
             Err(_) => {
-                warn!("closing session: no Hello within {limit:?}");
+                warn!(target: AUDIT, reason = "hello_timeout", "closing session: no Hello within {limit:?}");
                 self.ctx.metrics.session_refused("hello_timeout");
                 self.close(close_code::PROTOCOL_ERROR, "no Hello in time");
                 return None;
@@ -352,7 +501,7 @@ impl Session<'_> {
                 return None;
             }
             Ok(Ok(None)) => return None,
-            Ok(Ok(Some(first))) => first,
+            Ok(Ok(Some(first))) => first.sanitized(),
         };
         let AgentMessage::Hello(hello) = first else {
             let message = "the first message on the control stream must be Hello".to_owned();
@@ -373,10 +522,35 @@ impl Session<'_> {
         Some((control, hello))
     }
 
-    async fn run(self) {
+    /// A session permit, unless `--max-connections` sessions are established. A member whose
+    /// previous session still holds a place (the hub has not noticed it end) takes that
+    /// place: the newer session of a member replaces the older anyway.
+    async fn admit_session(&self, control: &mut Control) -> Option<OwnedSemaphorePermit> {
+        let refused = match self.ctx.budget.session() {
+            Ok(permit) => return Some(permit),
+            Err(refused) => refused,
+        };
+        if self.ctx.registry.end_session(&self.identity.member)
+            && let Ok(permit) = self.ctx.budget.session_within(REPLACE_WAIT).await
+        {
+            return Some(permit);
+        }
+        self.refuse_as(
+            control,
+            RefusalCode::Unavailable,
+            refused.label(),
+            refused.to_string(),
+        )
+        .await;
+        None
+    }
+
+    async fn run(mut self) {
         let Some((mut control, hello)) = self.handshake().await else {
             return;
         };
+        // The handshake is over: its permit goes back before the session takes one.
+        self.handshake.take();
         // After the Hello, so the agent reads a reason and moves on to its next hub address.
         let refusal = self.ctx.role.borrow().refusal();
         if let Some(message) = refusal {
@@ -414,6 +588,10 @@ impl Session<'_> {
             .await;
             return;
         }
+        // Last, so that a member refused above never takes (or frees) a session's place.
+        let Some(_session) = self.admit_session(&mut control).await else {
+            return;
+        };
         let session_id = self.ctx.next_session_id();
         let registry = &self.ctx.registry;
         let ended = registry.register(
@@ -440,8 +618,8 @@ impl Session<'_> {
             member: member.clone(),
             heartbeat_interval_ms: interval.as_millis() as u64,
         });
-        let reason = match control.send(&welcome).await {
-            Err(e) => self.stream_failed(&e, "control"),
+        let reason = match self.send(&mut control, &welcome, "control").await {
+            Err(reason) => reason,
             Ok(()) => {
                 info!(%session_id, agent_version = %hello.agent_version,
                     kubernetes_version = %hello.kubernetes_version,
@@ -478,8 +656,9 @@ impl Session<'_> {
                         continue;
                     };
                     debug!(revision = state.revision, workloads = state.workloads.len(), "sending desired state");
-                    if let Err(e) = control.send(&HubMessage::DesiredState((*state).clone())).await {
-                        break self.stream_failed(&e, "control");
+                    let message = HubMessage::DesiredState((*state).clone());
+                    if let Err(reason) = self.send(control, &message, "control").await {
+                        break reason;
                     }
                 }
                 _ = ended.cancelled() => {
@@ -496,9 +675,9 @@ impl Session<'_> {
                 }
                 streams = self.connection.accept_bi(), if heartbeats.is_none() => match streams {
                     Ok((send, recv)) => heartbeats = Some(self.spawn_heartbeats(send, recv, session_id)),
-                    Err(e) => break closed_reason(&self.connection).unwrap_or_else(|| e.to_string()),
+                    Err(e) => break closed_reason(&self.connection).unwrap_or_else(|| clean_error(&e)),
                 },
-                message = control.recv() => match message {
+                message = control.recv() => match message.map(|m| m.map(AgentMessage::sanitized)) {
                     Ok(Some(AgentMessage::Ack(ack))) => {
                         self.ctx.metrics.message_received("ack");
                         debug!(revision = ack.revision, results = ack.results.len(), "ack");
@@ -529,7 +708,7 @@ impl Session<'_> {
                             _ => "Heartbeat",
                         };
                         let reason = format!("unexpected {kind} on the control stream");
-                        warn!(%reason, "closing session");
+                        warn!(target: AUDIT, reason = "unexpected_message", detail = %reason, "closing session");
                         self.ctx.metrics.frame_rejected("unexpected_message");
                         self.close(close_code::PROTOCOL_ERROR, &reason);
                         break reason;
@@ -560,6 +739,7 @@ impl Session<'_> {
         let metrics = self.ctx.metrics.clone();
         let member = self.identity.member.clone();
         let session_id = session_id.to_owned();
+        let send_timeout = self.ctx.limits.send_timeout;
         tokio::spawn(
             async move {
                 loop {
@@ -573,12 +753,17 @@ impl Session<'_> {
                                 SystemTime::now(),
                             );
                             let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: beat.seq });
-                            if stream.send(&ack).await.is_err() {
-                                return;
+                            match send_within(&mut stream, &ack, send_timeout).await {
+                                Ok(()) => {}
+                                Err(Some(_)) => return,
+                                Err(None) => {
+                                    stalled(&connection, &metrics, send_timeout, "heartbeat");
+                                    return;
+                                }
                             }
                         }
                         Ok(Some(_)) => {
-                            warn!("closing session: non-heartbeat message on the heartbeat stream");
+                            warn!(target: AUDIT, reason = "unexpected_message", "closing session: non-heartbeat message on the heartbeat stream");
                             metrics.frame_rejected("unexpected_message");
                             connection.close(
                                 VarInt::from_u32(close_code::PROTOCOL_ERROR),
@@ -602,6 +787,33 @@ impl Session<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_send_to_a_peer_that_stops_reading_times_out() {
+        let (hub_end, agent_end) = tokio::io::duplex(1024);
+        let (hub_read, hub_write) = tokio::io::split(hub_end);
+        let mut hub: FramedStream<_, _, AgentMessage, HubMessage> =
+            FramedStream::new(hub_read, hub_write);
+        let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: 1 });
+        let limit = Duration::from_millis(100);
+        // The agent end is never read: the pipe fills and the next send gives up in time.
+        let mut sent = 0;
+        let outcome = loop {
+            match send_within(&mut hub, &ack, limit).await {
+                Ok(()) => sent += 1,
+                Err(e) => break e,
+            }
+            assert!(sent < 10_000, "the pipe never filled");
+        };
+        assert!(outcome.is_none(), "timed out, not failed: {outcome:?}");
+        assert!(sent > 0);
+        // A peer that is gone fails at once instead.
+        drop(agent_end);
+        assert!(matches!(
+            send_within(&mut hub, &ack, limit).await,
+            Err(Some(_))
+        ));
+    }
 
     #[test]
     fn the_report_rate_limit_allows_a_burst_then_the_rate() {

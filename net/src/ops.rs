@@ -1,5 +1,6 @@
 //! The ops HTTP endpoint: `/metrics` (OpenMetrics text), `/healthz`, `/readyz`, plus any
-//! routes the binary adds (the hub's session listing).
+//! routes the binary adds (the hub's session listing). Requests carry the peer's address as
+//! `ConnectInfo<SocketAddr>` for routes that serve some peers only.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,6 +101,8 @@ pub async fn serve(
         })
         .merge(extra);
     let task = tokio::spawn(async move {
+        // Routes may check who is asking (the hub's session listing answers loopback peers).
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await;

@@ -210,41 +210,92 @@ impl DevPkiPaths {
     }
 }
 
-/// Writes a file readable only by its owner where the platform allows (private keys).
+/// Writes a file readable only by its owner (mode 0600 on Unix: private keys), atomically:
+/// see [`write_atomic`].
 pub fn write_private(path: &Path, contents: &str) -> Result<()> {
+    write_atomic(path, contents.as_bytes(), 0o600)
+}
+
+fn write_public(path: &Path, contents: &str) -> Result<()> {
+    write_atomic(path, contents.as_bytes(), 0o644)
+}
+
+/// Writes `contents` to `path` so that the file is either its old self or complete, never
+/// half-written or briefly readable by others: into a new temporary file in the same
+/// directory, created with `mode` (Unix) and never through an existing path or link, synced,
+/// then renamed over `path`. A symbolic link at `path` is replaced, not followed.
+pub fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+
     let to_err = |source| Error::WriteFile {
         path: path.to_owned(),
         source,
     };
-    fs::write(path, contents).map_err(to_err)?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        to_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file path",
+        ))
+    })?;
+    let temp = dir.join(format!(
+        ".{}.{}-{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut options = fs::OpenOptions::new();
+    // `create_new` fails on any existing entry, a symbolic link included.
+    options.write(true).create_new(true);
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(to_err)?;
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
+    #[cfg(not(unix))]
+    let _ = mode;
+    let written = options.open(&temp).and_then(|mut file| {
+        file.write_all(contents)?;
+        file.sync_all()
+    });
+    let renamed = written.and_then(|()| fs::rename(&temp, path));
+    if let Err(e) = renamed {
+        let _ = fs::remove_file(&temp);
+        return Err(to_err(e));
+    }
+    // Make the rename itself durable (best effort: not every platform syncs directories).
+    if let Ok(dir) = fs::File::open(dir) {
+        let _ = dir.sync_all();
     }
     Ok(())
 }
 
-fn write_public(path: &Path, contents: &str) -> Result<()> {
-    fs::write(path, contents).map_err(|source| Error::WriteFile {
-        path: path.to_owned(),
+/// Creates `dir` (and missing parents) with mode 0700 on Unix, so that only its owner can
+/// list or reach the keys in it. An existing directory is kept as it is.
+fn create_private_dir(dir: &Path) -> Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|source| Error::WriteFile {
+        path: dir.to_owned(),
         source,
     })
 }
 
 /// Creates (or reuses) a CA in `dir` and issues a hub certificate for `hub_names` and a
 /// client certificate per member. Existing CA files are reused so that re-running adds
-/// members without invalidating certificates already handed out.
+/// members without invalidating certificates already handed out. A new `dir` is created
+/// 0700; keys are written 0600 with [`write_atomic`].
 pub fn write_dev_pki(
     dir: &Path,
     hub_names: &[String],
     members: &[String],
     lifetime: Duration,
 ) -> Result<DevPkiPaths> {
-    fs::create_dir_all(dir).map_err(|source| Error::WriteFile {
-        path: dir.to_owned(),
-        source,
-    })?;
+    create_private_dir(dir)?;
     let paths = DevPkiPaths {
         dir: dir.to_owned(),
     };
@@ -307,6 +358,54 @@ mod tests {
             .issue_member("Bad_Name", Validity::starting(now, Duration::hours(1)))
             .unwrap_err();
         assert!(err.to_string().contains("not a valid member name"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn dev_keys_are_private_atomic_and_never_written_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("new").join("pki");
+        // A link planted where the hub key goes must not redirect the key elsewhere.
+        let elsewhere = root.path().join("elsewhere");
+        fs::write(&elsewhere, "untouched").unwrap();
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.join("hub-key.pem")).unwrap();
+        let paths = write_dev_pki(
+            &dir,
+            &["localhost".into()],
+            &["edge-1".into()],
+            Duration::hours(1),
+        )
+        .unwrap();
+        assert_eq!(fs::read_to_string(&elsewhere).unwrap(), "untouched");
+        assert!(
+            !fs::symlink_metadata(paths.hub_key())
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        for key in [paths.ca_key(), paths.hub_key(), paths.member_key("edge-1")] {
+            assert_eq!(mode(&key), 0o600, "{}", key.display());
+            assert!(fs::read_to_string(&key).unwrap().contains("PRIVATE KEY"));
+        }
+        assert_eq!(mode(&paths.ca_cert()), 0o644);
+        // No temporary file is left behind.
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        // A directory it creates is the owner's alone.
+        let fresh = root.path().join("fresh");
+        write_dev_pki(&fresh, &["localhost".into()], &[], Duration::hours(1)).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        // Rewriting replaces the file whole, keeping the mode.
+        write_private(&paths.hub_key(), "new").unwrap();
+        assert_eq!(fs::read_to_string(paths.hub_key()).unwrap(), "new");
+        assert_eq!(mode(&paths.hub_key()), 0o600);
     }
 
     #[test]

@@ -39,3 +39,12 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder.json().try_init(),
     };
 }
+
+/// The `tracing` target of security events: every refused session or request (with a
+/// distinct `reason` field), and enrollment, renewal and revocation. Route it on its own with
+/// `RUST_LOG=kedge::audit=info` or a log pipeline's filter on the target.
+///
+/// ```
+/// tracing::warn!(target: kedge_net::telemetry::AUDIT, reason = "unknown_ca", "session refused");
+/// ```
+pub const AUDIT: &str = "kedge::audit";

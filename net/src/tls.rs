@@ -126,17 +126,77 @@ impl Default for TransportTuning {
     }
 }
 
-fn transport(tuning: TransportTuning) -> Arc<quinn::TransportConfig> {
+/// Bytes one stream may receive ahead of the reader: a quarter of a maximal frame. The frame
+/// codec buffers the frame it is reading itself, so this only bounds what waits inside quinn;
+/// a maximal (4 MiB) frame still crosses in four window updates, well under a second at
+/// 10 MiB/s per 100 ms of round trip.
+pub const STREAM_RECEIVE_WINDOW: u32 = (kedge_protocol::MAX_FRAME_BYTES / 4) as u32;
+
+/// Bytes a whole connection may receive ahead of the reader: a full window on each of the
+/// session's streams, so a control stream the hub is not draining (a throttled report) never
+/// blocks the heartbeat stream.
+pub const RECEIVE_WINDOW: u32 = STREAM_RECEIVE_WINDOW * kedge_protocol::SESSION_STREAMS;
+
+/// Unacknowledged bytes buffered for sending per connection: what the peer's receive window
+/// can take; buffering more only holds memory for a peer that reads slowly.
+pub const SEND_WINDOW: u64 = RECEIVE_WINDOW as u64;
+
+/// Which end a transport configuration is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The hub: accepts the agent's streams.
+    Server,
+    /// The agent: opens every stream, accepts none.
+    Client,
+}
+
+fn transport(tuning: TransportTuning, side: Side) -> Arc<quinn::TransportConfig> {
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(tuning.keep_alive));
     // Durations beyond the QUIC varint range are clamped rather than rejected.
     let idle = quinn::IdleTimeout::try_from(tuning.idle_timeout)
         .unwrap_or_else(|_| quinn::IdleTimeout::from(quinn::VarInt::MAX));
     transport.max_idle_timeout(Some(idle));
-    // Control + heartbeat streams, with headroom for a reconnecting agent's leftovers.
-    transport.max_concurrent_bidi_streams(8u32.into());
+    // Only the streams the protocol uses: the agent opens the control and heartbeat streams,
+    // a third gets no credit; the hub opens none, so the agent grants it none. Nothing uses
+    // unidirectional streams or datagrams, so a peer can open neither.
+    let accepted = match side {
+        Side::Server => kedge_protocol::SESSION_STREAMS,
+        Side::Client => 0,
+    };
+    transport.max_concurrent_bidi_streams(accepted.into());
     transport.max_concurrent_uni_streams(0u32.into());
+    transport.datagram_receive_buffer_size(None);
+    // Bounded flow control (quinn's default connection window is unlimited): what a peer can
+    // make this side buffer is at most RECEIVE_WINDOW in quinn plus one frame per stream in
+    // the codec, whatever it sends.
+    transport.stream_receive_window(STREAM_RECEIVE_WINDOW.into());
+    transport.receive_window(RECEIVE_WINDOW.into());
+    transport.send_window(SEND_WINDOW);
     Arc::new(transport)
+}
+
+/// Most connection attempts quinn holds before the hub decides on them (quinn's default is
+/// 65,536). The hub decides on each at once (Retry, refuse or accept), so this is only a
+/// backstop against a burst arriving faster than the accept loop runs.
+pub const MAX_INCOMING: usize = 4096;
+
+/// Bytes quinn buffers per undecided connection attempt beyond its first packet (quinn's
+/// default is 10 MiB, meant for 0-RTT data, which the hub does not accept): a client's second
+/// Initial flight fits.
+pub const INCOMING_BUFFER_BYTES: u64 = 64 * 1024;
+
+/// Bytes quinn buffers for all undecided connection attempts together (quinn's default is
+/// 100 MiB).
+pub const INCOMING_BUFFER_TOTAL_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Bounds what connection attempts can make the hub's endpoint hold before it decides on
+/// them.
+fn limit_incoming(config: &mut quinn::ServerConfig) {
+    config
+        .max_incoming(MAX_INCOMING)
+        .incoming_buffer_size(INCOMING_BUFFER_BYTES)
+        .incoming_buffer_size_total(INCOMING_BUFFER_TOTAL_BYTES);
 }
 
 /// Server configuration for the hub: requires a client certificate chained to `material.trusted`.
@@ -156,7 +216,8 @@ pub fn server_config(
     tls.max_early_data_size = 0;
     let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    config.transport_config(transport(tuning));
+    config.transport_config(transport(tuning, Side::Server));
+    limit_incoming(&mut config);
     Ok(config)
 }
 
@@ -174,7 +235,7 @@ pub fn client_config(
     tls.alpn_protocols = vec![alpn.to_vec()];
     let quic = QuicClientConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
     let mut config = quinn::ClientConfig::new(Arc::new(quic));
-    config.transport_config(transport(tuning));
+    config.transport_config(transport(tuning, Side::Client));
     Ok(config)
 }
 

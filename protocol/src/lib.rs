@@ -18,11 +18,13 @@ mod codec;
 mod error;
 mod message;
 mod report;
+mod sanitize;
 
 pub use codec::{FramedStream, decode, encode};
 pub use error::{Error, Result};
 pub use message::*;
 pub use report::bounded_text;
+pub use sanitize::{MAX_MESSAGE_BYTES, MAX_REF_BYTES, clean_text};
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
 pub const PROTOCOL_VERSION: u16 = 3;
@@ -41,6 +43,10 @@ pub const DEFAULT_PORT: u16 = 7443;
 /// Large enough for a full desired state of several thousand workloads and Job manifests;
 /// small enough that a hostile peer cannot make the other side buffer much.
 pub const MAX_FRAME_BYTES: usize = 4 * 1024 * 1024;
+
+/// Bidirectional streams an agent opens per session: the control stream and the heartbeat
+/// stream. The hub grants exactly this many (a further stream gets no credit) and opens none.
+pub const SESSION_STREAMS: u32 = 2;
 
 /// Longest string read from a member cluster (a name, reason or condition type) that goes
 /// on the wire; longer ones are cut ([`bounded_text`]). Valid Kubernetes names fit.

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::Args;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
+use hyper::header::{AUTHORIZATION, HeaderValue};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
@@ -21,6 +22,10 @@ pub struct SessionsArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub hub: String,
+    /// File holding the hub's ops token (the hub's `--ops-token-file`); sent as a bearer
+    /// token. Without it, only a hub reached over loopback answers.
+    #[arg(long, env = "KEDGE_HUB_OPS_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Output format: table or json.
     #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
     pub output: String,
@@ -36,8 +41,23 @@ pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<(
     let uri: hyper::Uri = url
         .parse()
         .map_err(|e| fail(format!("invalid --hub URL: {e}")))?;
+    let mut request = hyper::Request::get(uri);
+    if let Some(path) = &args.token_file {
+        let token = std::fs::read_to_string(path)
+            .map_err(|e| fail(format!("cannot read --token-file {}: {e}", path.display())))?;
+        let value = HeaderValue::from_str(&format!("Bearer {}", token.trim())).map_err(|_| {
+            fail(format!(
+                "--token-file {} holds characters a header cannot carry",
+                path.display()
+            ))
+        })?;
+        request = request.header(AUTHORIZATION, value);
+    }
+    let request = request
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| fail(format!("building the request: {e}")))?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let response = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
+    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
         .await
         .map_err(|_| fail("no answer within 10s".into()))?
         .map_err(|e| fail(format!("cannot reach the hub: {e}")))?;
