@@ -45,6 +45,14 @@ fn replicas_in(fleet: &Fleet, member: &str, namespace: &str, name: &str) -> Opti
         .and_then(Value::as_i64)
 }
 
+/// Sets `spec.namespaceMappings` of `member`'s MemberCluster to the JSON `grants`.
+async fn set_grants(fleet: &Fleet, member: &str, grants: &str) {
+    let patch = format!(r#"{{"spec":{{"namespaceMappings":{grants}}}}}"#);
+    fleet
+        .kubectl(&["patch", "mc", member, "--type", "merge", "-p", &patch])
+        .await;
+}
+
 fn ready(fleet: &Fleet, dso: &str) -> Value {
     condition(&fleet.dso(dso)["status"], "Ready")
         .cloned()
@@ -97,17 +105,12 @@ async fn a_dso_places_workloads_only_in_its_namespace_unless_granted() {
     );
 
     // The member's admin grants it: now KEDA's 1 replica is applied.
-    fleet
-        .kubectl(&[
-            "patch",
-            "mc",
-            "member-1",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"namespaceMappings":[{"hubNamespace":"default","memberNamespaces":["kube-system"]}]}}"#,
-        ])
-        .await;
+    set_grants(
+        &fleet,
+        "member-1",
+        r#"[{"hubNamespace":"default","memberNamespaces":["kube-system"]}]"#,
+    )
+    .await;
     wait_for(LIMIT, "coredns scaled to 1 once granted", || async {
         (replicas_in(&fleet, "member-1", "kube-system", "coredns") == Some(1)).then_some(())
     })
@@ -115,17 +118,7 @@ async fn a_dso_places_workloads_only_in_its_namespace_unless_granted() {
     assert_eq!(ready(&fleet, "coredns")["status"], "True");
 
     // The grant is taken back: refused again, and a higher metric no longer reaches it.
-    fleet
-        .kubectl(&[
-            "patch",
-            "mc",
-            "member-1",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"namespaceMappings":null}}"#,
-        ])
-        .await;
+    set_grants(&fleet, "member-1", "null").await;
     wait_for(LIMIT, "refused again", || async {
         (ready(&fleet, "coredns")["reason"] == "NamespaceNotAllowed").then_some(())
     })
