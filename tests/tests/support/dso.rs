@@ -55,6 +55,8 @@ impl Fleet {
         start_hub_with(&self.pki, ports, HEARTBEAT, self.dir.join(log), &flags)
     }
 
+    /// An agent for `member` acting in `namespaces` (comma-separated), or in every
+    /// namespace (`--all-namespaces`) when `None`.
     pub fn start_agent(&self, member: &str, namespaces: Option<&str>, log: &str) -> Proc {
         self.start_agent_as(member, &self.kubeconfig(member), namespaces, log)
     }
@@ -109,9 +111,9 @@ impl Fleet {
             "--capacity-interval".into(),
             "1s".into(),
         ];
-        if let Some(ns) = namespaces {
-            args.push("--namespaces".into());
-            args.push(ns.into());
+        match namespaces {
+            Some(ns) => args.extend(["--namespaces".into(), ns.into()]),
+            None => args.push("--all-namespaces".into()),
         }
         Proc::spawn(&bin("kedge-agent"), &args, self.dir.join(log))
     }

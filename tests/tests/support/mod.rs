@@ -199,7 +199,7 @@ pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Pr
     start_agent_with(pki, member, ports, log, &[])
 }
 
-/// [`start_agent`] with extra flags.
+/// [`start_agent`] with extra flags; `--all-namespaces` unless they name `--namespaces`.
 pub fn start_agent_with(
     pki: &Pki,
     member: &str,
@@ -230,6 +230,9 @@ pub fn start_agent_with(
         "--reconnect-max".into(),
         "1s".into(),
     ];
+    if !extra.contains(&"--namespaces") {
+        args.push("--all-namespaces".into());
+    }
     args.extend(extra.iter().map(|a| a.to_string()));
     Proc::spawn(&bin("kedge-agent"), &args, log)
 }
