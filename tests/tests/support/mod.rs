@@ -55,9 +55,15 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(program: &Path, args: &[String], log: PathBuf) -> Proc {
+        Self::spawn_env(program, args, &[], log)
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_env(program: &Path, args: &[String], env: &[(&str, &str)], log: PathBuf) -> Proc {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("KEDGE_TEST_LOG").unwrap_or_else(|_| "info,kedge_hub=debug".into()),
