@@ -3,10 +3,13 @@
 //!
 //! - [`agent`]: a member cluster's agent — its namespace, ServiceAccount, least-privilege
 //!   RBAC, connection Secret and Deployment.
+//! - [`hub`]: the hub's own ServiceAccount and RBAC in the management cluster.
 
 pub mod agent;
+pub mod hub;
 
 pub use agent::{AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_manifests};
+pub use hub::{HubInstall, hub_rbac};
 
 /// Whether `s` is an RFC 1123 label: what a namespace or a Secret key's namespace may be.
 pub(crate) fn is_dns1123_label(s: &str) -> bool {
