@@ -68,7 +68,17 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             prefer --namespaces with RBAC limited to them"
         );
     }
-    info!(namespaces = ?policy.namespaces.namespaces(), kinds = ?policy.kinds.kinds(),
+    let kinds: Vec<String> = policy
+        .kinds
+        .kinds()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let namespaces = policy
+        .namespaces
+        .namespaces()
+        .map_or_else(|| "all".to_owned(), |n| n.join(","));
+    info!(%namespaces, kinds = %kinds.join(","),
         "policy: commands outside these namespaces and kinds are refused");
     let executor = Arc::new(Executor::new(client, policy.clone()));
     let mut link = link::start(
