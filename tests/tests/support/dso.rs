@@ -77,12 +77,36 @@ impl Fleet {
         self.agent(member, kubeconfig, &[self.ports], namespaces, log)
     }
 
+    /// [`Fleet::start_agent`] with extra agent flags (e.g. `--kinds`).
+    pub fn start_agent_flags(
+        &self,
+        member: &str,
+        namespaces: Option<&str>,
+        extra: &[&str],
+        log: &str,
+    ) -> Proc {
+        let kubeconfig = self.kubeconfig(member);
+        self.agent_with(member, &kubeconfig, &[self.ports], namespaces, extra, log)
+    }
+
     fn agent(
         &self,
         member: &str,
         kubeconfig: &Path,
         hubs: &[HubPorts],
         namespaces: Option<&str>,
+        log: &str,
+    ) -> Proc {
+        self.agent_with(member, kubeconfig, hubs, namespaces, &[], log)
+    }
+
+    fn agent_with(
+        &self,
+        member: &str,
+        kubeconfig: &Path,
+        hubs: &[HubPorts],
+        namespaces: Option<&str>,
+        extra: &[&str],
         log: &str,
     ) -> Proc {
         let p = &self.pki;
@@ -115,6 +139,7 @@ impl Fleet {
             Some(ns) => args.extend(["--namespaces".into(), ns.into()]),
             None => args.push("--all-namespaces".into()),
         }
+        args.extend(extra.iter().map(|a| a.to_string()));
         Proc::spawn(&bin("kedge-agent"), &args, self.dir.join(log))
     }
 
