@@ -29,6 +29,7 @@ pub mod duration;
 mod error;
 pub mod quantity;
 pub mod simulate;
+pub mod tenancy;
 pub mod time;
 pub mod validate;
 

@@ -9,7 +9,7 @@ use kedge_core::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus
 use kedge_core::dso::member::{Claim, MemberFacts, MemberPhase, Session, claim};
 use kedge_core::dso::outcome::{
     Command, DsoInput, DsoOutcome, EVENT_CONFLICT, EVENT_INVALID_SPEC, EVENT_MEMBER_LOST,
-    EVENT_MEMBER_RETURNED, outcome,
+    EVENT_MEMBER_RETURNED, EVENT_NAMESPACE_NOT_ALLOWED, outcome,
 };
 use kedge_core::validate::{DsoMemberSettings, DsoSettings, Pause};
 use kedge_protocol::{ClusterCapacity, Failure, FailureCode, Retry, WorkloadRef, WorkloadStatus};
@@ -116,6 +116,7 @@ fn run(
         generation: Some(1),
         selector: "kedge.dev/distributedscaledobject=web",
         settings: Ok(s),
+        not_allowed: &BTreeMap::new(),
         total,
         keda_unavailable: None,
         errors: &[],
@@ -385,6 +386,7 @@ fn an_invalid_spec_commands_nothing() {
         generation: Some(2),
         selector: "x=y",
         settings: Err("spec.rebalancingPolicy.gracePeriod: too long"),
+        not_allowed: &BTreeMap::new(),
         total: Some(10),
         keda_unavailable: None,
         errors: &[],
@@ -407,6 +409,51 @@ fn an_invalid_spec_commands_nothing() {
     let s = settings(&[("a", 1)]);
     let o = run(&s, Some(-1), &prev, &members, t(0));
     assert!(o.commands.is_empty());
+}
+
+/// A DSO targeting a member namespace its namespace was not granted plans nothing, clears
+/// what it held in that member (never scaling the workload there) and says why, once.
+#[test]
+fn a_namespace_not_granted_refuses_the_dso_and_clears_only_that_member() {
+    let prev = previous(&[
+        ("a", MemberPhase::Ready, 3, 0),
+        ("b", MemberPhase::Ready, 2, 0),
+    ]);
+    let members = [ready("a", 3), ready("b", 2)];
+    let s = settings(&[("a", 1), ("b", 1)]);
+    let refused = BTreeMap::from([(
+        "b".to_owned(),
+        "member \"b\": targetNamespace \"kube-system\" is not allowed".to_owned(),
+    )]);
+    let input = DsoInput {
+        generation: Some(2),
+        selector: "x=y",
+        settings: Ok(&s),
+        not_allowed: &refused,
+        total: Some(10),
+        keda_unavailable: None,
+        errors: &[],
+        previous: &prev,
+        members: &members,
+        elsewhere: &[],
+        now: t(0),
+    };
+    let o = outcome(&input);
+    assert_eq!(
+        o.commands,
+        BTreeMap::from([("b".to_owned(), Command::Clear)])
+    );
+    assert!(o.plan.is_none());
+    let (status, reason, message) = condition(&o, "Ready");
+    assert_eq!((status, reason), ("False", "NamespaceNotAllowed"));
+    assert!(message.contains("kube-system"), "{message}");
+    assert_eq!(o.events.len(), 1);
+    assert_eq!(o.events[0].reason, EVENT_NAMESPACE_NOT_ALLOWED);
+    let again = outcome(&DsoInput {
+        previous: &o.status,
+        ..input
+    });
+    assert!(again.events.is_empty(), "said once");
 }
 
 /// Case 5: two DSOs target one workload: the older one scales it, the other clears its
@@ -497,6 +544,7 @@ fn transient_failures_are_visible() {
         generation: None,
         selector: "x=y",
         settings: Ok(&s),
+        not_allowed: &BTreeMap::new(),
         total: Some(1),
         keda_unavailable: None,
         errors: &errors,
@@ -594,6 +642,7 @@ fn members_no_longer_used_are_cleared() {
         generation: None,
         selector: "x=y",
         settings: Ok(&s),
+        not_allowed: &BTreeMap::new(),
         total: Some(1),
         keda_unavailable: None,
         errors: &[],

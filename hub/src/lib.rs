@@ -2,6 +2,7 @@
 //! the controllers that turn DistributedScaledObjects and DistributedScaledJobs into
 //! per-member desired state.
 
+pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod controller;
@@ -30,6 +31,7 @@ use tracing::{error, info, warn};
 
 pub use error::{Error, Result};
 
+use crate::admission::{Admission, Enrolled};
 use crate::config::HubArgs;
 use crate::fleet::Fleet;
 use crate::lease::Role;
@@ -98,6 +100,12 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     .await?;
 
     let fleet = Arc::new(Fleet::new(registry.clone()));
+    // With a hub cluster, only members with a MemberCluster get a session.
+    let admission = Arc::new(Admission::new(if args.controllers().is_some() {
+        Enrolled::NotRead
+    } else {
+        Enrolled::Anyone
+    }));
     let sweeper = supervisor.spawn("the heartbeat sweeper", sweep(fleet.clone(), stop.clone()));
     let pod_name = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
@@ -118,6 +126,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
                 fleet: fleet.clone(),
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
+                admission: admission.clone(),
             },
             role_tx,
             supervisor.clone(),
@@ -128,7 +137,11 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
             None
         }
     };
-    let ctx = Arc::new(ServerContext::new(fleet, metrics, args.limits()).with_role(role));
+    let ctx = Arc::new(
+        ServerContext::new(fleet, metrics, args.limits())
+            .with_role(role)
+            .with_admission(admission),
+    );
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
     server::serve(endpoint, ctx, stop.clone()).await;
     readiness.set(false);
@@ -158,6 +171,7 @@ struct Leading {
     fleet: Arc<Fleet>,
     metrics: HubMetrics,
     readiness: Readiness,
+    admission: Arc<Admission>,
 }
 
 /// Competes for the lease and runs the controllers while holding it.
@@ -183,10 +197,23 @@ async fn lead(
         fleet,
         metrics,
         readiness,
+        admission,
     } = leading;
     let Some(client) = controller::connect(&config, &stop).await else {
         return Ok(());
     };
+    supervisor.spawn(
+        "the MemberCluster watch",
+        admission::watch_members(
+            kube::Api::all(client.clone()),
+            admission.clone(),
+            stop.clone(),
+        ),
+    );
+    supervisor.spawn(
+        "the revocation of live sessions",
+        admission::revoke_live(admission, fleet.registry().clone(), stop.clone()),
+    );
     let mut role = role_tx.subscribe();
     let release = CancellationToken::new();
     let elector = lease::Elector::new(client.clone(), lease).start(role_tx, release.clone());

@@ -51,6 +51,8 @@ pub struct NewSession {
     pub protocol_version: u16,
     /// Client certificate expiry, Unix seconds.
     pub cert_not_after_unix: i64,
+    /// The enrollment the certificate is bound to (`PeerIdentity::enrollment_uid`).
+    pub enrollment_uid: Option<String>,
 }
 
 /// One member as shown by `/v1/sessions` and `kubectl kedge sessions`.
@@ -81,7 +83,20 @@ pub struct MemberSession {
     pub cert_not_after_unix: i64,
     /// Sessions this member opened since the hub started.
     pub sessions: u64,
+    /// Set while two agents present this member's certificate: the address of the last one
+    /// refused because the other held a live session.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub duplicate_from: String,
 }
+
+/// Replacements of a live, heartbeating session from elsewhere within [`CONTEST_WINDOW`]
+/// after which the member is taken to have two agents with one certificate.
+pub const CONTESTS: usize = 3;
+/// See [`CONTESTS`].
+pub const CONTEST_WINDOW: Duration = Duration::from_secs(60);
+/// How long after the last contested attempt a member stays flagged as duplicated (while
+/// flagged, a live session is never replaced: the second agent is refused and reported).
+pub const DUPLICATE_HOLD: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 struct Entry {
@@ -89,6 +104,14 @@ struct Entry {
     last_heartbeat: Instant,
     /// Cancelled to end the live session (replacement, revocation); `None` when disconnected.
     live: Option<CancellationToken>,
+    /// Why the live session is being ended by the hub (revocation), if it is.
+    ending: Option<String>,
+    /// The enrollment of the live session's certificate.
+    enrollment_uid: Option<String>,
+    /// When live sessions were replaced from another address, the latest [`CONTESTS`].
+    contested: Vec<Instant>,
+    /// Until when a second agent is refused instead of replacing the live session.
+    duplicate_until: Option<Instant>,
 }
 
 /// Liveness rule: a member is unreachable once `tolerance` heartbeat intervals pass without one.
@@ -153,10 +176,25 @@ impl SessionRegistry {
         let token = CancellationToken::new();
         let mut entries = self.lock();
         let sessions = entries.get(&new.member).map_or(0, |e| e.view.sessions) + 1;
-        if let Some(old) = entries.get(&new.member).and_then(|e| e.live.as_ref()) {
-            tracing::info!(member = %new.member, old_session = %entries[&new.member].view.session_id,
+        let deadline = self.liveness.deadline();
+        let (mut contested, duplicate_until) = entries
+            .get(&new.member)
+            .map(|e| (e.contested.clone(), e.duplicate_until))
+            .unwrap_or_default();
+        if let Some(old) = entries.get(&new.member)
+            && let Some(live) = &old.live
+        {
+            tracing::info!(member = %new.member, old_session = %old.view.session_id,
                 new_session = %new.session_id, "newer session replaces the live one");
-            old.cancel();
+            let fresh = now.saturating_duration_since(old.last_heartbeat) <= deadline;
+            if fresh && old.view.remote_addr != new.remote_addr.to_string() {
+                contested.retain(|t| now.saturating_duration_since(*t) <= CONTEST_WINDOW);
+                contested.push(now);
+                if contested.len() > CONTESTS {
+                    contested.remove(0);
+                }
+            }
+            live.cancel();
         }
         let view = MemberSession {
             member: new.member.clone(),
@@ -171,6 +209,7 @@ impl SessionRegistry {
             last_heartbeat_unix_ms: unix_ms(wall),
             cert_not_after_unix: new.cert_not_after_unix,
             sessions,
+            duplicate_from: String::new(),
         };
         entries.insert(
             new.member,
@@ -178,6 +217,10 @@ impl SessionRegistry {
                 view,
                 last_heartbeat: now,
                 live: Some(token.clone()),
+                ending: None,
+                enrollment_uid: new.enrollment_uid,
+                contested,
+                duplicate_until,
             },
         );
         self.recount(&entries);
@@ -218,14 +261,67 @@ impl SessionRegistry {
         self.recount(&entries);
     }
 
-    /// Ends the live session of `member`, if any (revocation). Returns whether one was live.
-    pub fn end_session(&self, member: &str) -> bool {
+    /// Ends the live session of `member`, if any, saying `why` (revocation). Returns whether
+    /// one was live.
+    pub fn revoke(&self, member: &str, why: &str) -> bool {
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(member) else {
+            return false;
+        };
+        let Some(live) = &entry.live else {
+            return false;
+        };
+        live.cancel();
+        entry.ending = Some(why.to_owned());
+        true
+    }
+
+    /// Why the hub ends `session_id` of `member`, when it revokes it (`None`: replaced).
+    pub fn ending(&self, member: &str, session_id: &str) -> Option<String> {
         let entries = self.lock();
-        entries
-            .get(member)
-            .and_then(|e| e.live.as_ref())
-            .map(CancellationToken::cancel)
-            .is_some()
+        let entry = entries.get(member)?;
+        (entry.view.session_id == session_id)
+            .then(|| entry.ending.clone())
+            .flatten()
+    }
+
+    /// Members with a live session and the enrollment of its certificate.
+    pub fn live_members(&self) -> Vec<(String, Option<String>)> {
+        self.lock()
+            .iter()
+            .filter(|(_, e)| e.live.is_some())
+            .map(|(m, e)| (m.clone(), e.enrollment_uid.clone()))
+            .collect()
+    }
+
+    /// Whether a new session of `member` from `remote` must be refused because two agents
+    /// present the member's certificate: its live session keeps heartbeating and was already
+    /// contested [`CONTESTS`] times within [`CONTEST_WINDOW`] (or the member is still flagged
+    /// from that). Returns the message for both sides' logs, and flags the member in
+    /// `/v1/sessions` (`duplicateFrom`).
+    pub fn duplicate(&self, member: &str, remote: SocketAddr, now: Instant) -> Option<String> {
+        let deadline = self.liveness.deadline();
+        let mut entries = self.lock();
+        let entry = entries.get_mut(member)?;
+        let live =
+            entry.live.is_some() && now.saturating_duration_since(entry.last_heartbeat) <= deadline;
+        let contested = entry.contested.len() >= CONTESTS
+            && entry
+                .contested
+                .first()
+                .is_some_and(|t| now.saturating_duration_since(*t) <= CONTEST_WINDOW);
+        let flagged = entry.duplicate_until.is_some_and(|until| now < until);
+        if !live || !(contested || flagged) {
+            return None;
+        }
+        entry.duplicate_until = Some(now + DUPLICATE_HOLD);
+        entry.view.duplicate_from = remote.to_string();
+        Some(format!(
+            "member {member:?} already has a live session from {} and its certificate is \
+             also used from {remote}: two agents share one identity; stop one of them or \
+             enroll it under its own name",
+            entry.view.remote_addr
+        ))
     }
 
     /// Marks members whose heartbeats are overdue as `Unreachable`; returns their names.
@@ -288,6 +384,7 @@ mod tests {
             kubernetes_version: "v1.33.1".into(),
             protocol_version: 1,
             cert_not_after_unix: 0,
+            enrollment_uid: None,
         }
     }
 
@@ -340,13 +437,82 @@ mod tests {
         let r = registry();
         let t0 = Instant::now();
         let token = r.register(session("b", "s1"), t0, SystemTime::now());
-        assert!(r.end_session("b"));
+        assert_eq!(r.live_members(), vec![("b".to_owned(), None)]);
+        assert_eq!(r.ending("b", "s1"), None);
+        assert!(r.revoke("b", "MemberCluster deleted"));
         assert!(token.is_cancelled());
+        assert_eq!(
+            r.ending("b", "s1").as_deref(),
+            Some("MemberCluster deleted")
+        );
+        assert_eq!(r.ending("b", "s0"), None);
         r.disconnected("b", "s1", "revoked");
         let b = r.get("b").unwrap();
         assert_eq!(b.state, SessionState::Unreachable);
         assert_eq!(b.reason, "session closed: revoked");
-        assert!(!r.end_session("b"));
-        assert!(!r.end_session("nobody"));
+        assert!(r.live_members().is_empty());
+        assert!(!r.revoke("b", "again"));
+        assert!(!r.revoke("nobody", "x"));
+    }
+
+    fn from(member: &str, id: &str, addr: &str) -> NewSession {
+        NewSession {
+            remote_addr: addr.parse().unwrap(),
+            ..session(member, id)
+        }
+    }
+
+    #[test]
+    fn two_agents_with_one_certificate_are_flagged_and_stop_replacing_each_other() {
+        let r = registry();
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let (x, y) = ("127.0.0.1:1000", "127.0.0.2:2000");
+        // A restarted agent replacing its own stale session once is no duplicate.
+        r.register(from("a", "s1", x), t0, wall);
+        assert_eq!(r.duplicate("a", y.parse().unwrap(), t0), None);
+        // Two agents: each replaces the other while it still heartbeats.
+        for (i, addr) in [y, x, y].into_iter().enumerate() {
+            let now = t0 + Duration::from_secs(i as u64 + 1);
+            assert_eq!(
+                r.duplicate("a", addr.parse().unwrap(), now),
+                None,
+                "attempt {i}"
+            );
+            r.register(from("a", &format!("s{}", i + 2), addr), now, wall);
+        }
+        // The next attempt is refused and the member is flagged.
+        let now = t0 + Duration::from_secs(5);
+        let message = r.duplicate("a", x.parse().unwrap(), now).unwrap();
+        assert!(
+            message.contains("two agents share one identity"),
+            "{message}"
+        );
+        assert_eq!(r.get("a").unwrap().duplicate_from, x);
+        // Still refused after the window, while the holder heartbeats.
+        let later = t0 + CONTEST_WINDOW + Duration::from_secs(30);
+        r.heartbeat("a", "s4", later, wall);
+        assert!(r.duplicate("a", x.parse().unwrap(), later).is_some());
+        // Once the holder's session ends, the other agent gets in.
+        r.disconnected("a", "s4", "gone");
+        assert_eq!(r.duplicate("a", x.parse().unwrap(), later), None);
+    }
+
+    #[test]
+    fn replacing_a_silent_session_is_no_contest() {
+        let r = registry();
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        r.register(from("a", "s1", "127.0.0.1:1"), t0, wall);
+        // Heartbeats stopped (deadline 3 s): each replacement is a reconnect, not a duplicate.
+        for i in 0..5u64 {
+            let now = t0 + Duration::from_secs(10 * (i + 1));
+            assert_eq!(r.duplicate("a", "127.0.0.9:9".parse().unwrap(), now), None);
+            r.register(
+                from("a", &format!("s{}", i + 2), &format!("127.0.0.{}:1", i + 2)),
+                now,
+                wall,
+            );
+        }
     }
 }

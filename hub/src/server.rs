@@ -18,6 +18,7 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::admission::{AUDIT, Admission, Enrolled, Verdict};
 use crate::fleet::Fleet;
 use crate::lease::Role;
 use crate::metrics::HubMetrics;
@@ -96,6 +97,8 @@ pub struct ServerContext {
     session_counter: AtomicU64,
     /// Whether this hub holds the lease; a standby refuses sessions.
     role: watch::Receiver<Role>,
+    /// Which members may hold a session.
+    pub admission: Arc<Admission>,
 }
 
 impl ServerContext {
@@ -114,7 +117,15 @@ impl ServerContext {
             boot_id,
             session_counter: AtomicU64::new(0),
             role: watch::channel(Role::Leader).1,
+            admission: Arc::new(Admission::new(Enrolled::Anyone)),
         }
+    }
+
+    /// Admits only the members `admission` admits (default: every certificate the CA
+    /// signed, for a hub without a hub cluster).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
     }
 
     /// Accepts sessions only while `role` is [`Role::Leader`] (default: always).
@@ -281,13 +292,25 @@ impl Session<'_> {
     }
 
     async fn refuse(&self, control: &mut Control, code: RefusalCode, message: String) {
-        warn!(?code, %message, "session refused");
-        self.ctx.metrics.session_refused(match code {
+        let label = match code {
             RefusalCode::UnsupportedVersion => "unsupported_version",
             RefusalCode::Revoked => "revoked",
             RefusalCode::UnexpectedMessage => "unexpected_message",
             RefusalCode::Unavailable => "unavailable",
-        });
+        };
+        self.refuse_as(control, code, label, message).await;
+    }
+
+    /// Refuses with `code`, counted and logged under `label`.
+    async fn refuse_as(
+        &self,
+        control: &mut Control,
+        code: RefusalCode,
+        label: &'static str,
+        message: String,
+    ) {
+        warn!(target: AUDIT, ?code, reason = label, %message, "session refused");
+        self.ctx.metrics.session_refused(label);
         let refusal = HubMessage::Refused(Refusal {
             code,
             message: message.clone(),
@@ -362,6 +385,35 @@ impl Session<'_> {
             return;
         }
         let member = self.identity.member.clone();
+        let cert_uid = self.identity.enrollment_uid.as_deref();
+        match self.ctx.admission.verdict(&member, cert_uid) {
+            Verdict::Admit => {}
+            Verdict::NotYet(message) => {
+                self.refuse(&mut control, RefusalCode::Unavailable, message)
+                    .await;
+                return;
+            }
+            Verdict::Refuse { label, message } => {
+                self.refuse_as(&mut control, RefusalCode::Revoked, label, message)
+                    .await;
+                return;
+            }
+        }
+        let duplicate = self
+            .ctx
+            .registry
+            .duplicate(&member, self.remote, Instant::now());
+        if let Some(message) = duplicate {
+            self.ctx.fleet.notify();
+            self.refuse_as(
+                &mut control,
+                RefusalCode::Revoked,
+                "duplicate_identity",
+                message,
+            )
+            .await;
+            return;
+        }
         let session_id = self.ctx.next_session_id();
         let registry = &self.ctx.registry;
         let ended = registry.register(
@@ -373,6 +425,7 @@ impl Session<'_> {
                 kubernetes_version: hello.kubernetes_version.clone(),
                 protocol_version: hello.protocol_version,
                 cert_not_after_unix: self.identity.not_after_unix,
+                enrollment_uid: self.identity.enrollment_uid.clone(),
             },
             Instant::now(),
             SystemTime::now(),
@@ -430,6 +483,10 @@ impl Session<'_> {
                     }
                 }
                 _ = ended.cancelled() => {
+                    if let Some(why) = self.ctx.registry.ending(member, session_id) {
+                        self.close(close_code::REVOKED, &why);
+                        break format!("revoked: {why}");
+                    }
                     self.close(close_code::REPLACED, "replaced by a newer session of the same member");
                     break "replaced by a newer session".to_owned();
                 }

@@ -1,7 +1,7 @@
 //! The member identity: the Common Name of the client certificate, never a message field.
 
 use rustls_pki_types::CertificateDer;
-use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 use crate::{Error, Result};
 
@@ -14,6 +14,45 @@ pub struct PeerIdentity {
     pub not_after_unix: i64,
     /// Certificate serial number, hex, for revocation and logs.
     pub serial: String,
+    /// The `metadata.uid` of the `MemberCluster` the certificate was enrolled for, from its
+    /// URI SAN `urn:kedge:member:<member>:<uid>`; `None` for certificates not issued by
+    /// enrollment (`kubectl kedge dev-certs`, an external CA).
+    pub enrollment_uid: Option<String>,
+}
+
+/// Prefix of the URI SAN that binds an enrolled certificate to one `MemberCluster` object.
+pub const ENROLLMENT_URI_PREFIX: &str = "urn:kedge:member:";
+
+/// The URI SAN of a certificate enrolled as `member` for the `MemberCluster` with `uid`.
+pub fn enrollment_uri(member: &str, uid: &str) -> String {
+    format!("{ENROLLMENT_URI_PREFIX}{member}:{uid}")
+}
+
+/// The enrollment uid from the URI SANs `uris`: `Ok(None)` without one; an error for a
+/// binding to another member, a malformed one or more than one.
+fn enrollment_uid<'a>(member: &str, uris: impl Iterator<Item = &'a str>) -> Result<Option<String>> {
+    let mut found = None;
+    for uri in uris {
+        let Some(rest) = uri.strip_prefix(ENROLLMENT_URI_PREFIX) else {
+            continue;
+        };
+        let (named, uid) = rest.split_once(':').unwrap_or((rest, ""));
+        if named != member {
+            return Err(Error::Identity(format!(
+                "certificate for {member:?} is bound to member {named:?}"
+            )));
+        }
+        let well_formed = !uid.is_empty()
+            && uid.len() <= 64
+            && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !well_formed || found.is_some() {
+            return Err(Error::Identity(format!(
+                "certificate for {member:?} has a malformed or repeated {ENROLLMENT_URI_PREFIX} URI"
+            )));
+        }
+        found = Some(uid.to_owned());
+    }
+    Ok(found)
 }
 
 /// Whether `name` is a valid member name: an RFC 1123 DNS label, like a Kubernetes object name.
@@ -47,10 +86,24 @@ pub fn peer_identity(chain: &[CertificateDer<'_>]) -> Result<PeerIdentity> {
             "Common Name {member:?} is not a valid member name (lowercase RFC 1123 label)"
         )));
     }
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| Error::Identity(format!("unparseable subjectAltName: {e}")))?;
+    let uris = san.iter().flat_map(|ext| {
+        ext.value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::URI(uri) => Some(*uri),
+                _ => None,
+            })
+    });
+    let enrollment_uid = enrollment_uid(&member, uris)?;
     Ok(PeerIdentity {
         member,
         not_after_unix: cert.validity().not_after.timestamp(),
         serial: cert.raw_serial_as_string(),
+        enrollment_uid,
     })
 }
 
@@ -75,6 +128,28 @@ mod tests {
         let too_long = "a".repeat(64);
         for bad in ["", "-a", "a-", "Member", "a.b", "a_b", too_long.as_str()] {
             assert!(!is_valid_member_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_enrollment_uri_binds_one_member_and_one_uid() {
+        let uri = enrollment_uri("edge-1", "3f1c-99");
+        assert_eq!(
+            enrollment_uid("edge-1", [uri.as_str()].into_iter()).unwrap(),
+            Some("3f1c-99".into())
+        );
+        assert_eq!(
+            enrollment_uid("edge-1", ["https://example.com"].into_iter()).unwrap(),
+            None
+        );
+        for bad in [
+            vec!["urn:kedge:member:edge-2:abc"],
+            vec!["urn:kedge:member:edge-1:"],
+            vec!["urn:kedge:member:edge-1"],
+            vec!["urn:kedge:member:edge-1:a b"],
+            vec!["urn:kedge:member:edge-1:a", "urn:kedge:member:edge-1:b"],
+        ] {
+            assert!(enrollment_uid("edge-1", bad.into_iter()).is_err());
         }
     }
 

@@ -122,6 +122,7 @@ impl Fleet {
             .cluster(HUB_CLUSTER)
             .ok_or_else(|| Error::Fleet("the hub cluster did not start".into()))?;
         install_crds(hub_cluster.client()?).await?;
+        register_members(hub_cluster.client()?, &members).await?;
 
         let pki = kedge_net::pki::write_dev_pki(
             &config.dir.join("pki"),
@@ -325,6 +326,20 @@ pub const HUB_NAMESPACE: &str = "kedge-system";
 
 /// What installing the hub chart puts in the hub cluster: the CRDs (with KEDA's
 /// ScaledObject) and the hub's namespace.
+/// Creates a `MemberCluster` per member (only members with one get a session).
+async fn register_members(client: kube::Client, members: &[String]) -> Result<()> {
+    let api: Api<kedge_core::crd::MemberCluster> = Api::all(client);
+    for member in members {
+        let object = kedge_core::crd::MemberCluster::new(member, Default::default());
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 async fn install_crds(client: kube::Client) -> Result<()> {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let namespace =

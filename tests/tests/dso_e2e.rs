@@ -146,7 +146,19 @@ async fn distributed_scaled_objects_end_to_end() {
         .wait_split("web", &["member-1", "member-2"], &[2, 2], "web 2:2")
         .await;
 
-    // --- An agent refusing a namespace shows in status.
+    // --- An agent refusing a namespace shows in status. The hub lets `default` target
+    // `restricted` in member-3 (the grant); member-3's agent may act only in `default`.
+    fleet
+        .kubectl(&[
+            "patch",
+            "mc",
+            "member-3",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"namespaceMappings":[{"hubNamespace":"default","memberNamespaces":["restricted"]}]}}"#,
+        ])
+        .await;
     apply(
         &fleet,
         &dso_yaml(

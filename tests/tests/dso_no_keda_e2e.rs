@@ -67,6 +67,10 @@ async fn without_keda_the_split_follows_kubectl_scale_and_status_says_why() {
     )
     .await;
     for member in MEMBERS {
+        // Only members with a MemberCluster get a session.
+        let mc = json!({"apiVersion": "kedge.dev/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": member}, "spec": {}});
+        sim.cluster("hub").unwrap().put_object(mc).unwrap();
         let deployment = json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "nginx", "namespace": "default"},

@@ -2,9 +2,9 @@
 //! `kedge_hub::install::hub_rbac`, applied with the real `kubectl` to a simulated hub
 //! cluster that enforces RBAC for bearer tokens; the real `kedge-hub` running as that
 //! ServiceAccount (token from a TokenRequest) with both controllers; a real agent. The hub
-//! does its whole job — Lease, MemberCluster, child ScaledObject, DSO status, Events,
-//! replicas in the member — and is never forbidden anything, while the same token cannot
-//! read Secrets or touch workloads in the hub cluster.
+//! does its whole job — Lease, admission and MemberCluster status, child ScaledObject, DSO
+//! status, Events, replicas in the member — and is never forbidden anything, while the same
+//! token cannot read Secrets, touch workloads or create or delete members in the hub cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -84,7 +84,8 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
         .wait_split("web", &["member-1"], &[3], "3 in member-1")
         .await;
     // The child ScaledObject was created by server-side apply, the status written, Events
-    // published, the MemberCluster registered and the Lease taken, all as the ServiceAccount.
+    // published, the MemberCluster's status written and the Lease taken, all as the
+    // ServiceAccount.
     assert!(
         fleet
             .hub_object("keda.sh/v1alpha1", "ScaledObject", "web")
@@ -100,9 +101,10 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
         (!fleet.events("web").is_empty()).then_some(())
     })
     .await;
-    wait_for(LIMIT, "the MemberCluster", || async {
+    wait_for(LIMIT, "the MemberCluster's status", || async {
         hub_cluster
             .object("kedge.dev/v1alpha1", "MemberCluster", "", "member-1")
+            .filter(|m| m["status"]["state"] == "Ready")
             .map(|_| ())
     })
     .await;
@@ -147,9 +149,23 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
         "reading another Lease",
     );
     expect_forbidden(
-        Api::<kedge_core::crd::DistributedScaledObject>::namespaced(as_hub, "default")
+        Api::<kedge_core::crd::DistributedScaledObject>::namespaced(as_hub.clone(), "default")
             .delete("web", &Default::default())
             .await,
         "deleting a DSO",
+    );
+    let members = Api::<kedge_core::crd::MemberCluster>::all(as_hub);
+    expect_forbidden(
+        members
+            .create(
+                &Default::default(),
+                &kedge_core::crd::MemberCluster::new("intruder", Default::default()),
+            )
+            .await,
+        "creating a member (only enrollment does)",
+    );
+    expect_forbidden(
+        members.delete("member-1", &Default::default()).await,
+        "deleting a member",
     );
 }

@@ -44,6 +44,8 @@ pub const REASON_MEMBER_UNREACHABLE: &str = "MemberUnreachable";
 pub const REASON_INSUFFICIENT_CAPACITY: &str = "InsufficientCapacity";
 /// Reason: the spec is invalid.
 pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
+/// Reason: the spec targets a member namespace its hub namespace was not granted.
+pub const REASON_NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
 
 /// Member state: the agent is connected and heartbeating.
 pub const STATE_READY: &str = "Ready";

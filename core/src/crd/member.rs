@@ -56,6 +56,22 @@ pub struct MemberClusterSpec {
     /// Namespaces the agent is allowed to act in, as installed; informational on the hub.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+    /// Member namespaces that DistributedScaledObjects of a hub namespace may target besides
+    /// their own (`memberClusters[].targetNamespace`). Without an entry, a DSO places
+    /// workloads only in the member namespace named like its own (see `docs/security.md`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespace_mappings: Vec<NamespaceMapping>,
+}
+
+/// A grant in [`MemberClusterSpec::namespace_mappings`]: objects in `hubNamespace` may place
+/// workloads in `memberNamespaces` of this member.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamespaceMapping {
+    /// Namespace in the hub cluster of the DSOs this grant is for.
+    pub hub_namespace: String,
+    /// Member namespaces they may target.
+    pub member_namespaces: Vec<String>,
 }
 
 /// Status of a [`MemberCluster`], written by the hub from agent sessions.
@@ -71,6 +87,9 @@ pub struct MemberClusterStatus {
     /// Kubernetes version of the member.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
+    /// Address the agent's current or last session came from (HOST:PORT as the hub saw it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     /// Last heartbeat received.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,

@@ -28,9 +28,9 @@ use crate::crd::conditions::{
     CONDITION_PAUSED, CONDITION_READY, CONDITION_TOTAL_SET, REASON_AWAITING_TOTAL,
     REASON_CLAIMED_ELSEWHERE, REASON_COMMAND_FAILING, REASON_INSUFFICIENT_CAPACITY,
     REASON_KEDA_UNAVAILABLE, REASON_LOCAL_AUTOSCALER, REASON_MEMBER_UNREACHABLE,
-    REASON_NO_CONFLICT, REASON_PAUSED_AT_REPLICAS, REASON_PAUSED_BY_ANNOTATION,
-    REASON_RECONCILE_FAILED, REASON_RECONCILED, REASON_TOTAL_SET, REASON_VALIDATION_FAILED,
-    condition,
+    REASON_NAMESPACE_NOT_ALLOWED, REASON_NO_CONFLICT, REASON_PAUSED_AT_REPLICAS,
+    REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILE_FAILED, REASON_RECONCILED, REASON_TOTAL_SET,
+    REASON_VALIDATION_FAILED, condition,
 };
 use crate::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
 use crate::time::{elapsed, to_time};
@@ -59,6 +59,8 @@ pub const EVENT_WORKLOAD_MISSING: &str = "WorkloadMissing";
 pub const EVENT_CONFLICT: &str = "Conflict";
 /// Event reason: the spec or annotations are invalid.
 pub const EVENT_INVALID_SPEC: &str = "InvalidSpec";
+/// Event reason: the spec targets a member namespace that was not granted.
+pub const EVENT_NAMESPACE_NOT_ALLOWED: &str = REASON_NAMESPACE_NOT_ALLOWED;
 /// Event reason: the child ScaledObject cannot be created.
 pub const EVENT_KEDA_UNAVAILABLE: &str = REASON_KEDA_UNAVAILABLE;
 
@@ -104,6 +106,9 @@ pub struct DsoInput<'a> {
     pub selector: &'a str,
     /// The validated spec and annotations, or why they are invalid.
     pub settings: Result<&'a DsoSettings, &'a str>,
+    /// Members whose target namespace the DSO's namespace may not use, with why
+    /// ([`crate::tenancy::refusals`]). Any entry refuses the whole DSO.
+    pub not_allowed: &'a BTreeMap<String, String>,
     /// `spec.totalTargetReplicas`; `None` until KEDA or a user writes `/scale`.
     pub total: Option<i32>,
     /// Why the child ScaledObject cannot be created, when KEDA is missing.
@@ -147,6 +152,9 @@ fn count(n: usize) -> i32 {
 
 /// Decides one reconciliation. See the module documentation for the rules.
 pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
+    if !input.not_allowed.is_empty() {
+        return not_allowed(input);
+    }
     let settings = match (input.settings, input.total) {
         (Err(message), _) => return invalid(input, message),
         (Ok(_), Some(total)) if total < 0 => {
@@ -337,7 +345,41 @@ fn progress(
     }
 }
 
+/// A DSO that targets a namespace it was not granted: nothing is planned, and the members it
+/// may not place workloads in are cleared (a grant taken back ends kedge's control there,
+/// without touching the workload's replicas).
+fn not_allowed(input: &DsoInput<'_>) -> DsoOutcome {
+    let message = input
+        .not_allowed
+        .values()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut refused = refuse(
+        input,
+        REASON_NAMESPACE_NOT_ALLOWED,
+        EVENT_NAMESPACE_NOT_ALLOWED,
+        &message,
+    );
+    refused.commands = input
+        .not_allowed
+        .keys()
+        .map(|member| (member.clone(), Command::Clear))
+        .collect();
+    refused
+}
+
 fn invalid(input: &DsoInput<'_>, message: &str) -> DsoOutcome {
+    refuse(input, REASON_VALIDATION_FAILED, EVENT_INVALID_SPEC, message)
+}
+
+/// `Ready=False` with `reason` and `message`, a Warning Event the first time, no command.
+fn refuse(
+    input: &DsoInput<'_>,
+    reason: &'static str,
+    event: &'static str,
+    message: &str,
+) -> DsoOutcome {
     let previous = input.previous;
     let mut status = previous.clone();
     status.selector = Some(input.selector.to_owned());
@@ -345,7 +387,7 @@ fn invalid(input: &DsoInput<'_>, message: &str) -> DsoOutcome {
         &previous.conditions,
         CONDITION_READY,
         false,
-        REASON_VALIDATION_FAILED,
+        reason,
         message.to_owned(),
         input.generation,
         input.now,
@@ -367,7 +409,7 @@ fn invalid(input: &DsoInput<'_>, message: &str) -> DsoOutcome {
     } else {
         vec![DsoEvent {
             kind: EventKind::Warning,
-            reason: EVENT_INVALID_SPEC,
+            reason: event,
             action: "Validate",
             note: message.to_owned(),
         }]

@@ -3,6 +3,7 @@
 
 pub mod crds;
 pub mod dev_certs;
+pub mod mc;
 pub mod sessions;
 pub mod simulate;
 
@@ -35,6 +36,8 @@ pub enum Command {
     DevCerts(dev_certs::DevCertsArgs),
     /// List agent sessions as the hub sees them.
     Sessions(sessions::SessionsArgs),
+    /// Manage member clusters on the hub: list-members, delete-member.
+    Mc(mc::McArgs),
 }
 
 /// Errors of the `kubectl kedge` subcommands.
@@ -73,6 +76,14 @@ pub enum Error {
     /// The CRDs could not be rendered as YAML.
     #[error("cannot render the CRDs: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// The hub cluster's API refused or failed.
+    #[error("{what}: {message}")]
+    HubCluster {
+        /// What was attempted.
+        what: String,
+        /// What went wrong, with what to do about it.
+        message: String,
+    },
     /// The hub's ops endpoint could not be queried.
     #[error("{url}: {message}")]
     Hub {
@@ -93,5 +104,31 @@ pub async fn run(cli: Cli, out: &mut impl std::io::Write) -> Result<()> {
         Command::Crds => Ok(out.write_all(crds::render()?.as_bytes())?),
         Command::DevCerts(args) => dev_certs::run(&args, out),
         Command::Sessions(args) => sessions::run(&args, out).await,
+        Command::Mc(args) => mc::run(&args, out).await,
     }
+}
+
+/// Renders rows (the first is the header) as columns aligned like kubectl's.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
 }

@@ -64,7 +64,8 @@ pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<(
     Ok(())
 }
 
-fn ago(unix_ms: i64, now: SystemTime) -> String {
+/// How long ago `unix_ms` was, in seconds.
+pub fn ago(unix_ms: i64, now: SystemTime) -> String {
     let now_ms = now
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -73,7 +74,8 @@ fn ago(unix_ms: i64, now: SystemTime) -> String {
     format!("{}s ago", secs)
 }
 
-fn expires(unix_s: i64, now: SystemTime) -> String {
+/// How long until `unix_s`, in whole hours, or `expired`.
+pub fn expires(unix_s: i64, now: SystemTime) -> String {
     let now_s = now
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
@@ -120,20 +122,7 @@ pub fn render_table(sessions: &[MemberSession], now: SystemTime) -> String {
             s.reason.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(line.join("   ").trim_end());
-        out.push('\n');
-    }
-    out
+    super::table(&rows)
 }
 
 #[cfg(test)]

@@ -9,10 +9,11 @@ use std::time::SystemTime;
 
 use kedge_core::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, LABEL_DSO};
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
+use kedge_core::crd::member::NamespaceMapping;
 use kedge_core::crd::{DistributedScaledObject, GROUP, MemberCluster, VERSION};
 use kedge_core::dso::member::{Claim, members_of, target};
 use kedge_core::dso::outcome::{Command, DsoInput, EventKind, outcome};
-use kedge_core::validate;
+use kedge_core::{tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -102,6 +103,39 @@ async fn registered(
     }
 }
 
+/// The members whose target namespace this DSO's namespace was not granted (tenancy,
+/// [`kedge_core::tenancy`]). MemberClusters are read only when a member is targeted outside
+/// the DSO's own namespace; when they cannot be read the reconcile fails and changes nothing.
+async fn namespace_refusals(
+    ctx: &Context,
+    dso: &DistributedScaledObject,
+    namespace: &str,
+    members: &BTreeSet<String>,
+) -> Result<BTreeMap<String, String>> {
+    let placements: Vec<(String, String)> = members
+        .iter()
+        .map(|m| (m.clone(), target(&dso.spec, namespace, m).namespace))
+        .filter(|(_, target)| target != namespace)
+        .collect();
+    if placements.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let grants: BTreeMap<String, Vec<NamespaceMapping>> = super::bounded(
+        "list MemberClusters",
+        Api::<MemberCluster>::all(ctx.client.clone()).list(&ListParams::default()),
+    )
+    .await?
+    .items
+    .into_iter()
+    .filter_map(|m| Some((m.metadata.name?, m.spec.namespace_mappings)))
+    .collect();
+    Ok(tenancy::refusals(
+        namespace,
+        placements.iter().map(|(m, n)| (m.as_str(), n.as_str())),
+        &grants,
+    ))
+}
+
 async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     let owner = owner_key(&namespace, &name);
@@ -146,6 +180,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         .map(|s| s.name.clone())
         .collect();
     let names = members_of(&dso.spec, &registered, &connected);
+    let not_allowed = namespace_refusals(ctx, dso, &namespace, &names).await?;
     let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos());
     let facts: Vec<_> = names
         .iter()
@@ -170,6 +205,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         generation: dso.metadata.generation,
         selector: &selector,
         settings: validated.as_ref().map_err(String::as_str),
+        not_allowed: &not_allowed,
         total: dso.spec.total_target_replicas,
         keda_unavailable: keda_unavailable.as_deref(),
         errors: &errors,

@@ -1,6 +1,6 @@
-//! `MemberCluster` objects: one per member that connects (created when missing), whose status
-//! shows what the hub knows of its agent session: state, versions, last heartbeat,
-//! certificate expiry and capacity.
+//! `MemberCluster` status: what the hub knows of each registered member's agent session:
+//! state, versions, last heartbeat, certificate expiry and capacity. MemberClusters are
+//! created by enrollment (`kubectl kedge mc setup-member`) or by hand, never by the hub.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,18 +12,18 @@ use kedge_core::crd::conditions::{
     CONDITION_READY, STATE_PENDING, STATE_READY, STATE_UNREACHABLE, condition,
 };
 use kedge_core::crd::member::MemberCapacity;
-use kedge_core::crd::{GROUP, MemberCluster, MemberClusterSpec, MemberClusterStatus, VERSION};
+use kedge_core::crd::{GROUP, MemberCluster, MemberClusterStatus, VERSION};
 use kedge_core::time::from_unix_ms;
 use kedge_protocol::ClusterCapacity;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
 
 use super::{Context, FIELD_MANAGER, bounded};
+use crate::Result;
 use crate::fleet::MemberSnapshot;
 use crate::registry::SessionState;
-use crate::{Error, Result};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "membercluster";
@@ -94,6 +94,7 @@ pub fn status(
         ),
         agent_version: Some(session.agent_version.clone()),
         kubernetes_version: Some(session.kubernetes_version.clone()),
+        address: Some(session.remote_addr.clone()),
         last_heartbeat_time: Some(from_unix_ms(session.last_heartbeat_unix_ms)),
         certificate_expiry: Some(from_unix_ms(
             session.cert_not_after_unix.saturating_mul(1000),
@@ -190,20 +191,12 @@ async fn sync(ctx: &Context) -> Result<()> {
         let old = registered
             .get(&snapshot.name)
             .and_then(|m| m.status.as_ref());
+        // Only members with a MemberCluster get a session (see `crate::admission`); one
+        // deleted meanwhile is not created again.
+        if !registered.contains_key(&snapshot.name) {
+            continue;
+        }
         if let Some(status) = status(snapshot, old) {
-            if !registered.contains_key(&snapshot.name) {
-                let object = MemberCluster::new(&snapshot.name, MemberClusterSpec::default());
-                match bounded(
-                    "create MemberCluster",
-                    api.create(&PostParams::default(), &object),
-                )
-                .await
-                {
-                    Ok(_) => {}
-                    Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {}
-                    Err(e) => return Err(e),
-                }
-            }
             wanted.insert(snapshot.name.clone(), status);
         }
     }
@@ -260,6 +253,7 @@ mod tests {
                 last_heartbeat_unix_ms: 5_000,
                 cert_not_after_unix: 86_400,
                 sessions: 1,
+                duplicate_from: String::new(),
             }),
             workloads: BTreeMap::new(),
             capacity: Some(ClusterCapacity {
@@ -283,6 +277,7 @@ mod tests {
         assert_eq!(s.state.as_deref(), Some(STATE_READY));
         assert_eq!(s.agent_version.as_deref(), Some("0.1.0"));
         assert_eq!(s.kubernetes_version.as_deref(), Some("v1.33.0"));
+        assert_eq!(s.address.as_deref(), Some("127.0.0.1:9"));
         assert_eq!(s.last_heartbeat_time.unwrap().0.as_second(), 5);
         assert_eq!(s.certificate_expiry.unwrap().0.as_second(), 86_400);
         let c = s.capacity.unwrap();

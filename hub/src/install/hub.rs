@@ -55,9 +55,9 @@ fn cluster_rules(install: &HubInstall) -> Vec<Value> {
             &["distributedscaledobjects/status"],
             &["patch"],
         ),
-        // Members: listed for the DSO's placement and the registry, created for a member
-        // that connects before it is registered.
-        rule("kedge.dev", &["memberclusters"], &["list", "create"]),
+        // Members: listed for a DSO's placement and watched (metadata) by admission: only
+        // members with a MemberCluster get a session. Enrollment creates them, not the hub.
+        rule("kedge.dev", &["memberclusters"], &["list", "watch"]),
         rule("kedge.dev", &["memberclusters/status"], &["patch"]),
         // The ScaledObject the hub owns per DSO (and DSJ): watched through the owner,
         // server-side applied. An apply that creates the object is authorized as `create`.
@@ -204,7 +204,7 @@ mod tests {
             ("kedge.dev", dsj, "patch", ""),
             ("kedge.dev", "distributedscaledjobs/status", "patch", ""),
             ("kedge.dev", "memberclusters", "list", ""),
-            ("kedge.dev", "memberclusters", "create", ""),
+            ("kedge.dev", "memberclusters", "watch", ""),
             ("kedge.dev", "memberclusters/status", "patch", ""),
             ("keda.sh", "scaledobjects", "list", ""),
             ("keda.sh", "scaledobjects", "watch", ""),

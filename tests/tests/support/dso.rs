@@ -35,6 +35,13 @@ impl Fleet {
         self.dir.join(format!("{cluster}.kubeconfig"))
     }
 
+    /// Creates the `MemberCluster` of `member` in the hub cluster.
+    pub async fn register(&self, member: &str) {
+        let path = self.dir.join(format!("mc-{member}.yaml"));
+        std::fs::write(&path, member_cluster_yaml(member)).unwrap();
+        self.kubectl(&["apply", "-f", path.to_str().unwrap()]).await;
+    }
+
     pub fn start_hub(&self, log: &str) -> Proc {
         self.start_hub_at(self.ports, log)
     }
@@ -333,7 +340,18 @@ pub async fn start_with(
     fleet
         .kubectl(&["create", "namespace", "kedge-system"])
         .await;
+    // Only members with a MemberCluster get a session.
+    for member in members {
+        fleet.register(member).await;
+    }
     (dir, fleet)
+}
+
+/// A `MemberCluster` named `member`, as enrollment creates it.
+pub fn member_cluster_yaml(member: &str) -> String {
+    format!(
+        "apiVersion: kedge.dev/v1alpha1\nkind: MemberCluster\nmetadata:\n  name: {member}\nspec: {{}}\n"
+    )
 }
 
 /// The condition `type_` of a status.

@@ -1,0 +1,271 @@
+//! Which members may hold a session: exactly those with a `MemberCluster` that is not being
+//! deleted, and — for a certificate issued by enrollment — only for the `MemberCluster`
+//! object it was enrolled for. A `MemberCluster` is the only way a member comes to exist;
+//! deleting it revokes the member: the hub refuses its certificate and ends its live
+//! session (see [`revoke_live`]).
+//!
+//! A hub without a hub cluster (`--controllers false`: sessions only, for tests and
+//! benchmarks) admits every certificate its CA signed, as before.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kedge_core::crd::MemberCluster;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_stream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::registry::SessionRegistry;
+
+/// Audit log target of security events (enroll, renew, refuse, revoke).
+pub const AUDIT: &str = "kedge::audit";
+
+/// One `MemberCluster` as admission sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrollment {
+    /// Its `metadata.uid`.
+    pub uid: String,
+    /// It has a `deletionTimestamp`.
+    pub deleting: bool,
+}
+
+/// The members the hub admits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enrolled {
+    /// No hub cluster: every certificate the CA signed.
+    Anyone,
+    /// The `MemberCluster` list has not been read yet.
+    NotRead,
+    /// These members, by name.
+    Members(BTreeMap<String, Enrollment>),
+}
+
+/// What admission says of one certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Open or keep the session.
+    Admit,
+    /// Not yet known; the agent should retry.
+    NotYet(String),
+    /// Refused, with a short label (metrics, audit) and what to do about it.
+    Refuse {
+        /// `not_enrolled`, `deleting` or `earlier_enrollment`.
+        label: &'static str,
+        /// A message for the agent's log and the hub's.
+        message: String,
+    },
+}
+
+/// Decides whether `member`, presenting a certificate bound to `cert_uid` (see
+/// [`kedge_net::identity::PeerIdentity::enrollment_uid`]), may hold a session.
+pub fn verdict(enrolled: &Enrolled, member: &str, cert_uid: Option<&str>) -> Verdict {
+    let members = match enrolled {
+        Enrolled::Anyone => return Verdict::Admit,
+        Enrolled::NotRead => {
+            return Verdict::NotYet(
+                "the hub has not read its MemberClusters yet; retrying".to_owned(),
+            );
+        }
+        Enrolled::Members(members) => members,
+    };
+    match members.get(member) {
+        None => Verdict::Refuse {
+            label: "not_enrolled",
+            message: format!(
+                "no MemberCluster {member:?} on the hub: the member is not enrolled or was \
+                 deleted; enroll it with `kubectl kedge mc setup-member {member}`"
+            ),
+        },
+        Some(e) if e.deleting => Verdict::Refuse {
+            label: "deleting",
+            message: format!("MemberCluster {member:?} is being deleted; the member is revoked"),
+        },
+        Some(e) if cert_uid.is_some_and(|uid| uid != e.uid) => Verdict::Refuse {
+            label: "earlier_enrollment",
+            message: format!(
+                "the certificate of {member:?} was issued for an earlier enrollment \
+                 (MemberCluster uid {}), not the current one; re-enroll the member with \
+                 `kubectl kedge mc setup-member {member}`",
+                cert_uid.unwrap_or_default()
+            ),
+        },
+        Some(_) => Verdict::Admit,
+    }
+}
+
+/// The admission state shared by the QUIC server (new sessions) and [`revoke_live`].
+#[derive(Debug)]
+pub struct Admission {
+    tx: watch::Sender<Enrolled>,
+}
+
+impl Admission {
+    /// Admission starting at `initial` ([`Enrolled::Anyone`] for a hub without a hub
+    /// cluster, [`Enrolled::NotRead`] otherwise).
+    pub fn new(initial: Enrolled) -> Self {
+        Self {
+            tx: watch::Sender::new(initial),
+        }
+    }
+
+    /// The verdict on `member` with a certificate bound to `cert_uid`.
+    pub fn verdict(&self, member: &str, cert_uid: Option<&str>) -> Verdict {
+        verdict(&self.tx.borrow(), member, cert_uid)
+    }
+
+    /// Replaces what is enrolled; wakes [`revoke_live`] when it changed.
+    pub fn set(&self, enrolled: Enrolled) {
+        self.tx.send_if_modified(|current| {
+            let changed = *current != enrolled;
+            *current = enrolled;
+            changed
+        });
+    }
+
+    /// Changes of what is enrolled.
+    pub fn subscribe(&self) -> watch::Receiver<Enrolled> {
+        self.tx.subscribe()
+    }
+}
+
+/// Keeps `admission` in step with the hub cluster's `MemberCluster`s (metadata only) until
+/// `shutdown`. A watch error keeps the last known list (a hub cluster hiccup revokes no one);
+/// the watcher retries with backoff.
+pub async fn watch_members(
+    api: Api<PartialObjectMeta<MemberCluster>>,
+    admission: Arc<Admission>,
+    shutdown: CancellationToken,
+) {
+    let mut known: BTreeMap<String, Enrollment> = BTreeMap::new();
+    let mut listing: BTreeMap<String, Enrollment> = BTreeMap::new();
+    let enrollment = |meta: &kube::core::ObjectMeta| -> Option<(String, Enrollment)> {
+        Some((
+            meta.name.clone()?,
+            Enrollment {
+                uid: meta.uid.clone().unwrap_or_default(),
+                deleting: meta.deletion_timestamp.is_some(),
+            },
+        ))
+    };
+    let stream = watch_stream(api, watcher::Config::default()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        let event = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            event = stream.next() => event,
+        };
+        // Mid-list, the list is not complete; after an error, nothing changed.
+        let publish = !matches!(
+            event,
+            Some(Ok(Event::Init | Event::InitApply(_))) | Some(Err(_))
+        );
+        match event {
+            None => return,
+            Some(Err(error)) => {
+                warn!(%error, "watching MemberClusters failed; admission keeps the last list");
+            }
+            Some(Ok(Event::Init)) => listing.clear(),
+            Some(Ok(Event::InitApply(object))) => listing.extend(enrollment(&object.metadata)),
+            Some(Ok(Event::InitDone)) => known = std::mem::take(&mut listing),
+            Some(Ok(Event::Apply(object))) => known.extend(enrollment(&object.metadata)),
+            Some(Ok(Event::Delete(object))) => {
+                if let Some(name) = &object.metadata.name {
+                    known.remove(name);
+                }
+            }
+        }
+        if publish {
+            admission.set(Enrolled::Members(known.clone()));
+        }
+    }
+}
+
+/// Ends every live session admission no longer admits, each time what is enrolled changes,
+/// until `shutdown`: deleting a `MemberCluster` drops its agent within a second.
+pub async fn revoke_live(
+    admission: Arc<Admission>,
+    registry: Arc<SessionRegistry>,
+    shutdown: CancellationToken,
+) {
+    let mut changes = admission.subscribe();
+    loop {
+        for (member, cert_uid) in registry.live_members() {
+            if let Verdict::Refuse { label, message } =
+                admission.verdict(&member, cert_uid.as_deref())
+                && registry.revoke(&member, &message)
+            {
+                warn!(target: AUDIT, member, reason = label, %message, "live session revoked");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = changes.changed() => if changed.is_err() { return },
+        }
+        // A burst of changes (a list) is handled once.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        changes.borrow_and_update();
+        info!("MemberClusters changed; checking live sessions");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(entries: &[(&str, &str, bool)]) -> Enrolled {
+        Enrolled::Members(
+            entries
+                .iter()
+                .map(|(name, uid, deleting)| {
+                    (
+                        (*name).to_owned(),
+                        Enrollment {
+                            uid: (*uid).to_owned(),
+                            deleting: *deleting,
+                        },
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn label(v: Verdict) -> &'static str {
+        match v {
+            Verdict::Admit => "admit",
+            Verdict::NotYet(_) => "not_yet",
+            Verdict::Refuse { label, .. } => label,
+        }
+    }
+
+    #[test]
+    fn only_enrolled_members_of_the_current_enrollment_are_admitted() {
+        let enrolled = members(&[("m1", "u1", false), ("m2", "u2", true)]);
+        assert_eq!(label(verdict(&enrolled, "m1", None)), "admit");
+        assert_eq!(label(verdict(&enrolled, "m1", Some("u1"))), "admit");
+        assert_eq!(
+            label(verdict(&enrolled, "m1", Some("u0"))),
+            "earlier_enrollment"
+        );
+        assert_eq!(label(verdict(&enrolled, "m2", Some("u2"))), "deleting");
+        assert_eq!(label(verdict(&enrolled, "m3", None)), "not_enrolled");
+        assert_eq!(label(verdict(&Enrolled::NotRead, "m1", None)), "not_yet");
+        assert_eq!(label(verdict(&Enrolled::Anyone, "m3", Some("x"))), "admit");
+    }
+
+    #[test]
+    fn refusals_say_what_to_do() {
+        let Verdict::Refuse { message, .. } = verdict(&members(&[]), "edge-7", None) else {
+            panic!("admitted");
+        };
+        assert!(
+            message.contains("kubectl kedge mc setup-member edge-7"),
+            "{message}"
+        );
+    }
+}
