@@ -15,7 +15,7 @@ port=$(python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DG
 "$B/kedge-hub" --listen "127.0.0.1:$port" --ops-listen 127.0.0.1:0 \
   --tls-cert "$dir/hub.pem" --tls-key "$dir/hub-key.pem" --tls-ca "$dir/ca.pem" 2>/dev/null & hub=$!
 sleep 0.5
-"$B/kedge-agent" --hub "127.0.0.1:$port" --hub-server-name localhost --ops-listen 127.0.0.1:0 --kubeconfig "$dir/footprint.kubeconfig" \
+"$B/kedge-agent" --hub "127.0.0.1:$port" --hub-server-name localhost --ops-listen 127.0.0.1:0 --kubeconfig "$dir/footprint.kubeconfig" --namespaces default \
   --tls-cert "$dir/member-footprint.pem" --tls-key "$dir/member-footprint-key.pem" --tls-ca "$dir/ca.pem" 2>/dev/null & agent=$!
 settle=${SETTLE_SECONDS:-20}
 sleep "$settle"

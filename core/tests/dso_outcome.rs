@@ -184,6 +184,7 @@ fn refused_past_grace_is_held_not_zeroed() {
         FailureCode::Forbidden,
         FailureCode::Invalid,
         FailureCode::NamespaceNotAllowed,
+        FailureCode::KindNotAllowed,
     ] {
         let mut a = ready("a", 4);
         a.command_failure = Some(failure(code, Retry::Permanent));

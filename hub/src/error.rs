@@ -58,6 +58,10 @@ pub enum Error {
     /// was meant to run; it exits so that it is restarted instead of reconciling nothing.
     #[error("{0}; the hub exits so that it is restarted")]
     TaskEnded(String),
+    /// An agent install was asked for with input that would render invalid or useless
+    /// objects; every problem is listed.
+    #[error("invalid agent install: {}", .0.join("; "))]
+    InvalidInstall(Vec<String>),
 }
 
 impl Error {
@@ -79,6 +83,7 @@ impl Error {
             Error::OpsToken { .. } => "ops_token",
             Error::LeaseLost(_) => "lease_lost",
             Error::TaskEnded(_) => "task_ended",
+            Error::InvalidInstall(_) => "invalid_install",
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod controller;
 mod error;
 pub mod fleet;
+pub mod install;
 pub mod lease;
 pub mod metrics;
 pub mod ops_access;

@@ -4,14 +4,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
 use kedge_net::telemetry::LogFormat;
+
+use crate::policy::{DEFAULT_KINDS, KindPolicy, NamespacePolicy, Policy, WorkloadKind};
 
 /// The kedge member agent: dials out to the hub over QUIC with mutual TLS, applies what the hub
 /// decides in this cluster and reports back. The member name is the Common Name of its
 /// client certificate.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "kedge-agent", version)]
+#[command(group(clap::ArgGroup::new("scope").required(true).args(["namespaces", "all_namespaces"])))]
 pub struct AgentArgs {
     /// The hub's QUIC address, HOST:PORT; several, comma-separated, for hubs in high
     /// availability: the agent dials them round robin until the active one accepts.
@@ -32,9 +35,18 @@ pub struct AgentArgs {
     /// TCP address of the ops endpoint (/metrics, /healthz, /readyz).
     #[arg(long, env = "KEDGE_AGENT_OPS_LISTEN", default_value = "0.0.0.0:8081")]
     pub ops_listen: SocketAddr,
-    /// Namespaces the agent may act in (comma-separated); empty means all.
+    /// Namespaces the agent may act in (comma-separated); commands for any other namespace
+    /// are refused. Required unless --all-namespaces.
     #[arg(long, env = "KEDGE_AGENT_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
+    /// Let the agent act in every namespace (not recommended: its RBAC must then be
+    /// cluster-wide, and a compromised hub reaches every namespace).
+    #[arg(long, env = "KEDGE_AGENT_ALL_NAMESPACES", action = ArgAction::SetTrue, conflicts_with = "namespaces")]
+    pub all_namespaces: bool,
+    /// Workload kinds the agent may scale, comma-separated `group/version/Kind` (`v1/Kind`
+    /// for the core group); commands for any other kind are refused.
+    #[arg(long, env = "KEDGE_AGENT_KINDS", value_delimiter = ',', default_value = DEFAULT_KINDS)]
+    pub kinds: Vec<WorkloadKind>,
     /// First reconnect delay; doubles (with jitter) up to --reconnect-max.
     #[arg(long, env = "KEDGE_AGENT_RECONNECT_INITIAL", default_value = "500ms", value_parser = duration_within(RECONNECT_INITIAL))]
     pub reconnect_initial: Duration,
@@ -103,7 +115,28 @@ impl AgentArgs {
                 "--hub needs at least one HOST:PORT",
             ));
         }
+        if !self.all_namespaces && NamespacePolicy::only(&self.namespaces).is_none() {
+            return Err(<Self as clap::CommandFactory>::command().error(
+                clap::error::ErrorKind::InvalidValue,
+                "--namespaces needs at least one namespace (or --all-namespaces, not recommended)",
+            ));
+        }
         Ok(self)
+    }
+
+    /// What the agent may touch: the namespaces and kinds it was given.
+    pub fn policy(&self) -> Policy {
+        let namespaces = if self.all_namespaces {
+            NamespacePolicy::All
+        } else {
+            // `checked` refused an empty list; should one get here, it allows nothing.
+            NamespacePolicy::only(&self.namespaces)
+                .unwrap_or_else(|| NamespacePolicy::Only(Vec::new()))
+        };
+        Policy {
+            namespaces,
+            kinds: KindPolicy::new(&self.kinds),
+        }
     }
 
     /// The hub addresses, in order, without blanks.
@@ -133,13 +166,87 @@ impl AgentArgs {
 mod tests {
     use super::*;
 
-    /// The command line with TLS flags and `flags`, checked as at startup.
+    /// The command line with TLS flags, `--namespaces apps` unless `flags` set the scope,
+    /// and `flags`, checked as at startup.
     fn with(flags: &[&str]) -> Result<AgentArgs, clap::Error> {
+        let scoped = flags
+            .iter()
+            .any(|f| *f == "--namespaces" || *f == "--all-namespaces");
+        let scope: &[&str] = if scoped {
+            &[]
+        } else {
+            &["--namespaces", "apps"]
+        };
+        without_scope(&[scope, flags].concat())
+    }
+
+    /// The command line with TLS flags and `flags` only.
+    fn without_scope(flags: &[&str]) -> Result<AgentArgs, clap::Error> {
         let tls = ["--tls-cert", "c", "--tls-key", "k", "--tls-ca", "ca"];
         let all = std::iter::once("kedge-agent")
             .chain(tls)
             .chain(flags.iter().copied());
         AgentArgs::try_parse_from(all).and_then(AgentArgs::checked)
+    }
+
+    #[test]
+    fn the_agent_acts_only_where_it_was_told() {
+        // Neither --namespaces nor --all-namespaces: a usage error naming both.
+        let error = without_scope(&["--hub", "hub:7443"]).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("--namespaces") && text.contains("--all-namespaces"),
+            "{text}"
+        );
+        let error = without_scope(&["--hub", "h:1", "--namespaces", " , "])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--namespaces needs at least one"), "{error}");
+        let error =
+            without_scope(&["--hub", "h:1", "--namespaces", "a", "--all-namespaces"]).unwrap_err();
+        assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);
+
+        let policy = without_scope(&["--hub", "h:1", "--namespaces", "b,a"])
+            .unwrap()
+            .policy();
+        assert_eq!(
+            policy.namespaces,
+            NamespacePolicy::Only(vec!["a".into(), "b".into()])
+        );
+        let policy = without_scope(&["--hub", "h:1", "--all-namespaces"])
+            .unwrap()
+            .policy();
+        assert_eq!(policy.namespaces, NamespacePolicy::All);
+    }
+
+    #[test]
+    fn kinds_default_to_deployments_and_statefulsets() {
+        let kinds = |flags: &[&str]| -> Vec<String> {
+            with(&[&["--hub", "h:1"][..], flags].concat())
+                .unwrap()
+                .policy()
+                .kinds
+                .kinds()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(kinds(&[]), ["apps/v1/Deployment", "apps/v1/StatefulSet"]);
+        assert_eq!(
+            kinds(&["--kinds", "apps/v1/Deployment,v1/ReplicationController"]),
+            ["apps/v1/Deployment", "v1/ReplicationController"]
+        );
+        let error = with(&["--hub", "h:1", "--kinds", "Deployment"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("--kinds") && error.contains("group/version/Kind"),
+            "{error}"
+        );
     }
 
     fn args(hub: &str) -> AgentArgs {

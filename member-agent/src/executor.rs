@@ -1,7 +1,8 @@
 //! Applies the hub's desired state through the member's own API server: replica counts via
-//! the `/scale` subresource of any kind that has one, Jobs by deterministic name. Refuses
-//! anything outside the namespaces the agent was configured to manage, so that a compromised
-//! hub cannot take over a member.
+//! the `/scale` subresource of the allowed kinds, Jobs by deterministic name. Refuses
+//! anything outside the namespaces and kinds the agent was configured with ([`Policy`]), any
+//! Job kedge did not create and any Job manifest that is not a `batch/v1` Job, so that a
+//! compromised hub cannot take over a member.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,48 +23,10 @@ use tokio::sync::Mutex;
 use tracing::{info, warn};
 
 use crate::jobs::JobOwner;
+use crate::policy::Policy;
 
 /// Field manager of every write the agent makes.
 pub const FIELD_MANAGER: &str = "kedge-agent";
-
-/// Namespaces the agent may act in; empty means every namespace.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NamespacePolicy {
-    allowed: Vec<String>,
-}
-
-impl NamespacePolicy {
-    /// A policy allowing exactly `allowed` (blank entries ignored); empty allows all.
-    pub fn new(allowed: &[String]) -> Self {
-        let allowed = allowed
-            .iter()
-            .map(|n| n.trim().to_owned())
-            .filter(|n| !n.is_empty())
-            .collect();
-        Self { allowed }
-    }
-
-    /// The allowed namespaces; empty when every namespace is.
-    pub fn namespaces(&self) -> &[String] {
-        &self.allowed
-    }
-
-    /// Refuses a namespace outside the policy with a permanent, readable failure.
-    pub fn check(&self, namespace: &str) -> Result<(), Failure> {
-        if self.allowed.is_empty() || self.allowed.iter().any(|n| n == namespace) {
-            return Ok(());
-        }
-        Err(Failure {
-            retry: Retry::Permanent,
-            code: FailureCode::NamespaceNotAllowed,
-            message: format!(
-                "namespace {namespace:?} is not managed by this agent (allowed: {}); \
-                 add it to the agent's --namespaces to let kedge act there",
-                self.allowed.join(", ")
-            ),
-        })
-    }
-}
 
 /// Classifies a Kubernetes API error as transient or permanent.
 pub fn classify(error: &kube::Error, what: &str) -> Failure {
@@ -100,6 +63,45 @@ fn invalid(message: String) -> Failure {
     }
 }
 
+/// Whether a failure is the agent's own refusal (policy or ownership), not an API error.
+fn refused(failure: &Failure) -> bool {
+    matches!(
+        failure.code,
+        FailureCode::NamespaceNotAllowed | FailureCode::KindNotAllowed | FailureCode::NotOwned
+    )
+}
+
+/// Decodes a JobCreate's manifest, refusing anything but a `batch/v1` Job: an `apiVersion`
+/// or `kind` other than those (when given) is `KindNotAllowed`, so a compromised hub cannot
+/// smuggle another kind through the Job path; JSON that does not decode as a Job is
+/// `Invalid`.
+fn job_manifest(name: &str, manifest_json: &[u8]) -> Result<Job, Failure> {
+    let value: serde_json::Value = serde_json::from_slice(manifest_json)
+        .map_err(|e| invalid(format!("Job {name} manifest is not JSON: {e}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(invalid(format!("Job {name} manifest is not a JSON object")));
+    };
+    let field = |key: &str| {
+        object
+            .get(key)
+            .map(|v| v.as_str().unwrap_or("(not a string)"))
+    };
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    if api_version.is_some_and(|v| v != "batch/v1") || kind.is_some_and(|k| k != "Job") {
+        return Err(Failure {
+            retry: Retry::Permanent,
+            code: FailureCode::KindNotAllowed,
+            message: format!(
+                "Job {name} manifest is a {}/{}, not a batch/v1 Job; the agent creates only Jobs",
+                api_version.unwrap_or("batch/v1"),
+                kind.unwrap_or("Job")
+            ),
+        });
+    }
+    serde_json::from_value(value)
+        .map_err(|e| invalid(format!("Job {name} manifest is not a batch/v1 Job: {e}")))
+}
+
 /// Splits `group/version` (or `version` for the core group).
 fn group_version(api_version: &str) -> (&str, &str) {
     api_version.split_once('/').unwrap_or(("", api_version))
@@ -108,7 +110,7 @@ fn group_version(api_version: &str) -> (&str, &str) {
 /// Applies desired state in one member cluster.
 pub struct Executor {
     client: Client,
-    policy: NamespacePolicy,
+    policy: Policy,
     kinds: Mutex<HashMap<(String, String), ApiResource>>,
     last_applied: AtomicU64,
 }
@@ -123,7 +125,7 @@ impl std::fmt::Debug for Executor {
 
 impl Executor {
     /// An executor acting through `client` within `policy`.
-    pub fn new(client: Client, policy: NamespacePolicy) -> Self {
+    pub fn new(client: Client, policy: Policy) -> Self {
         Self {
             client,
             policy,
@@ -137,8 +139,8 @@ impl Executor {
         self.last_applied.load(Ordering::Acquire)
     }
 
-    /// The namespace policy.
-    pub fn policy(&self) -> &NamespacePolicy {
+    /// What the agent may touch.
+    pub fn policy(&self) -> &Policy {
         &self.policy
     }
 
@@ -172,9 +174,16 @@ impl Executor {
             });
         }
         for result in &results {
-            if let Some(failure) = &result.failure {
-                warn!(target = ?result.target, code = ?failure.code, retry = ?failure.retry,
-                    message = %failure.message, "command failed");
+            match &result.failure {
+                Some(failure) if refused(failure) => {
+                    warn!(target = ?result.target, code = ?failure.code,
+                        reason = %failure.message, "command refused by the agent's policy");
+                }
+                Some(failure) => {
+                    warn!(target = ?result.target, code = ?failure.code, retry = ?failure.retry,
+                        message = %failure.message, "command failed");
+                }
+                None => {}
             }
         }
         self.last_applied
@@ -185,12 +194,14 @@ impl Executor {
         }
     }
 
-    /// The dynamic API of a workload's kind, after checking it has a `/scale` subresource.
+    /// The dynamic API of a workload's kind, after checking the policy allows the workload's
+    /// namespace and kind, and that the kind has a `/scale` subresource.
     pub async fn workload_api(
         &self,
         workload: &WorkloadRef,
     ) -> Result<Api<DynamicObject>, Failure> {
-        self.policy.check(&workload.namespace)?;
+        self.policy
+            .check_workload(&workload.namespace, &workload.api_version, &workload.kind)?;
         let key = (workload.api_version.clone(), workload.kind.clone());
         let mut kinds = self.kinds.lock().await;
         let resource = match kinds.get(&key) {
@@ -277,16 +288,11 @@ impl Executor {
 
     /// Creates a Job stamped with kedge's ownership label and annotation. A Job of that name
     /// that already exists is fine when it is this owner's (a re-sent create), and refused
-    /// as `NotOwned` otherwise.
+    /// as `NotOwned` otherwise: it is neither adopted nor changed.
     async fn create_job(&self, command: &JobCreate) -> Result<(), Failure> {
-        self.policy.check(&command.namespace)?;
+        self.policy.namespaces.check(&command.namespace)?;
         let owner = JobOwner::parse(&command.owner)?;
-        let mut job: Job = serde_json::from_slice(&command.manifest_json).map_err(|e| {
-            invalid(format!(
-                "Job {} manifest is not a batch/v1 Job: {e}",
-                command.name
-            ))
-        })?;
+        let mut job = job_manifest(&command.name, &command.manifest_json)?;
         if job
             .metadata
             .name
@@ -347,7 +353,7 @@ impl Executor {
     /// deleted, a Job without the ownership label or with another owner is refused as
     /// `NotOwned` and left alone.
     async fn delete_job(&self, command: &JobDelete) -> Result<(), Failure> {
-        self.policy.check(&command.namespace)?;
+        self.policy.namespaces.check(&command.namespace)?;
         let owner = JobOwner::parse(&command.owner)?;
         let api: Api<Job> = Api::namespaced(self.client.clone(), &command.namespace);
         let what = format!("deleting Job {}/{}", command.namespace, command.name);
@@ -387,20 +393,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn namespaces_outside_the_policy_are_refused_permanently() {
-        let policy = NamespacePolicy::new(&["apps".into(), " ".into()]);
-        assert!(policy.check("apps").is_ok());
-        let refused = policy.check("kube-system").unwrap_err();
-        assert_eq!(
-            (refused.retry, refused.code),
-            (Retry::Permanent, FailureCode::NamespaceNotAllowed)
-        );
-        assert!(
-            refused.message.contains("--namespaces"),
-            "{}",
-            refused.message
-        );
-        assert!(NamespacePolicy::new(&[]).check("anything").is_ok());
+    fn job_manifests_must_be_batch_v1_jobs() {
+        let manifest = |v: serde_json::Value| serde_json::to_vec(&v).unwrap();
+        let spec = json!({"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}});
+        for ok in [
+            json!({"spec": spec}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "spec": spec}),
+        ] {
+            assert!(job_manifest("j", &manifest(ok.clone())).is_ok(), "{ok}");
+        }
+        for (bad, code, says) in [
+            (
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": spec}),
+                FailureCode::KindNotAllowed,
+                "is a apps/v1/Deployment, not a batch/v1 Job",
+            ),
+            (
+                json!({"kind": "Pod", "spec": spec}),
+                FailureCode::KindNotAllowed,
+                "is a batch/v1/Pod",
+            ),
+            (
+                json!({"apiVersion": "batch/v2", "kind": "Job"}),
+                FailureCode::KindNotAllowed,
+                "not a batch/v1 Job",
+            ),
+            (
+                json!({"apiVersion": 1, "kind": "Job"}),
+                FailureCode::KindNotAllowed,
+                "(not a string)",
+            ),
+            (json!([1, 2]), FailureCode::Invalid, "not a JSON object"),
+            (
+                json!({"spec": {"template": 3}}),
+                FailureCode::Invalid,
+                "not a batch/v1 Job",
+            ),
+        ] {
+            let failure = job_manifest("j", &manifest(bad.clone())).unwrap_err();
+            assert_eq!(
+                (failure.retry, failure.code),
+                (Retry::Permanent, code),
+                "{bad}"
+            );
+            assert!(failure.message.contains(says), "{bad}: {}", failure.message);
+        }
+        let failure = job_manifest("j", b"{not json").unwrap_err();
+        assert_eq!(failure.code, FailureCode::Invalid);
     }
 
     #[test]

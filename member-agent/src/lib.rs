@@ -13,6 +13,7 @@ mod link;
 pub mod lite;
 pub mod metrics;
 pub mod observe;
+pub mod policy;
 pub mod report;
 mod rotation;
 mod session;
@@ -30,8 +31,9 @@ use tracing::{info, warn};
 pub use error::{Error, Result};
 
 use crate::config::AgentArgs;
-use crate::executor::{Executor, NamespacePolicy};
+use crate::executor::Executor;
 use crate::metrics::AgentMetrics;
+use crate::policy::NamespacePolicy;
 use crate::rotation::{Attempt, Pause, Rotation};
 use crate::session::{Dial, SessionEnd, SessionParams};
 use kedge_net::supervise::Supervisor;
@@ -59,10 +61,26 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let client = kedge_net::kube_client::client(args.kubeconfig.as_deref())
         .await
         .map_err(|e| Error::Kube(e.to_string()))?;
-    let executor = Arc::new(Executor::new(
-        client,
-        NamespacePolicy::new(&args.namespaces),
-    ));
+    let policy = args.policy();
+    if policy.namespaces == NamespacePolicy::All {
+        warn!(
+            "--all-namespaces: this agent acts in every namespace the hub names; \
+            prefer --namespaces with RBAC limited to them"
+        );
+    }
+    let kinds: Vec<String> = policy
+        .kinds
+        .kinds()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let namespaces = policy
+        .namespaces
+        .namespaces()
+        .map_or_else(|| "all".to_owned(), |n| n.join(","));
+    info!(%namespaces, kinds = %kinds.join(","),
+        "policy: commands outside these namespaces and kinds are refused");
+    let executor = Arc::new(Executor::new(client, policy.clone()));
     let mut link = link::start(
         executor.clone(),
         args.report_interval,
@@ -78,7 +96,12 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         return Err(Error::NoHub);
     }
     let params = SessionParams {
-        namespaces: args.namespaces.clone(),
+        // The hub reads an empty list as every namespace.
+        namespaces: policy
+            .namespaces
+            .namespaces()
+            .map(<[String]>::to_vec)
+            .unwrap_or_default(),
         heartbeat_tolerance: args.heartbeat_tolerance,
         metrics: metrics.clone(),
         readiness: readiness.clone(),

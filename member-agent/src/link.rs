@@ -85,7 +85,7 @@ pub(crate) fn start(
     let full_report = Arc::new(AtomicBool::new(true));
     let report_now = Arc::new(Notify::new());
     let online = Arc::new(AtomicBool::new(false));
-    let scopes = job_watch::scopes(executor.policy().namespaces());
+    let scopes = job_watch::scopes(&executor.policy().namespaces);
     let jobs = job_watch::index_for(&scopes);
     for scope in scopes {
         supervisor.spawn(

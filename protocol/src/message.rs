@@ -210,6 +210,10 @@ pub enum FailureCode {
     NotOwned,
     /// Any other failure.
     Other,
+    /// The agent is not configured to manage the target's kind (its `--kinds`), or a Job
+    /// command's manifest is not a `batch/v1` Job. Last, because postcard encodes a
+    /// variant by its index.
+    KindNotAllowed,
 }
 
 /// A typed command failure.

@@ -19,7 +19,7 @@ fn workload_ref() -> impl Strategy<Value = WorkloadRef> {
 }
 
 fn failure() -> impl Strategy<Value = Option<Failure>> {
-    proptest::option::of((any::<bool>(), 0u8..7, ".{0,40}").prop_map(
+    proptest::option::of((any::<bool>(), 0u8..9, ".{0,40}").prop_map(
         |(transient, code, message)| Failure {
             retry: if transient {
                 Retry::Transient
@@ -33,7 +33,9 @@ fn failure() -> impl Strategy<Value = Option<Failure>> {
                 FailureCode::Invalid,
                 FailureCode::ApiUnavailable,
                 FailureCode::Conflict,
+                FailureCode::NotOwned,
                 FailureCode::Other,
+                FailureCode::KindNotAllowed,
             ][code as usize],
             message,
         },

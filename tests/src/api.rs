@@ -847,6 +847,18 @@ fn patch(
             if sub.is_some() {
                 return Err(Error::not_found(&t.def.group, &t.def.plural, name));
             }
+            // An apply that creates the object needs `create` as well as `patch`, as in
+            // kube-apiserver: `patch` alone must not bring objects into existence.
+            if let Some(user) = &r.user {
+                let attrs = crate::rbac::RequestAttributes::resource(
+                    "create",
+                    &t.def.group,
+                    &t.def.plural,
+                    &ns,
+                )
+                .named(name);
+                crate::auth::check(store, user, &attrs)?;
+            }
             let mut obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
             meta_mut(&mut obj).insert("name".into(), json!(name));
             let out = store.create(&t.def, &ns, obj, now)?;

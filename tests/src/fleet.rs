@@ -38,12 +38,15 @@ pub struct FleetConfig {
     pub heartbeat: String,
     /// Settings of every simulated cluster.
     pub sim: SimConfig,
+    /// The namespaces every agent may act in (its `--namespaces`): agents deny by default.
+    pub agent_namespaces: Vec<String>,
     /// Extra flags for every agent (e.g. shorter report intervals in tests).
     pub agent_args: Vec<String>,
 }
 
 impl FleetConfig {
-    /// Defaults: `members` members, binaries next to the running executable.
+    /// Defaults: `members` members whose agents act in `default` only, binaries next to the
+    /// running executable.
     pub fn new(members: usize, dir: PathBuf) -> Result<Self> {
         let exe = std::env::current_exe()?;
         let bin_dir = exe
@@ -56,6 +59,7 @@ impl FleetConfig {
             bin_dir,
             heartbeat: "1s".into(),
             sim: SimConfig::default(),
+            agent_namespaces: vec!["default".into()],
             agent_args: Vec::new(),
         })
     }
@@ -169,6 +173,8 @@ impl Fleet {
             "200ms".into(),
             "--reconnect-max".into(),
             "2s".into(),
+            "--namespaces".into(),
+            self.config.agent_namespaces.join(","),
         ];
         let args: Vec<String> = args
             .into_iter()

@@ -38,6 +38,10 @@ struct Up {
     /// No example and no live view: print `fleet ready` and run until stopped.
     #[arg(long)]
     headless: bool,
+    /// Namespaces every agent may act in (comma-separated); agents refuse commands for any
+    /// other namespace.
+    #[arg(long, value_delimiter = ',', default_value = "default")]
+    agent_namespaces: Vec<String>,
     /// Heartbeat interval the hub asks agents for.
     #[arg(long, default_value = "1s", value_parser = heartbeat)]
     heartbeat: String,
@@ -56,6 +60,7 @@ async fn up(args: Up) -> anyhow::Result<()> {
     let mut config =
         kedge_sim::fleet::FleetConfig::new(usize::from(args.members), args.dir.clone())?;
     config.heartbeat = args.heartbeat;
+    config.agent_namespaces = args.agent_namespaces;
     let fleet = kedge_sim::fleet::Fleet::up(config).await?;
     println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
     for member in fleet.members() {

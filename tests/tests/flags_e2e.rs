@@ -35,7 +35,12 @@ fn out_of_range_flags_are_refused_at_startup() {
         [&TLS[..], extra].concat()
     }
     fn agent(extra: &[&'static str]) -> Vec<&'static str> {
-        [&["--hub", "127.0.0.1:7443"][..], &TLS[..], extra].concat()
+        [
+            &["--hub", "127.0.0.1:7443", "--all-namespaces"][..],
+            &TLS[..],
+            extra,
+        ]
+        .concat()
     }
     let cases: Vec<(&str, Vec<&str>, &str)> = vec![
         (
@@ -74,6 +79,11 @@ fn out_of_range_flags_are_refused_at_startup() {
             "--reconnect-max (1s) must be at least --reconnect-initial (10s)",
         ),
         (
+            "kedge-agent",
+            agent(&["--kinds", "Deployment"]),
+            "write group/version/Kind",
+        ),
+        (
             "kubectl-kedge",
             vec!["dev-certs", "--dir", "unused", "--validity", "1000000years"],
             "must be between 1h and 3650days",
@@ -106,5 +116,24 @@ fn out_of_range_flags_are_refused_at_startup() {
     assert!(
         !std::path::Path::new("unused").exists(),
         "dev-certs wrote files despite a bad flag"
+    );
+}
+
+/// The agent denies by default: without `--namespaces` or an explicit `--all-namespaces` it
+/// does not start, and an empty list is not read as "every namespace".
+#[test]
+fn an_agent_told_no_namespaces_does_not_start() {
+    let base = [&["--hub", "127.0.0.1:7443"][..], &TLS[..]].concat();
+    let (code, stderr) = run("kedge-agent", &base);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--namespaces") && stderr.contains("--all-namespaces"),
+        "{stderr}"
+    );
+    let (code, stderr) = run("kedge-agent", &[&base[..], &["--namespaces", ","]].concat());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--namespaces needs at least one namespace"),
+        "{stderr}"
     );
 }

@@ -134,3 +134,55 @@ async fn service_account_tokens_are_authorized_by_rbac() {
     );
     sim.shutdown().await;
 }
+
+/// Server-side apply is a `patch`, but an apply that creates the object is authorized as a
+/// `create` too, as kube-apiserver does: `patch` alone cannot bring objects into existence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_that_creates_needs_create() {
+    let (sim, kc): (Sim, _) = sim_support::start("rbac-apply", fast()).await;
+    let cluster = &sim.clusters()[0];
+    let manifest = kc.parent().expect("dir").join("patch-only.yaml");
+    std::fs::write(
+        &manifest,
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: patcher, namespace: default}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: patcher, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: patcher}
+subjects:
+- {kind: ServiceAccount, name: patcher, namespace: default}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: existing, namespace: default}
+data: {a: "1"}
+"#,
+    )
+    .expect("write");
+    kubectl_ok(&kc, &["apply", "-f", manifest.to_str().unwrap_or_default()]).await;
+    let token = cluster.service_account_token("default", "patcher");
+    let patcher = cluster.client_with_token(&token).await.expect("client");
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(patcher);
+    let apply = |name: &str| {
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"a": "2"}}))
+    };
+    let params = PatchParams::apply("test").force();
+    maps.patch("existing", &params, &apply("existing"))
+        .await
+        .expect("applying to an existing object is a patch");
+    let msg = expect_code(maps.patch("new", &params, &apply("new")).await, 403);
+    assert!(
+        msg.contains("cannot create resource \"configmaps\""),
+        "{msg}"
+    );
+    sim.shutdown().await;
+}

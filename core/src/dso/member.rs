@@ -281,7 +281,10 @@ fn refuses(failure: &Failure) -> bool {
     failure.retry == Retry::Permanent
         && matches!(
             failure.code,
-            FailureCode::NamespaceNotAllowed | FailureCode::Forbidden | FailureCode::Invalid
+            FailureCode::NamespaceNotAllowed
+                | FailureCode::KindNotAllowed
+                | FailureCode::Forbidden
+                | FailureCode::Invalid
         )
 }
 

@@ -410,6 +410,21 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
                 format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
             ));
         }
+        // A refused delete (the Job lost kedge's label, say) is retried, and said.
+        if let Some((name, f)) = jobs.failures.iter().find(|(n, _)| {
+            held.deletes
+                .iter()
+                .any(|d| format!("{}/{}", d.namespace, d.name) == *n)
+        }) {
+            events.push((
+                EventType::Warning,
+                "JobDeleteFailed",
+                format!(
+                    "deleting Job {name} in {member} failed ({:?}: {})",
+                    f.code, f.message
+                ),
+            ));
+        }
         for c in &held.creates {
             sent_names.insert(c.name.clone());
             views.push(JobView {

@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use super::facts::{JobFacts, JobLite, PodFacts, PodLite};
 use super::index::JobIndex;
 use crate::lite::LIST_PAGE;
+use crate::policy::NamespacePolicy;
 
 /// The index shared by the watch tasks and the report loop.
 pub type SharedIndex = Arc<Mutex<JobIndex>>;
@@ -70,11 +71,10 @@ impl Tracked for PodLite {
 }
 
 /// The namespaces to watch: each allowed one, or every namespace (`None`) when all are.
-pub fn scopes(allowed: &[String]) -> Vec<Option<String>> {
-    if allowed.is_empty() {
-        vec![None]
-    } else {
-        allowed.iter().cloned().map(Some).collect()
+pub fn scopes(policy: &NamespacePolicy) -> Vec<Option<String>> {
+    match policy.namespaces() {
+        Some(allowed) => allowed.iter().cloned().map(Some).collect(),
+        None => vec![None],
     }
 }
 

@@ -62,6 +62,8 @@ impl Fleet {
         start_hub_with(&self.pki, ports, HEARTBEAT, self.dir.join(log), &flags)
     }
 
+    /// An agent for `member` acting in `namespaces` (comma-separated), or in every
+    /// namespace (`--all-namespaces`) when `None`.
     pub fn start_agent(&self, member: &str, namespaces: Option<&str>, log: &str) -> Proc {
         self.start_agent_as(member, &self.kubeconfig(member), namespaces, log)
     }
@@ -82,12 +84,36 @@ impl Fleet {
         self.agent(member, kubeconfig, &[self.ports], namespaces, log)
     }
 
+    /// [`Fleet::start_agent`] with extra agent flags (e.g. `--kinds`).
+    pub fn start_agent_flags(
+        &self,
+        member: &str,
+        namespaces: Option<&str>,
+        extra: &[&str],
+        log: &str,
+    ) -> Proc {
+        let kubeconfig = self.kubeconfig(member);
+        self.agent_with(member, &kubeconfig, &[self.ports], namespaces, extra, log)
+    }
+
     fn agent(
         &self,
         member: &str,
         kubeconfig: &Path,
         hubs: &[HubPorts],
         namespaces: Option<&str>,
+        log: &str,
+    ) -> Proc {
+        self.agent_with(member, kubeconfig, hubs, namespaces, &[], log)
+    }
+
+    fn agent_with(
+        &self,
+        member: &str,
+        kubeconfig: &Path,
+        hubs: &[HubPorts],
+        namespaces: Option<&str>,
+        extra: &[&str],
         log: &str,
     ) -> Proc {
         let p = &self.pki;
@@ -116,10 +142,11 @@ impl Fleet {
             "--capacity-interval".into(),
             "1s".into(),
         ];
-        if let Some(ns) = namespaces {
-            args.push("--namespaces".into());
-            args.push(ns.into());
+        match namespaces {
+            Some(ns) => args.extend(["--namespaces".into(), ns.into()]),
+            None => args.push("--all-namespaces".into()),
         }
+        args.extend(extra.iter().map(|a| a.to_string()));
         Proc::spawn(&bin("kedge-agent"), &args, self.dir.join(log))
     }
 

@@ -55,9 +55,15 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(program: &Path, args: &[String], log: PathBuf) -> Proc {
+        Self::spawn_env(program, args, &[], log)
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_env(program: &Path, args: &[String], env: &[(&str, &str)], log: PathBuf) -> Proc {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .env(
                 "RUST_LOG",
                 std::env::var("KEDGE_TEST_LOG").unwrap_or_else(|_| "info,kedge_hub=debug".into()),
@@ -199,7 +205,7 @@ pub fn start_agent(pki: &Pki, member: &str, ports: HubPorts, log: PathBuf) -> Pr
     start_agent_with(pki, member, ports, log, &[])
 }
 
-/// [`start_agent`] with extra flags.
+/// [`start_agent`] with extra flags; `--all-namespaces` unless they name `--namespaces`.
 pub fn start_agent_with(
     pki: &Pki,
     member: &str,
@@ -230,6 +236,9 @@ pub fn start_agent_with(
         "--reconnect-max".into(),
         "1s".into(),
     ];
+    if !extra.contains(&"--namespaces") {
+        args.push("--all-namespaces".into());
+    }
     args.extend(extra.iter().map(|a| a.to_string()));
     Proc::spawn(&bin("kedge-agent"), &args, log)
 }

@@ -1,0 +1,271 @@
+//! The hub's RBAC in the management cluster: exactly the API calls the hub makes, each rule
+//! with the call it serves. The hub reads and writes kedge's own resources, the KEDA
+//! ScaledObjects it owns, Events and its Lease; it reads no Secrets of users, no pods and no
+//! workloads (those live in the members, where only agents act).
+
+use serde_json::{Value, json};
+
+/// The hub's ServiceAccount, ClusterRole and binding.
+pub const HUB: &str = "kedge-hub";
+/// The Role (and binding) for the hub's Lease.
+pub const LEASE_ROLE: &str = "kedge-hub-lease";
+
+/// What the hub's RBAC depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubInstall {
+    /// The namespace the hub runs in: its ServiceAccount and Lease live there.
+    pub namespace: String,
+    /// The Lease that elects the active hub (`--lease-name`).
+    pub lease_name: String,
+    /// Whether the DistributedScaledJob controller runs (`--dsj-enabled`).
+    pub dsj_enabled: bool,
+}
+
+impl Default for HubInstall {
+    fn default() -> Self {
+        Self {
+            namespace: super::agent::DEFAULT_AGENT_NAMESPACE.to_owned(),
+            lease_name: HUB.to_owned(),
+            dsj_enabled: false,
+        }
+    }
+}
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> Value {
+    json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
+}
+
+fn labels() -> Value {
+    json!({ "app.kubernetes.io/name": HUB, "app.kubernetes.io/part-of": "kedge" })
+}
+
+/// Cluster-wide: DSOs and DSJs live in any namespace, so do their ScaledObjects and Events.
+fn cluster_rules(install: &HubInstall) -> Vec<Value> {
+    let mut rules = vec![
+        // The DSO controller lists and watches DSOs; kube's finalizer helper adds and
+        // removes the finalizer with a JSON patch.
+        rule(
+            "kedge.dev",
+            &["distributedscaledobjects"],
+            &["list", "watch", "patch"],
+        ),
+        // Status by server-side apply.
+        rule(
+            "kedge.dev",
+            &["distributedscaledobjects/status"],
+            &["patch"],
+        ),
+        // Members: listed for a DSO's placement and watched (metadata) by admission: only
+        // members with a MemberCluster get a session. Enrollment creates them, not the hub.
+        rule("kedge.dev", &["memberclusters"], &["list", "watch"]),
+        rule("kedge.dev", &["memberclusters/status"], &["patch"]),
+        // The ScaledObject the hub owns per DSO (and DSJ): watched through the owner,
+        // server-side applied. An apply that creates the object is authorized as `create`.
+        rule(
+            "keda.sh",
+            &["scaledobjects"],
+            &["list", "watch", "patch", "create"],
+        ),
+        // Events about DSOs and DSJs (events.k8s.io/v1, created, never updated).
+        rule("events.k8s.io", &["events"], &["create"]),
+    ];
+    if install.dsj_enabled {
+        rules.extend([
+            rule(
+                "kedge.dev",
+                &["distributedscaledjobs"],
+                &["list", "watch", "patch"],
+            ),
+            rule("kedge.dev", &["distributedscaledjobs/status"], &["patch"]),
+            // KEDA's trigger values for a DSJ's shadow ScaledObject, read as the HPA reads
+            // them. The external metrics API names each metric as a resource, and KEDA names
+            // metrics per trigger (`s0-rabbitmq-jobs`), so this is the one rule that cannot
+            // list its resources; it is read-only, in a group that serves only metric values.
+            rule("external.metrics.k8s.io", &["*"], &["list"]),
+        ]);
+    }
+    rules
+}
+
+/// In the hub's namespace: its Lease, by name. RBAC cannot restrict `create` by name (the
+/// name is not part of a create's authorization), so `create` is for Leases in that
+/// namespace; `get` and `update` only for the hub's own.
+fn lease_rules(install: &HubInstall) -> Vec<Value> {
+    vec![
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": [install.lease_name], "verbs": ["get", "update"]}),
+        rule("coordination.k8s.io", &["leases"], &["create"]),
+    ]
+}
+
+/// The hub's ServiceAccount and RBAC, in apply order: ServiceAccount, ClusterRole,
+/// ClusterRoleBinding, Role and RoleBinding for the Lease. The namespace must exist.
+pub fn hub_rbac(install: &HubInstall) -> Vec<Value> {
+    let ns = install.namespace.as_str();
+    let subjects = json!([{ "kind": "ServiceAccount", "name": HUB, "namespace": ns }]);
+    vec![
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": HUB, "namespace": ns, "labels": labels()}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": HUB, "labels": labels()}, "rules": cluster_rules(install)}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": HUB, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB},
+            "subjects": subjects}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": LEASE_ROLE, "namespace": ns, "labels": labels()},
+            "rules": lease_rules(install)}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": LEASE_ROLE, "namespace": ns, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LEASE_ROLE},
+            "subjects": subjects}),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    type Grant = (String, String, String, String);
+
+    fn texts(v: &Value) -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn grants(role: &Value) -> BTreeSet<Grant> {
+        let mut out = BTreeSet::new();
+        for r in role["rules"].as_array().unwrap() {
+            let names = texts(&r["resourceNames"]);
+            let names = if names.is_empty() {
+                vec![String::new()]
+            } else {
+                names
+            };
+            for g in texts(&r["apiGroups"]) {
+                for res in texts(&r["resources"]) {
+                    for v in texts(&r["verbs"]) {
+                        for n in &names {
+                            out.insert((g.clone(), res.clone(), v.clone(), n.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn set(items: &[(&str, &str, &str, &str)]) -> BTreeSet<Grant> {
+        items
+            .iter()
+            .map(|(a, b, c, d)| ((*a).into(), (*b).into(), (*c).into(), (*d).into()))
+            .collect()
+    }
+
+    fn of_kind<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+        objects.iter().find(|o| o["kind"] == kind).unwrap()
+    }
+
+    /// The table is the hub's API calls, one by one (grep the hub for `Api::`): anything
+    /// added to the hub that needs more fails here first.
+    #[test]
+    fn the_hub_may_make_exactly_its_api_calls() {
+        let objects = hub_rbac(&HubInstall {
+            dsj_enabled: true,
+            ..HubInstall::default()
+        });
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding"
+            ]
+        );
+        let dso = "distributedscaledobjects";
+        let dsj = "distributedscaledjobs";
+        let expected = set(&[
+            ("kedge.dev", dso, "list", ""),
+            ("kedge.dev", dso, "watch", ""),
+            ("kedge.dev", dso, "patch", ""),
+            ("kedge.dev", "distributedscaledobjects/status", "patch", ""),
+            ("kedge.dev", dsj, "list", ""),
+            ("kedge.dev", dsj, "watch", ""),
+            ("kedge.dev", dsj, "patch", ""),
+            ("kedge.dev", "distributedscaledjobs/status", "patch", ""),
+            ("kedge.dev", "memberclusters", "list", ""),
+            ("kedge.dev", "memberclusters", "watch", ""),
+            ("kedge.dev", "memberclusters/status", "patch", ""),
+            ("keda.sh", "scaledobjects", "list", ""),
+            ("keda.sh", "scaledobjects", "watch", ""),
+            ("keda.sh", "scaledobjects", "patch", ""),
+            ("keda.sh", "scaledobjects", "create", ""),
+            ("events.k8s.io", "events", "create", ""),
+            ("external.metrics.k8s.io", "*", "list", ""),
+        ]);
+        assert_eq!(grants(of_kind(&objects, "ClusterRole")), expected);
+        let lease = of_kind(&objects, "Role");
+        assert_eq!(lease["metadata"]["namespace"], "kedge-system");
+        assert_eq!(
+            grants(lease),
+            set(&[
+                ("coordination.k8s.io", "leases", "get", "kedge-hub"),
+                ("coordination.k8s.io", "leases", "update", "kedge-hub"),
+                ("coordination.k8s.io", "leases", "create", ""),
+            ])
+        );
+    }
+
+    #[test]
+    fn no_secrets_no_workloads_and_one_justified_wildcard() {
+        for dsj_enabled in [false, true] {
+            let objects = hub_rbac(&HubInstall {
+                namespace: "kedge".into(),
+                lease_name: "hub-lease".into(),
+                dsj_enabled,
+            });
+            let all: Vec<Grant> = grants(of_kind(&objects, "ClusterRole"))
+                .into_iter()
+                .chain(grants(of_kind(&objects, "Role")))
+                .collect();
+            for (group, resource, verb, _) in &all {
+                assert!(
+                    !["secrets", "pods", "deployments", "jobs", "configmaps"]
+                        .contains(&resource.as_str()),
+                    "{resource}"
+                );
+                assert!(!group.contains('*') && !verb.contains('*'));
+                if resource.contains('*') {
+                    assert_eq!(
+                        (group.as_str(), verb.as_str()),
+                        ("external.metrics.k8s.io", "list")
+                    );
+                }
+                assert!(
+                    !["delete", "deletecollection", "escalate", "bind"].contains(&verb.as_str())
+                );
+            }
+            let dsj = all
+                .iter()
+                .any(|(_, r, _, _)| r.starts_with("distributedscaledjobs"));
+            assert_eq!(dsj, dsj_enabled, "DSJ rules only with the DSJ controller");
+            let lease = of_kind(&objects, "Role");
+            assert_eq!(lease["metadata"]["namespace"], "kedge");
+            assert_eq!(lease["rules"][0]["resourceNames"], json!(["hub-lease"]));
+            assert_eq!(
+                of_kind(&objects, "ClusterRoleBinding")["subjects"][0]["namespace"],
+                "kedge"
+            );
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! What kedge installs, rendered as Kubernetes objects by pure functions: no I/O, so that
+//! `kubectl kedge mc setup-member` can print or apply them and tests can check every rule.
+//!
+//! - [`agent`]: a member cluster's agent — its namespace, ServiceAccount, least-privilege
+//!   RBAC, connection Secret and Deployment.
+//! - [`hub`]: the hub's own ServiceAccount and RBAC in the management cluster.
+
+pub mod agent;
+pub mod hub;
+
+pub use agent::{AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_manifests};
+pub use hub::{HubInstall, hub_rbac};
+
+/// Whether `s` is an RFC 1123 label: what a namespace or a Secret key's namespace may be.
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
