@@ -132,7 +132,7 @@ pub fn server_material(
     now: OffsetDateTime,
 ) -> Result<(TlsMaterial, Validity)> {
     let lifetime = time::Duration::try_from(config.lifetime).unwrap_or(CA_LIFETIME);
-    let issued = ca.issue_server(&config.names, Validity::starting(now, lifetime))?;
+    let issued = ca.issue_server(&config.names, Validity::issued(now, lifetime))?;
     let validity = cert_validity(&issued.cert_pem)?;
     let material = TlsMaterial::from_pem(&issued.cert_pem, &issued.key_pem, ca.cert_pem())?;
     Ok((material, validity))

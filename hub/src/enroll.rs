@@ -388,7 +388,7 @@ impl Enroller {
         csr_der: &[u8],
     ) -> Result<IssuedCertificate, EnrollRefusal> {
         let lifetime = time::Duration::try_from(self.lifetime).unwrap_or(time::Duration::DAY);
-        let validity = Validity::starting(OffsetDateTime::now_utc(), lifetime);
+        let validity = Validity::issued(OffsetDateTime::now_utc(), lifetime);
         let cert_pem = self
             .ca
             .issue_member_csr(csr_der, member, uid, validity)

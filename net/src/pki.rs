@@ -46,6 +46,17 @@ pub struct Validity {
 }
 
 impl Validity {
+    /// Valid from shortly before `now` (clock skew: a tenth of the lifetime, at most a
+    /// minute, so that renewal at two thirds of the window stays close to two thirds of the
+    /// time the holder actually has) for `lifetime`.
+    pub fn issued(now: OffsetDateTime, lifetime: Duration) -> Self {
+        let skew = (lifetime / 10_i32).clamp(Duration::ZERO, Duration::minutes(1));
+        Self {
+            not_before: now - skew,
+            not_after: now + lifetime,
+        }
+    }
+
     /// Valid from a minute before `now` (clock skew) for `lifetime`.
     pub fn starting(now: OffsetDateTime, lifetime: Duration) -> Self {
         Self {
@@ -544,6 +555,18 @@ mod tests {
             ca.issue_member_csr(&tampered, "edge-2", "u", validity)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn short_certificates_are_backdated_a_tenth_of_their_lifetime() {
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        let short = Validity::issued(now, Duration::seconds(20));
+        assert_eq!(short.not_before, now - Duration::seconds(2));
+        // Renewal comes at 12.67 s of the 20 s the holder has.
+        let delay = renewal_delay(short.not_before, short.not_after, now);
+        assert_eq!(delay.as_millis(), 12_666, "{delay:?}");
+        let long = Validity::issued(now, Duration::days(1));
+        assert_eq!(long.not_before, now - Duration::minutes(1));
     }
 
     #[test]
