@@ -433,30 +433,39 @@ pub async fn serve_enrollment(
     remote: SocketAddr,
     limit: Duration,
 ) {
+    /// How the exchange ended.
+    enum Exchange {
+        Answered,
+        BadFrame,
+        Gone,
+    }
     let exchange = async {
-        let (send, recv) = connection.accept_bi().await.ok()?;
+        let Ok((send, recv)) = connection.accept_bi().await else {
+            return Exchange::Gone;
+        };
         let mut stream = EnrollStream::new(recv, send);
         let request = match stream.recv().await {
             Ok(Some(request)) => request,
-            Ok(None) => return None,
+            Ok(None) => return Exchange::Gone,
             Err(error) => {
                 warn!(target: "kedge::audit", %remote, reason = "bad_frame", %error, "enrollment refused");
-                return Some("bad frame");
+                return Exchange::BadFrame;
             }
         };
         let answer = enroller.enroll(&request, remote).await;
-        stream.send(&answer).await.ok()?;
-        stream.finish().await.ok()?;
+        if stream.send(&answer).await.is_err() || stream.finish().await.is_err() {
+            return Exchange::Gone;
+        }
         // Let the agent read the answer and close first.
         let _ = timeout(Duration::from_secs(2), connection.closed()).await;
-        Some("done")
+        Exchange::Answered
     };
     match timeout(limit, exchange).await {
-        Ok(Some("bad frame")) => connection.close(
+        Ok(Exchange::BadFrame) => connection.close(
             VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
             b"bad enrollment frame",
         ),
-        Ok(_) => connection.close(
+        Ok(Exchange::Answered | Exchange::Gone) => connection.close(
             VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN),
             b"enrollment done",
         ),

@@ -60,7 +60,7 @@ async fn obtain_identity(
         args.bootstrap_token_file.is_some(),
         now,
     );
-    let token_file = match (decision, &args.bootstrap_token_file, stored) {
+    let token_file = match (decision, &args.bootstrap_token_file, stored.clone()) {
         (Start::UseStored, _, Some(stored)) => {
             info!(member = %stored.member, not_after = %stored.validity.not_after,
                 "using the identity from the identity Secret");
@@ -99,6 +99,12 @@ async fn obtain_identity(
                     return Ok(Some(ManagedIdentity::new(identity, ca_pem, store)));
                 }
                 Ok(Enrolled::Refused(refusal)) => {
+                    // A certificate about to expire still beats none: renewal may save it.
+                    if let Some(stored) = stored.filter(|s| s.validity.not_after > time::OffsetDateTime::now_utc()) {
+                        warn!(reason = refusal.code.as_str(), message = %refusal.message,
+                            "the hub refused the bootstrap token; using the stored certificate until it expires");
+                        return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+                    }
                     return Err(identity::re_enroll(
                         &member,
                         &format!("the hub refused the bootstrap token ({}): {}", refusal.code.as_str(), refusal.message),
