@@ -114,9 +114,9 @@ pub enum TlsSource {
 /// dead member for too long.
 pub const HEARTBEAT_INTERVAL: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(600));
-/// Bounds of `--server-cert-lifetime`.
+/// Bounds of `--server-cert-lifetime` (the shortest is for tests of renewal).
 pub const SERVER_CERT_LIFETIME: (Duration, Duration) = (
-    Duration::from_secs(60),
+    Duration::from_secs(10),
     Duration::from_secs(5 * 365 * 24 * 3600),
 );
 /// Bounds of `--lease-duration`.

@@ -55,10 +55,18 @@ async fn session_of(ports: HubPorts, member: &str) -> Option<serde_json::Value> 
         .cloned()
 }
 
+/// Also: the hub's own server certificate (10 s) is renewed several times meanwhile; the
+/// session survives each renewal and the restarted agent verifies a renewed one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_enrolls_renews_in_session_and_reuses_its_identity_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let fleet = EnrollFleet::start(dir.path(), &["edge-1"], "20s").await;
+    let fleet = EnrollFleet::start_with(
+        dir.path(),
+        &["edge-1"],
+        "20s",
+        &["--server-cert-lifetime", "10s"],
+    )
+    .await;
     let uid = fleet.create_member("edge-1").await;
     let token = fleet
         .create_token("edge-1", OffsetDateTime::now_utc(), HOUR)
@@ -133,7 +141,17 @@ async fn an_agent_enrolls_renews_in_session_and_reuses_its_identity_after_a_rest
         "{listed}"
     );
 
-    // A restart reuses the stored identity: the spent token is not presented again.
+    // The server certificate was renewed meanwhile (every ~6 s), the session stayed.
+    let server_renewals = fleet
+        .hub
+        .log_text()
+        .matches("renewed the hub server certificate")
+        .count();
+    assert!(server_renewals >= 2, "{server_renewals} server renewals");
+
+    // A restart reuses the stored identity: the spent token is not presented again. The
+    // first server certificate has long expired, so the new session also shows that the
+    // hub serves a renewed one.
     agent.signal("TERM");
     let _ = agent.child.wait().await;
     let agent = fleet.start_agent(

@@ -38,6 +38,16 @@ pub type AgentSide = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessa
 impl EnrollFleet {
     /// Starts the clusters and a hub issuing member certificates of `member_lifetime`.
     pub async fn start(dir: &Path, members: &[&str], member_lifetime: &str) -> EnrollFleet {
+        Self::start_with(dir, members, member_lifetime, &[]).await
+    }
+
+    /// [`EnrollFleet::start`] with extra hub flags.
+    pub async fn start_with(
+        dir: &Path,
+        members: &[&str],
+        member_lifetime: &str,
+        hub_flags: &[&str],
+    ) -> EnrollFleet {
         let mut names = vec!["hub".to_owned()];
         names.extend(members.iter().map(|m| m.to_string()));
         let sim = Sim::start(&names, SimConfig::default(), Some(dir))
@@ -54,8 +64,8 @@ impl EnrollFleet {
             .await;
         }
         let ports = HubPorts::new();
-        let hub = start_ca_hub(dir, ports, member_lifetime, "hub.log");
-        let fleet = EnrollFleet {
+        let hub = start_ca_hub(dir, ports, member_lifetime, "hub.log", hub_flags);
+        let mut fleet = EnrollFleet {
             dir: dir.to_owned(),
             sim,
             ports,
@@ -63,10 +73,15 @@ impl EnrollFleet {
             hub_client,
         };
         // The hub is up once its CA Secret exists and its ops endpoint answers.
-        wait_for(Duration::from_secs(20), "the hub CA Secret", || async {
-            fleet.secret(NS, "kedge-hub-ca").await
-        })
-        .await;
+        let start = std::time::Instant::now();
+        while fleet.secret(NS, "kedge-hub-ca").await.is_none() {
+            assert!(
+                fleet.hub.is_running() && start.elapsed() < Duration::from_secs(20),
+                "the hub did not create its CA Secret:\n{}",
+                fleet.hub.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         wait_for(Duration::from_secs(20), "the hub to answer", || async {
             sessions(ports).await
         })
@@ -278,8 +293,14 @@ async fn apply_crds(kubeconfig: &Path) {
 }
 
 /// Starts `kedge-hub` without certificate files: CA from the Secret in `kedge-system`.
-pub fn start_ca_hub(dir: &Path, ports: HubPorts, member_lifetime: &str, log: &str) -> Proc {
-    let args: Vec<String> = [
+pub fn start_ca_hub(
+    dir: &Path,
+    ports: HubPorts,
+    member_lifetime: &str,
+    log: &str,
+    extra: &[&str],
+) -> Proc {
+    let mut args: Vec<String> = [
         "--listen",
         &format!("127.0.0.1:{}", ports.quic),
         "--ops-listen",
@@ -302,5 +323,6 @@ pub fn start_ca_hub(dir: &Path, ports: HubPorts, member_lifetime: &str, log: &st
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
     Proc::spawn(&bin("kedge-hub"), &args, dir.join(log))
 }
