@@ -402,13 +402,17 @@ impl Renewal {
 /// When the current certificate of `identity` is due for renewal, on the monotonic clock.
 fn due_for(identity: &ManagedIdentity) -> Instant {
     let validity = identity.current().validity;
-    Instant::now()
-        + kedge_net::pki::renewal_delay(
-            validity.not_before,
-            validity.not_after,
-            time::OffsetDateTime::now_utc(),
-        )
+    let delay = kedge_net::pki::renewal_delay(
+        validity.not_before,
+        validity.not_after,
+        time::OffsetDateTime::now_utc(),
+    );
+    // The stored certificate is input: a far-future expiry must not overflow the timer.
+    Instant::now() + delay.min(MAX_RENEWAL_DELAY)
 }
+
+/// The longest the agent waits before renewing, whatever the certificate says.
+const MAX_RENEWAL_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Sends a heartbeat every `interval` and closes the connection when `tolerance` intervals
 /// pass without an answer. Returns why it stopped.
