@@ -346,6 +346,42 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
         "{log}"
     );
     assert!(log.contains("token_not_found"), "{log}");
+
+    // A certificate that lapsed while the agent was offline, and no token: the agent stops,
+    // saying to re-enroll.
+    let identity = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("kedge-agent-identity".into()),
+            ..Default::default()
+        },
+        data: Some(
+            [
+                ("tls.crt", cert.cert_pem.as_str()),
+                ("tls.key", key.as_str()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+            .collect(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(fleet.member_client("edge-1").await, NS)
+        .create(&Default::default(), &identity)
+        .await
+        .unwrap();
+    let mut agent = fleet.start_agent("edge-1", "agent-lapsed.log", &[]);
+    let status = tokio::time::timeout(Duration::from_secs(20), agent.child.wait())
+        .await
+        .expect("the agent exits")
+        .unwrap();
+    assert!(!status.success());
+    let log = agent.log_text();
+    assert!(log.contains("holds no valid certificate"), "{log}");
+    assert!(log.contains("must be re-enrolled"), "{log}");
+    assert!(
+        log.contains("kubectl kedge mc setup-member edge-1"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
