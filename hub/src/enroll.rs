@@ -339,10 +339,26 @@ impl Enroller {
         self.issue(member, &uid, &request.csr_der)
     }
 
-    /// Answers a renewal request of the session of `member`, with an audit line either way.
-    pub async fn renew(&self, member: &str, csr_der: &[u8]) -> EnrollResponse {
+    /// Answers a renewal request of the session of `member`, whose certificate carries the
+    /// enrollment `session_uid` (from its URI SAN), with an audit line either way. Only a
+    /// certificate of the current enrollment is renewed: after the `MemberCluster` was deleted
+    /// and created again, an old session cannot obtain a certificate of the new one.
+    pub async fn renew(
+        &self,
+        member: &str,
+        session_uid: Option<&str>,
+        csr_der: &[u8],
+    ) -> EnrollResponse {
         let outcome = async {
             let uid = self.member_uid(member).await?;
+            if session_uid != Some(uid.as_str()) {
+                return Err(refusal(
+                    EnrollRefusalCode::Superseded,
+                    format!(
+                        "this session's certificate is not of the current enrollment of {member:?}; re-enroll with `kubectl kedge mc setup-member {member}`"
+                    ),
+                ));
+            }
             self.issue(member, &uid, csr_der)
         }
         .await;
@@ -403,6 +419,20 @@ impl Enroller {
                 .unwrap_or(i64::MAX),
         })
     }
+}
+
+/// The `MemberCluster` uid in the URI SAN `urn:kedge:member:<member>:<uid>` of a DER
+/// certificate, if it carries one for `member`.
+pub fn enrollment_uid(cert_der: &[u8], member: &str) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    let san = cert.subject_alternative_name().ok()??;
+    let prefix = format!("urn:kedge:member:{member}:");
+    san.value.general_names.iter().find_map(|name| match name {
+        x509_parser::extensions::GeneralName::URI(uri) => {
+            uri.strip_prefix(&prefix).map(str::to_owned)
+        }
+        _ => None,
+    })
 }
 
 fn csr_refusal(error: CsrError) -> EnrollRefusal {
@@ -575,6 +605,34 @@ mod tests {
         broken.data.as_mut().unwrap().remove(EXPIRES_AT_KEY);
         let err = check_token(&minted.token, &broken, at(1_000)).unwrap_err();
         assert!(err.message.contains("expires-at"), "{}", err.message);
+    }
+
+    #[test]
+    fn the_enrollment_uid_is_read_from_the_uri_san() {
+        use rustls_pki_types::pem::PemObject;
+        let now = OffsetDateTime::now_utc();
+        let ca = CertificateAuthority::generate("t", Validity::starting(now, time::Duration::DAY))
+            .unwrap();
+        let (_, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
+        let pem = ca
+            .issue_member_csr(
+                &csr,
+                "edge-1",
+                "uid-7",
+                Validity::issued(now, time::Duration::HOUR),
+            )
+            .unwrap();
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        assert_eq!(enrollment_uid(&der, "edge-1").as_deref(), Some("uid-7"));
+        assert_eq!(enrollment_uid(&der, "edge-2"), None);
+        // A certificate without the URI (development certificates) and garbage: none.
+        let dev = ca
+            .issue_member("edge-1", Validity::issued(now, time::Duration::HOUR))
+            .unwrap();
+        let der =
+            rustls_pki_types::CertificateDer::from_pem_slice(dev.cert_pem.as_bytes()).unwrap();
+        assert_eq!(enrollment_uid(&der, "edge-1"), None);
+        assert_eq!(enrollment_uid(&[0x30, 0x01], "edge-1"), None);
     }
 
     #[test]

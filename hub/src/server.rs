@@ -578,7 +578,22 @@ impl Session<'_> {
     /// A new certificate for this session's member, from a CSR sent over the session.
     async fn renew(&self, csr_der: &[u8]) -> EnrollResponse {
         match &self.ctx.enroller {
-            Some(enroller) => enroller.renew(&self.identity.member, csr_der).await,
+            Some(enroller) => {
+                let member = &self.identity.member;
+                let uid = self
+                    .connection
+                    .peer_identity()
+                    .and_then(|any| {
+                        any.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                            .ok()
+                    })
+                    .and_then(|chain| {
+                        chain
+                            .first()
+                            .and_then(|leaf| crate::enroll::enrollment_uid(leaf.as_ref(), member))
+                    });
+                enroller.renew(member, uid.as_deref(), csr_der).await
+            }
             None => {
                 warn!(target: "kedge::audit", member = %self.identity.member, reason = "no_ca",
                     "renewal refused: this hub has certificates from files");

@@ -62,6 +62,9 @@ pub enum EnrollRefusalCode {
     BadCsr,
     /// The CSR names another member than the token or the session.
     NameMismatch,
+    /// Renewal only: the session's certificate belongs to an earlier enrollment (the
+    /// `MemberCluster` was deleted and created again) or to none.
+    Superseded,
     /// The agent speaks a protocol version the hub does not support.
     UnsupportedVersion,
     /// The hub cannot serve the request now (its API, its CA); retry later.
@@ -80,6 +83,7 @@ impl EnrollRefusalCode {
             Self::UnknownMember => "unknown_member",
             Self::BadCsr => "bad_csr",
             Self::NameMismatch => "name_mismatch",
+            Self::Superseded => "superseded",
             Self::UnsupportedVersion => "unsupported_version",
             Self::Unavailable => "unavailable",
         }

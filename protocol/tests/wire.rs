@@ -211,6 +211,7 @@ fn refusal_code() -> impl Strategy<Value = EnrollRefusalCode> {
         EnrollRefusalCode::UnknownMember,
         EnrollRefusalCode::BadCsr,
         EnrollRefusalCode::NameMismatch,
+        EnrollRefusalCode::Superseded,
         EnrollRefusalCode::UnsupportedVersion,
         EnrollRefusalCode::Unavailable,
     ])

@@ -184,6 +184,15 @@ async fn an_agent_enrolls_renews_in_session_and_reuses_its_identity_after_a_rest
     );
 }
 
+/// The next `Renewed` answer on a scripted agent's control stream.
+async fn renewed(control: &mut support::enroll::AgentSide) -> EnrollResponse {
+    loop {
+        if let HubMessage::Renewed(answer) = control.recv().await.unwrap().expect("an answer") {
+            return answer;
+        }
+    }
+}
+
 fn refusal(answer: &EnrollResponse) -> (EnrollRefusalCode, String) {
     match answer {
         EnrollResponse::Refused(r) => (r.code, r.message.clone()),
@@ -326,6 +335,36 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
         started.elapsed()
     );
     assert!(fleet.hub.log_text().contains("expired without renewal"));
+
+    // Renewal over a session is refused once the MemberCluster was deleted and created again:
+    // an old enrollment's session cannot obtain a certificate of the new one.
+    let token_2 = fleet
+        .create_token("edge-2", OffsetDateTime::now_utc(), HOUR)
+        .await;
+    let (key_2, csr_2) = kedge_net::pki::member_csr("edge-2").unwrap();
+    let EnrollResponse::Issued(cert_2) = fleet.enroll(&token_2, csr_2).await else {
+        panic!("edge-2 enrolls");
+    };
+    let (_connection_2, mut control_2, _) = fleet.scripted_session(&cert_2.cert_pem, &key_2).await;
+    let renew = |member: &str| {
+        let (_, csr_der) = kedge_net::pki::member_csr(member).unwrap();
+        kedge_protocol::AgentMessage::Renew(kedge_protocol::RenewRequest { csr_der })
+    };
+    control_2.send(&renew("edge-2")).await.unwrap();
+    assert!(matches!(
+        renewed(&mut control_2).await,
+        EnrollResponse::Issued(_)
+    ));
+    // A renewal CSR naming another member is refused too.
+    control_2.send(&renew("edge-1")).await.unwrap();
+    let (code, _) = refusal(&renewed(&mut control_2).await);
+    assert_eq!(code, EnrollRefusalCode::NameMismatch);
+    let members = Api::<kedge_core::crd::MemberCluster>::all(fleet.hub_client.clone());
+    members.delete("edge-2", &Default::default()).await.unwrap();
+    fleet.create_member("edge-2").await;
+    control_2.send(&renew("edge-2")).await.unwrap();
+    let (code, message) = refusal(&renewed(&mut control_2).await);
+    assert_eq!(code, EnrollRefusalCode::Superseded, "{message}");
 
     // The real agent with a spent token and no stored identity stops, saying to re-enroll.
     let token_file = fleet.token_file("spent.token", &token);
