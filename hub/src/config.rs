@@ -21,15 +21,39 @@ pub struct HubArgs {
     /// TCP address of the ops endpoint (/metrics, /healthz, /readyz, /v1/sessions).
     #[arg(long, env = "KEDGE_HUB_OPS_LISTEN", default_value = "0.0.0.0:8080")]
     pub ops_listen: SocketAddr,
-    /// PEM file with the hub's server certificate chain.
+    /// PEM file with the hub's server certificate chain. With --tls-key and --tls-ca:
+    /// certificates from files, no enrollment. Without all three: the hub CA comes from the
+    /// Secret kedge-hub-ca in --namespace (created on first start) and members enroll.
     #[arg(long, env = "KEDGE_HUB_TLS_CERT")]
-    pub tls_cert: PathBuf,
+    pub tls_cert: Option<PathBuf>,
     /// PEM file with the hub's server private key.
     #[arg(long, env = "KEDGE_HUB_TLS_KEY")]
-    pub tls_key: PathBuf,
+    pub tls_key: Option<PathBuf>,
     /// PEM bundle of the CA that signs member client certificates.
     #[arg(long, env = "KEDGE_HUB_TLS_CA")]
-    pub tls_ca: PathBuf,
+    pub tls_ca: Option<PathBuf>,
+    /// The hub namespace: where the CA Secret and bootstrap token Secrets live.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kedge-system")]
+    pub namespace: String,
+    /// DNS names of the hub's server certificate (CA-Secret mode), comma-separated; default:
+    /// localhost, kedge-hub, kedge-hub.NAMESPACE, kedge-hub.NAMESPACE.svc.
+    #[arg(long, env = "KEDGE_HUB_SERVER_DNS_NAMES", value_delimiter = ',')]
+    pub server_dns_names: Vec<String>,
+    /// IP addresses of the hub's server certificate (CA-Secret mode), comma-separated.
+    #[arg(
+        long,
+        env = "KEDGE_HUB_SERVER_IPS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1"
+    )]
+    pub server_ips: Vec<std::net::IpAddr>,
+    /// Lifetime of the hub's server certificate (CA-Secret mode); renewed at two thirds.
+    #[arg(long, env = "KEDGE_HUB_SERVER_CERT_LIFETIME", default_value = "30d", value_parser = duration_within(SERVER_CERT_LIFETIME))]
+    pub server_cert_lifetime: Duration,
+    /// Lifetime of member client certificates issued at enrollment and renewal (agents
+    /// renew at two thirds of it).
+    #[arg(long, env = "KEDGE_HUB_MEMBER_CERT_LIFETIME", default_value = "24h", value_parser = duration_within(crate::enroll::MEMBER_CERT_LIFETIME))]
+    pub member_cert_lifetime: Duration,
     /// How often agents must send a heartbeat (e.g. 5s, 500ms).
     #[arg(long, env = "KEDGE_HUB_HEARTBEAT_INTERVAL", default_value = "5s", value_parser = duration_within(HEARTBEAT_INTERVAL))]
     pub heartbeat_interval: Duration,
@@ -81,10 +105,32 @@ pub struct HubArgs {
     pub log_format: LogFormat,
 }
 
+/// Where the hub's TLS certificates come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsSource {
+    /// `--tls-cert`, `--tls-key`, `--tls-ca`: fixed files, no enrollment.
+    Files {
+        /// Server certificate chain.
+        cert: PathBuf,
+        /// Server key.
+        key: PathBuf,
+        /// CA bundle of member certificates.
+        ca: PathBuf,
+    },
+    /// The hub CA in the Secret `kedge-hub-ca`; server certificate issued and renewed from
+    /// it; members enroll with bootstrap tokens.
+    CaSecret,
+}
+
 /// Bounds of `--heartbeat-interval`: faster floods the hub with heartbeats, slower hides a
 /// dead member for too long.
 pub const HEARTBEAT_INTERVAL: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(600));
+/// Bounds of `--server-cert-lifetime` (the shortest is for tests of renewal).
+pub const SERVER_CERT_LIFETIME: (Duration, Duration) = (
+    Duration::from_secs(10),
+    Duration::from_secs(5 * 365 * 24 * 3600),
+);
 /// Bounds of `--lease-duration`.
 pub const LEASE_DURATION: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
 
@@ -141,6 +187,39 @@ impl HubArgs {
         })
     }
 
+    /// Where the hub's certificates come from.
+    pub fn tls_source(&self) -> crate::Result<TlsSource> {
+        match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Ok(TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            }),
+            (None, None, None) => Ok(TlsSource::CaSecret),
+            _ => Err(crate::Error::TlsFlags),
+        }
+    }
+
+    /// Names of the server certificate in CA-Secret mode: DNS names, then IP addresses.
+    pub fn server_cert(&self) -> crate::ca::ServerCertConfig {
+        let ns = &self.namespace;
+        let mut names = if self.server_dns_names.is_empty() {
+            vec![
+                "localhost".to_owned(),
+                "kedge-hub".to_owned(),
+                format!("kedge-hub.{ns}"),
+                format!("kedge-hub.{ns}.svc"),
+            ]
+        } else {
+            self.server_dns_names.clone()
+        };
+        names.extend(self.server_ips.iter().map(ToString::to_string));
+        crate::ca::ServerCertConfig {
+            names,
+            lifetime: self.server_cert_lifetime,
+        }
+    }
+
     /// Server limits.
     pub fn limits(&self) -> ServerLimits {
         ServerLimits {
@@ -169,6 +248,48 @@ mod tests {
         ];
         args.extend_from_slice(extra);
         HubArgs::try_parse_from(args)
+    }
+
+    #[test]
+    fn tls_flags_go_together() {
+        assert!(matches!(
+            parse(&[]).unwrap().tls_source(),
+            Ok(TlsSource::Files { .. })
+        ));
+        let bare = HubArgs::try_parse_from(["kedge-hub", "--namespace", "hub-ns"]).unwrap();
+        assert_eq!(bare.tls_source().unwrap(), TlsSource::CaSecret);
+        let server = bare.server_cert();
+        assert_eq!(
+            server.names,
+            [
+                "localhost",
+                "kedge-hub",
+                "kedge-hub.hub-ns",
+                "kedge-hub.hub-ns.svc",
+                "127.0.0.1"
+            ]
+        );
+        assert_eq!(server.lifetime, Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(bare.member_cert_lifetime, Duration::from_secs(24 * 3600));
+        let half = HubArgs::try_parse_from(["kedge-hub", "--tls-cert", "c"]).unwrap();
+        let err = half.tls_source().unwrap_err().to_string();
+        assert!(err.contains("go together"), "{err}");
+        let custom = HubArgs::try_parse_from([
+            "kedge-hub",
+            "--server-dns-names",
+            "hub.example",
+            "--server-ips",
+            "10.0.0.1,::1",
+        ])
+        .unwrap();
+        assert_eq!(
+            custom.server_cert().names,
+            ["hub.example", "10.0.0.1", "::1"]
+        );
+        let err = HubArgs::try_parse_from(["kedge-hub", "--member-cert-lifetime", "5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be between 10s"), "{err}");
     }
 
     #[test]

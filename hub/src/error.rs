@@ -51,6 +51,24 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The hub CA Secret exists but cannot be used; it is never regenerated while present.
+    #[error(
+        "the hub CA Secret {namespace}/kedge-hub-ca is malformed: {reason}; fix or delete it (deleting it invalidates every member certificate)"
+    )]
+    CaSecret {
+        /// Hub namespace.
+        namespace: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A bootstrap token could not be minted.
+    #[error("cannot mint a bootstrap token: {0}")]
+    Token(String),
+    /// `--tls-cert`, `--tls-key` and `--tls-ca` must be given together or not at all.
+    #[error(
+        "--tls-cert, --tls-key and --tls-ca go together: give all three (certificates from files) or none (the hub CA from the Secret kedge-hub-ca)"
+    )]
+    TlsFlags,
     /// This hub held the lease and lost it; it stops so that it restarts as a standby.
     #[error("lost the hub lease: {0}")]
     LeaseLost(String),
@@ -81,6 +99,9 @@ impl Error {
             Error::MissingField { .. } => "missing_field",
             Error::Serialize { .. } => "serialize",
             Error::OpsToken { .. } => "ops_token",
+            Error::CaSecret { .. } => "ca_secret",
+            Error::TlsFlags => "tls_flags",
+            Error::Token(_) => "token",
             Error::LeaseLost(_) => "lease_lost",
             Error::TaskEnded(_) => "task_ended",
             Error::InvalidInstall(_) => "invalid_install",

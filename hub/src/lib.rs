@@ -4,9 +4,11 @@
 
 pub mod admission;
 pub mod budget;
+pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod enroll;
 mod error;
 pub mod fleet;
 pub mod install;
@@ -80,9 +82,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let registry = Arc::new(SessionRegistry::new(args.liveness(), metrics.clone()));
 
     let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
-    let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
-    let tuning = TransportTuning::default();
-    let server_config = tls::server_config(material, tuning)?;
+    let (server_config, hub_ca) = tls_setup(&args).await?;
     let endpoint =
         quinn::Endpoint::server(server_config, args.listen).map_err(|source| Error::Listen {
             addr: args.listen,
@@ -145,11 +145,20 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
             None
         }
     };
-    let ctx = Arc::new(
-        ServerContext::new(fleet, metrics, args.limits())
-            .with_role(role)
-            .with_admission(admission),
-    );
+    let mut ctx = ServerContext::new(fleet, metrics, args.limits())
+        .with_role(role)
+        .with_admission(admission);
+    if let Some(hub_ca) = hub_ca {
+        tokio::spawn(ca::renew_server_cert(
+            endpoint.clone(),
+            hub_ca.ca,
+            hub_ca.server,
+            hub_ca.validity,
+            stop.clone(),
+        ));
+        ctx = ctx.with_enroller(hub_ca.enroller);
+    }
+    let ctx = Arc::new(ctx);
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
     server::serve(endpoint, ctx, stop.clone()).await;
     readiness.set(false);
@@ -170,6 +179,53 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         Err(error) => error!(%error, "kedge-hub stopped"),
     }
     outcome
+}
+
+/// The hub CA and what hangs off it (CA-Secret mode).
+struct HubCa {
+    ca: Arc<kedge_net::pki::CertificateAuthority>,
+    server: ca::ServerCertConfig,
+    validity: kedge_net::pki::Validity,
+    enroller: Arc<enroll::Enroller>,
+}
+
+/// The QUIC server configuration: from files, or issued from the hub CA in its Secret
+/// (created on first start), with enrollment.
+async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>)> {
+    let tuning = TransportTuning::default();
+    match args.tls_source()? {
+        config::TlsSource::Files { cert, key, ca } => {
+            let material = TlsMaterial::from_files(&cert, &key, &ca)?;
+            Ok((tls::server_config(material, tuning)?, None))
+        }
+        config::TlsSource::CaSecret => {
+            let client = kedge_net::kube_client::client(args.kubeconfig.as_deref())
+                .await
+                .map_err(|e| Error::KubeConfig(e.to_string()))?;
+            let now = time::OffsetDateTime::now_utc();
+            let ca = Arc::new(ca::load_or_create_ca(client.clone(), &args.namespace, now).await?);
+            let server = args.server_cert();
+            let (material, validity) = ca::server_material(&ca, &server, now)?;
+            info!(names = ?server.names, not_after = %validity.not_after,
+                "issued the hub server certificate from the hub CA");
+            let enroller = Arc::new(enroll::Enroller::new(
+                client,
+                args.namespace.clone(),
+                ca.clone(),
+                args.member_cert_lifetime,
+            ));
+            let config = tls::enrolling_server_config(material, tuning)?;
+            Ok((
+                config,
+                Some(HubCa {
+                    ca,
+                    server,
+                    validity,
+                    enroller,
+                }),
+            ))
+        }
+    }
 }
 
 /// What the active hub runs.

@@ -246,6 +246,17 @@ impl SessionRegistry {
         }
     }
 
+    /// Records that `session_id` renewed its certificate, now valid until `not_after_unix`.
+    pub fn certificate_renewed(&self, member: &str, session_id: &str, not_after_unix: i64) {
+        let mut entries = self.lock();
+        if let Some(entry) = entries
+            .get_mut(member)
+            .filter(|e| e.view.session_id == session_id)
+        {
+            entry.view.cert_not_after_unix = not_after_unix;
+        }
+    }
+
     /// Records the end of `session_id`; ignored when a newer session already replaced it.
     pub fn disconnected(&self, member: &str, session_id: &str, reason: &str) {
         let mut entries = self.lock();

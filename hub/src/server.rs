@@ -8,10 +8,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kedge_net::identity::{PeerIdentity, connection_identity};
 use kedge_net::telemetry::AUDIT;
-use kedge_net::tls::handshake_failure_reason;
+use kedge_net::tls::{handshake_failure_reason, negotiated_alpn};
 use kedge_protocol::{
-    AgentMessage, FramedStream, HeartbeatAck, Hello, HubMessage, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION, Refusal, RefusalCode, Welcome, close_code, is_supported_version,
+    AgentMessage, EnrollRefusal, EnrollRefusalCode, EnrollResponse, FramedStream, HeartbeatAck,
+    Hello, HubMessage, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, Refusal, RefusalCode, Welcome,
+    close_code, is_supported_version,
 };
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio::sync::{OwnedSemaphorePermit, watch};
@@ -21,6 +22,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::admission::{Admission, Enrolled, Verdict};
 use crate::budget::{Budget, HandshakePermit, LogThrottle};
+use crate::enroll::{Enroller, serve_enrollment};
 use crate::fleet::Fleet;
 use crate::lease::Role;
 use crate::metrics::HubMetrics;
@@ -78,6 +80,12 @@ const REPORT_BURST: u32 = 20;
 /// interval, plus one per desired-state change).
 const REPORT_RATE: u32 = 10;
 
+/// Renewals a session may ask for in a burst, and per second after it (an agent renews once
+/// per two thirds of a certificate lifetime; retries after a refusal are spaced out).
+const RENEW_BURST: u32 = 3;
+/// See [`RENEW_BURST`].
+const RENEW_RATE: u32 = 1;
+
 /// A token bucket: `take` returns how long to wait when the bucket is empty.
 #[derive(Debug)]
 struct RateLimit {
@@ -128,6 +136,8 @@ pub struct ServerContext {
     role: watch::Receiver<Role>,
     /// Which members may hold a session.
     pub admission: Arc<Admission>,
+    /// Issues member certificates (CA-Secret mode); `None` with certificates from files.
+    enroller: Option<Arc<Enroller>>,
 }
 
 impl ServerContext {
@@ -153,6 +163,7 @@ impl ServerContext {
             session_counter: AtomicU64::new(0),
             role: watch::channel(Role::Leader).1,
             admission: Arc::new(Admission::new(Enrolled::Anyone)),
+            enroller: None,
         }
     }
 
@@ -160,6 +171,12 @@ impl ServerContext {
     /// signed, for a hub without a hub cluster).
     pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
         self.admission = admission;
+        self
+    }
+
+    /// Serves enrollment (ALPN `kedge-enroll/1`) and renewal with `enroller`.
+    pub fn with_enroller(mut self, enroller: Arc<Enroller>) -> Self {
+        self.enroller = Some(enroller);
         self
     }
 
@@ -282,6 +299,15 @@ async fn handle_incoming(
         }
         Ok(Ok(connection)) => connection,
     };
+    if let Some(enroller) = &ctx.enroller
+        && negotiated_alpn(&connection).as_deref() == Some(kedge_protocol::ENROLL_ALPN)
+    {
+        serve_enrollment(connection, enroller, remote, ctx.limits.hello_timeout).await;
+        return;
+    }
+    if !require_client_certificate(&connection, ctx, remote) {
+        return;
+    }
     let identity = match connection_identity(&connection) {
         Ok(identity) => identity,
         Err(e) => {
@@ -307,6 +333,36 @@ async fn handle_incoming(
     .run()
     .instrument(span)
     .await;
+}
+
+/// A session (ALPN `kedge/1`) needs a verified client certificate. The TLS layer may admit a
+/// connection without one, for enrollment on the same port; it is refused here.
+fn require_client_certificate(
+    connection: &Connection,
+    ctx: &ServerContext,
+    remote: SocketAddr,
+) -> bool {
+    if connection.peer_identity().is_some() {
+        return true;
+    }
+    warn!(%remote, reason = "no_client_certificate", "session refused: no client certificate");
+    ctx.metrics.session_refused("no_client_certificate");
+    connection.close(
+        VarInt::from_u32(close_code::BAD_IDENTITY),
+        b"a client certificate is required for kedge/1; enroll with a bootstrap token first",
+    );
+    false
+}
+
+/// The instant a certificate valid until `not_after_unix_ms` (wall clock) expires, on the
+/// monotonic clock where `now` is `wall`.
+fn cert_deadline(not_after_unix_ms: i64, wall: SystemTime, now: Instant) -> Instant {
+    let left = not_after_unix_ms.saturating_sub(kedge_protocol::unix_ms(wall));
+    // Far enough to never fire, near enough not to overflow the timer.
+    let left = u64::try_from(left)
+        .unwrap_or(0)
+        .min(10 * 365 * 24 * 3600 * 1000);
+    now + Duration::from_millis(left)
 }
 
 struct Session<'a> {
@@ -646,8 +702,22 @@ impl Session<'_> {
         let mut desired = self.ctx.fleet.desired_state(member);
         desired.mark_changed();
         let mut reports = RateLimit::new(REPORT_BURST, REPORT_RATE);
+        let mut renewals = RateLimit::new(RENEW_BURST, RENEW_RATE);
+        let mut cert_expiry = cert_deadline(
+            self.identity.not_after_unix.saturating_mul(1000),
+            SystemTime::now(),
+            Instant::now(),
+        );
         let reason = loop {
             tokio::select! {
+                _ = tokio::time::sleep_until(cert_expiry) => {
+                    warn!(target: "kedge::audit", %member, reason = "cert_expired",
+                        "closing session: its client certificate expired without renewal");
+                    self.ctx.metrics.session_refused("cert_expired");
+                    self.close(close_code::CERT_EXPIRED, "client certificate expired without renewal");
+                    break "client certificate expired".to_owned();
+                }
+
                 changed = desired.changed() => {
                     if changed.is_err() {
                         break "desired state channel closed".to_owned();
@@ -702,6 +772,20 @@ impl Session<'_> {
                             self.ctx.metrics.report_entries_dropped("over_limit", recorded.over_limit as u64);
                         }
                     }
+                    Ok(Some(AgentMessage::Renew(request))) => {
+                        self.ctx.metrics.message_received("renew");
+                        if let Some(wait) = renewals.take(Instant::now()) {
+                            tokio::time::sleep(wait).await;
+                        }
+                        let answer = self.renew(&request.csr_der).await;
+                        if let EnrollResponse::Issued(issued) = &answer {
+                            cert_expiry = cert_deadline(issued.not_after_unix_ms, SystemTime::now(), Instant::now());
+                            self.ctx.registry.certificate_renewed(member, session_id, issued.not_after_unix_ms / 1000);
+                        }
+                        if let Err(e) = control.send(&HubMessage::Renewed(answer)).await {
+                            break self.stream_failed(&e, "control");
+                        }
+                    }
                     Ok(Some(other)) => {
                         let kind = match other {
                             AgentMessage::Hello(_) => "Hello",
@@ -725,6 +809,36 @@ impl Session<'_> {
             task.abort();
         }
         reason
+    }
+
+    /// A new certificate for this session's member, from a CSR sent over the session.
+    async fn renew(&self, csr_der: &[u8]) -> EnrollResponse {
+        match &self.ctx.enroller {
+            Some(enroller) => {
+                let member = &self.identity.member;
+                let uid = self
+                    .connection
+                    .peer_identity()
+                    .and_then(|any| {
+                        any.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                            .ok()
+                    })
+                    .and_then(|chain| {
+                        chain
+                            .first()
+                            .and_then(|leaf| crate::enroll::enrollment_uid(leaf.as_ref(), member))
+                    });
+                enroller.renew(member, uid.as_deref(), csr_der).await
+            }
+            None => {
+                warn!(target: "kedge::audit", member = %self.identity.member, reason = "no_ca",
+                    "renewal refused: this hub has certificates from files");
+                EnrollResponse::Refused(EnrollRefusal {
+                    code: EnrollRefusalCode::Unavailable,
+                    message: "this hub issues no certificates (it runs with --tls-cert/--tls-key/--tls-ca); renew the certificate files".to_owned(),
+                })
+            }
+        }
     }
 
     fn spawn_heartbeats(
@@ -813,6 +927,20 @@ mod tests {
             send_within(&mut hub, &ack, limit).await,
             Err(Some(_))
         ));
+    }
+
+    #[test]
+    fn the_certificate_deadline_follows_the_wall_clock() {
+        let wall = UNIX_EPOCH + Duration::from_secs(1_000);
+        let now = Instant::now();
+        assert_eq!(
+            cert_deadline(1_020_000, wall, now),
+            now + Duration::from_secs(20)
+        );
+        // Already expired: now.
+        assert_eq!(cert_deadline(999_000, wall, now), now);
+        // Far future: bounded, no overflow.
+        assert!(cert_deadline(i64::MAX, wall, now) > now + Duration::from_secs(365 * 24 * 3600));
     }
 
     #[test]

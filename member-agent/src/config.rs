@@ -23,12 +23,29 @@ pub struct AgentArgs {
     /// Name to verify in every hub's certificate; defaults to HOST of each --hub address.
     #[arg(long, env = "KEDGE_AGENT_HUB_SERVER_NAME")]
     pub hub_server_name: Option<String>,
-    /// PEM file with this member's client certificate.
-    #[arg(long, env = "KEDGE_AGENT_TLS_CERT")]
-    pub tls_cert: PathBuf,
+    /// PEM file with this member's client certificate (with --tls-key). Without it the agent
+    /// uses the identity Secret, enrolling with --bootstrap-token-file when it holds nothing
+    /// usable.
+    #[arg(long, env = "KEDGE_AGENT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
     /// PEM file with this member's private key.
-    #[arg(long, env = "KEDGE_AGENT_TLS_KEY")]
-    pub tls_key: PathBuf,
+    #[arg(long, env = "KEDGE_AGENT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// File holding the one-time bootstrap token `<member>.<secret>` from
+    /// `kubectl kedge mc setup-member`; used only when the identity Secret holds no usable
+    /// certificate.
+    #[arg(long, env = "KEDGE_AGENT_BOOTSTRAP_TOKEN_FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
+    /// Secret (in --agent-namespace) where the agent keeps its key and certificate.
+    #[arg(
+        long,
+        env = "KEDGE_AGENT_IDENTITY_SECRET",
+        default_value = "kedge-agent-identity"
+    )]
+    pub identity_secret: String,
+    /// The agent's own namespace, where its identity Secret lives.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kedge-system")]
+    pub agent_namespace: String,
     /// PEM bundle of the hub CA.
     #[arg(long, env = "KEDGE_AGENT_TLS_CA")]
     pub tls_ca: PathBuf,
@@ -251,6 +268,31 @@ mod tests {
 
     fn args(hub: &str) -> AgentArgs {
         with(&["--hub", hub]).unwrap()
+    }
+
+    #[test]
+    fn enrollment_flags() {
+        let parse = |extra: &[&str]| {
+            let all = ["kedge-agent", "--hub", "hub:7443", "--tls-ca", "ca"]
+                .into_iter()
+                .chain(extra.iter().copied());
+            AgentArgs::try_parse_from(all).and_then(AgentArgs::checked)
+        };
+        let a = parse(&["--bootstrap-token-file", "/etc/kedge/token"]).unwrap();
+        assert_eq!(a.tls_cert, None);
+        assert_eq!(a.identity_secret, "kedge-agent-identity");
+        assert_eq!(
+            a.bootstrap_token_file.as_deref(),
+            Some(std::path::Path::new("/etc/kedge/token"))
+        );
+        let a = parse(&["--identity-secret", "id", "--agent-namespace", "edge"]).unwrap();
+        assert_eq!(
+            (a.identity_secret.as_str(), a.agent_namespace.as_str()),
+            ("id", "edge")
+        );
+        // A certificate without its key (or the reverse) is refused.
+        assert!(parse(&["--tls-cert", "c"]).is_err());
+        assert!(parse(&["--tls-key", "k"]).is_err());
     }
 
     #[test]

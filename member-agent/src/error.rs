@@ -6,6 +6,15 @@ pub enum Error {
     /// TLS material or ops endpoint set-up failed.
     #[error(transparent)]
     Net(#[from] kedge_net::Error),
+    /// The member has no usable identity and cannot get one on its own.
+    #[error("{0}")]
+    ReEnroll(String),
+    /// Enrollment did not complete (hub unreachable or busy); retried.
+    #[error("enrollment: {0}")]
+    Enroll(String),
+    /// The identity Secret could not be read or written.
+    #[error("{0}")]
+    IdentityStore(String),
     /// An essential task (the apply or report loop) ended while the agent was meant to run.
     #[error("{0}; the agent exits so that it is restarted")]
     TaskEnded(String),

@@ -8,6 +8,7 @@
 pub mod config;
 mod error;
 pub mod executor;
+mod identity;
 pub mod jobs;
 mod link;
 pub mod lite;
@@ -38,6 +39,92 @@ use crate::rotation::{Attempt, Pause, Rotation};
 use crate::session::{Dial, SessionEnd, SessionParams};
 use kedge_net::supervise::Supervisor;
 use kedge_protocol::RefusalCode;
+
+/// The enrolled identity: the one in the identity Secret while usable, else a new one from
+/// the bootstrap token. `None` when `shutdown` came first.
+async fn obtain_identity(
+    args: &AgentArgs,
+    client: kube::Client,
+    hubs: &[String],
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<identity::ManagedIdentity>>> {
+    use identity::{Enrolled, IdentityStore, ManagedIdentity, Start};
+    let ca_pem =
+        std::fs::read_to_string(&args.tls_ca).map_err(|source| kedge_net::Error::ReadFile {
+            path: args.tls_ca.clone(),
+            source,
+        })?;
+    let store = IdentityStore::new(client, &args.agent_namespace, &args.identity_secret);
+    let stored = store.load().await?;
+    let now = time::OffsetDateTime::now_utc();
+    let decision = identity::start(
+        stored.as_ref().map(|i| i.validity),
+        args.bootstrap_token_file.is_some(),
+        now,
+    );
+    let token_file = match (decision, &args.bootstrap_token_file, stored.clone()) {
+        (Start::UseStored, _, Some(stored)) => {
+            info!(member = %stored.member, not_after = %stored.validity.not_after,
+                "using the identity from the identity Secret");
+            return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+        }
+        (Start::Enroll, Some(file), _) => file,
+        (_, _, stored) => {
+            let member = stored.map(|s| s.member).unwrap_or_default();
+            return Err(identity::re_enroll(
+                &member,
+                &format!(
+                    "the identity Secret {}/{} holds no valid certificate and no --bootstrap-token-file was given",
+                    args.agent_namespace, args.identity_secret
+                ),
+            ));
+        }
+    };
+    let token = identity::read_token(token_file)?;
+    let member = identity::token_member(&token)?.to_owned();
+    let mut backoff = backoff::ExponentialBackoffBuilder::new()
+        .with_initial_interval(args.reconnect_initial)
+        .with_max_interval(args.reconnect_max)
+        .with_max_elapsed_time(None)
+        .build();
+    let mut rotation = Rotation::new(hubs.len());
+    loop {
+        let hub = &hubs[rotation.current()];
+        let attempt = async {
+            let addr = session::resolve(hub).await?;
+            identity::enroll_once(&token, addr, &args.server_name(hub), &ca_pem, &store).await
+        };
+        let failure = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            outcome = attempt => match outcome {
+                Ok(Enrolled::Done(identity)) => {
+                    return Ok(Some(ManagedIdentity::new(identity, ca_pem, store)));
+                }
+                Ok(Enrolled::Refused(refusal)) => {
+                    // A certificate about to expire still beats none: renewal may save it.
+                    if let Some(stored) = stored.filter(|s| s.validity.not_after > time::OffsetDateTime::now_utc()) {
+                        warn!(reason = refusal.code.as_str(), message = %refusal.message,
+                            "the hub refused the bootstrap token; using the stored certificate until it expires");
+                        return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+                    }
+                    return Err(identity::re_enroll(
+                        &member,
+                        &format!("the hub refused the bootstrap token ({}): {}", refusal.code.as_str(), refusal.message),
+                    ));
+                }
+                Err(e @ (Error::ReEnroll(_) | Error::IdentityStore(_))) => return Err(e),
+                Err(e) => e,
+            },
+        };
+        rotation.after(Attempt::Failed);
+        let delay = backoff.next_backoff().unwrap_or(args.reconnect_max);
+        warn!(%hub, error = %failure, ?delay, "enrollment did not complete; retrying");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
 
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
@@ -88,13 +175,22 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         &supervisor,
     );
 
-    let material = TlsMaterial::from_files(&args.tls_cert, &args.tls_key, &args.tls_ca)?;
-    let client_config =
-        tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
     let hubs = args.hubs();
     if hubs.is_empty() {
         return Err(Error::NoHub);
     }
+    let (files_config, managed) = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let material = TlsMaterial::from_files(cert, key, &args.tls_ca)?;
+            let config =
+                tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
+            (Some(config), None)
+        }
+        _ => match obtain_identity(&args, executor.client().clone(), &hubs, &shutdown).await? {
+            Some(identity) => (None, Some(identity)),
+            None => return Ok(()),
+        },
+    };
     let params = SessionParams {
         // The hub reads an empty list as every namespace.
         namespaces: policy
@@ -106,6 +202,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         metrics: metrics.clone(),
         readiness: readiness.clone(),
         executor,
+        identity: managed.clone(),
     };
     info!(hubs = ?hubs, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"),
         "kedge-agent starting");
@@ -129,6 +226,20 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let mut endpoint: Option<quinn::Endpoint> = None;
     loop {
         let hub = &hubs[rotation.current()];
+        let client_config = match (&files_config, &managed) {
+            (Some(config), _) => config.clone(),
+            (None, Some(identity)) => {
+                if identity.current().validity.not_after <= time::OffsetDateTime::now_utc() {
+                    let member = identity.current().member;
+                    return Err(identity::re_enroll(
+                        &member,
+                        "the client certificate expired without renewal",
+                    ));
+                }
+                identity.client_config()?
+            }
+            (None, None) => return Err(Error::NoHub),
+        };
         let dial = Dial {
             hub: hub.clone(),
             server_name: args.server_name(hub),

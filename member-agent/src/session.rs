@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use kedge_net::ops::Readiness;
 use kedge_protocol::{
-    AgentMessage, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION, Welcome,
-    close_code, unix_ms,
+    AgentMessage, EnrollResponse, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION,
+    RenewRequest, Welcome, close_code, unix_ms,
 };
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio::time::{Instant, timeout};
@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::executor::Executor;
+use crate::identity::{ManagedIdentity, renewal_retry};
 use crate::link::SessionLink;
 use crate::metrics::AgentMetrics;
 use crate::{Error, Result};
@@ -50,6 +51,8 @@ pub(crate) struct SessionParams {
     pub(crate) metrics: AgentMetrics,
     pub(crate) readiness: Readiness,
     pub(crate) executor: std::sync::Arc<Executor>,
+    /// The enrolled identity to renew over the session; `None` with certificate files.
+    pub(crate) identity: Option<std::sync::Arc<ManagedIdentity>>,
 }
 
 /// How a session ended.
@@ -61,7 +64,7 @@ pub(crate) enum SessionEnd {
     Lost { reason: String, established: bool },
 }
 
-async fn resolve(hub: &str) -> Result<SocketAddr> {
+pub(crate) async fn resolve(hub: &str) -> Result<SocketAddr> {
     let mut addrs = tokio::net::lookup_host(hub)
         .await
         .map_err(|e| Error::Resolve {
@@ -131,7 +134,11 @@ pub(crate) async fn connect_and_serve(
     shutdown: &CancellationToken,
 ) -> Result<SessionEnd> {
     let addr = resolve(&dial.hub).await?;
-    let connecting = endpoint_for(addr, config, endpoint)?.connect(addr, &dial.server_name)?;
+    let connecting = endpoint_for(addr, config, endpoint)?.connect_with(
+        config.clone(),
+        addr,
+        &dial.server_name,
+    )?;
     let connection = tokio::select! {
         _ = shutdown.cancelled() => return Ok(SessionEnd::Shutdown),
         connected = timeout(dial.handshake_timeout(), connecting) => match connected {
@@ -250,6 +257,7 @@ async fn serve(
             established: true,
         })
     };
+    let mut renewal = Renewal::new(params, welcome.protocol_version);
     loop {
         tokio::select! {
             // Heartbeats before control: when both end, the heartbeat reason is the real one.
@@ -262,6 +270,15 @@ async fn serve(
             reason = &mut heartbeats => {
                 return lost(reason.unwrap_or_else(|e| format!("heartbeat task failed: {e}")));
             }
+            _ = tokio::time::sleep_until(renewal.due), if renewal.identity.is_some() => {
+                if let Some(request) = renewal.request()
+                    && let Err(e) = control.send(&request).await
+                {
+                    heartbeats.abort();
+                    return lost(lost_reason(&connection, e));
+                }
+            }
+
             Some(outgoing) = link.outbox.recv() => {
                 if let Err(e) = control.send(&outgoing).await {
                     heartbeats.abort();
@@ -275,6 +292,7 @@ async fn serve(
                         "desired state received");
                     link.desired.send_replace(Some(std::sync::Arc::new(state)));
                 }
+                Ok(Some(HubMessage::Renewed(answer))) => renewal.answered(answer).await,
                 Ok(Some(_)) => {
                     let reason = "hub sent a handshake message mid-session";
                     connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
@@ -301,6 +319,100 @@ async fn serve(
         }
     }
 }
+
+/// Certificate renewal over the session: a request at two thirds of the certificate's
+/// lifetime with a new key pair, retried while the hub refuses or does not answer.
+struct Renewal {
+    identity: Option<std::sync::Arc<ManagedIdentity>>,
+    due: Instant,
+    /// The key of the request in flight.
+    pending_key: Option<String>,
+}
+
+/// How long to wait for the hub's answer to a renewal request before asking again.
+const RENEWAL_ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Renewal {
+    fn new(params: &SessionParams, protocol_version: u16) -> Self {
+        // A hub older than renewal would close the session on an unknown message.
+        let identity = params
+            .identity
+            .clone()
+            .filter(|_| protocol_version >= kedge_protocol::RENEWAL_PROTOCOL_VERSION);
+        let due = identity
+            .as_ref()
+            .map_or_else(Instant::now, |identity| due_for(identity));
+        Self {
+            identity,
+            due,
+            pending_key: None,
+        }
+    }
+
+    /// A renewal request with a fresh key pair (remembered for the answer).
+    fn request(&mut self) -> Option<AgentMessage> {
+        let identity = self.identity.as_ref()?;
+        self.due = Instant::now() + RENEWAL_ANSWER_TIMEOUT;
+        match identity.renewal_csr() {
+            Ok((key, csr_der)) => {
+                info!("renewing the client certificate");
+                self.pending_key = Some(key);
+                Some(AgentMessage::Renew(RenewRequest { csr_der }))
+            }
+            Err(error) => {
+                warn!(%error, "cannot create a certificate signing request");
+                None
+            }
+        }
+    }
+
+    async fn answered(&mut self, answer: EnrollResponse) {
+        let Some(identity) = self.identity.clone() else {
+            return;
+        };
+        let retry = |identity: &ManagedIdentity| {
+            Instant::now()
+                + renewal_retry(identity.current().validity, time::OffsetDateTime::now_utc())
+        };
+        match (answer, self.pending_key.take()) {
+            (EnrollResponse::Issued(issued), Some(key)) => {
+                match identity.renewed(issued, key).await {
+                    Ok(renewed) => {
+                        info!(not_after = %renewed.validity.not_after, "client certificate renewed and stored");
+                        self.due = due_for(&identity);
+                    }
+                    Err(error) => {
+                        warn!(%error, "cannot keep the renewed certificate; retrying");
+                        self.due = retry(&identity);
+                    }
+                }
+            }
+            (EnrollResponse::Issued(_), None) => {
+                warn!("the hub sent a certificate nobody asked for; ignoring it");
+            }
+            (EnrollResponse::Refused(refusal), _) => {
+                warn!(reason = refusal.code.as_str(), message = %refusal.message,
+                    "the hub refused to renew the client certificate; retrying");
+                self.due = retry(&identity);
+            }
+        }
+    }
+}
+
+/// When the current certificate of `identity` is due for renewal, on the monotonic clock.
+fn due_for(identity: &ManagedIdentity) -> Instant {
+    let validity = identity.current().validity;
+    let delay = kedge_net::pki::renewal_delay(
+        validity.not_before,
+        validity.not_after,
+        time::OffsetDateTime::now_utc(),
+    );
+    // The stored certificate is input: a far-future expiry must not overflow the timer.
+    Instant::now() + delay.min(MAX_RENEWAL_DELAY)
+}
+
+/// The longest the agent waits before renewing, whatever the certificate says.
+const MAX_RENEWAL_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Sends a heartbeat every `interval` and closes the connection when `tolerance` intervals
 /// pass without an answer. Returns why it stopped.

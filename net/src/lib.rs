@@ -9,6 +9,7 @@
 //! ops code; keeping it once means the hub and the agent cannot drift apart on security
 //! settings.
 
+pub mod enroll;
 pub mod flags;
 pub mod identity;
 pub mod kube_client;

@@ -8,10 +8,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
+    BasicConstraints, CertificateParams, CertificateSigningRequestParams, DistinguishedName,
+    DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    PKCS_ECDSA_P256_SHA256, SanType, SerialNumber,
 };
+use rustls_pki_types::CertificateSigningRequestDer;
 use time::{Duration, OffsetDateTime};
+use x509_parser::prelude::FromDer;
 
 use crate::identity::is_valid_member_name;
 use crate::{Error, Result};
@@ -43,6 +46,17 @@ pub struct Validity {
 }
 
 impl Validity {
+    /// Valid from shortly before `now` (clock skew: a tenth of the lifetime, at most a
+    /// minute, so that renewal at two thirds of the window stays close to two thirds of the
+    /// time the holder actually has) for `lifetime`.
+    pub fn issued(now: OffsetDateTime, lifetime: Duration) -> Self {
+        let skew = (lifetime / 10_i32).clamp(Duration::ZERO, Duration::minutes(1));
+        Self {
+            not_before: now - skew,
+            not_after: now + lifetime,
+        }
+    }
+
     /// Valid from a minute before `now` (clock skew) for `lifetime`.
     pub fn starting(now: OffsetDateTime, lifetime: Duration) -> Self {
         Self {
@@ -158,6 +172,46 @@ impl CertificateAuthority {
         self.issue(params, validity, member)
     }
 
+    /// Issues a member's client certificate for the public key of `csr_der`, which must be a
+    /// valid PKCS#10 request whose only Common Name is `member`. Everything else in the
+    /// request is ignored: the certificate carries CN = `member`, the `clientAuth` extended
+    /// key usage and exactly one URI SAN, [`member_uri`]`(member, uid)`.
+    pub fn issue_member_csr(
+        &self,
+        csr_der: &[u8],
+        member: &str,
+        uid: &str,
+        validity: Validity,
+    ) -> Result<String, CsrError> {
+        verify_member_csr(csr_der, member)?;
+        let csr =
+            CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(csr_der))
+                .map_err(|e| CsrError::Invalid(e.to_string()))?;
+        let invalid = |e: rcgen::Error| CsrError::Invalid(e.to_string());
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, member);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "kedge:members");
+        params.subject_alt_names = vec![SanType::URI(
+            member_uri(member, uid).try_into().map_err(invalid)?,
+        )];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = validity.not_before;
+        params.not_after = validity.not_after;
+        params.serial_number = Some(serial(OffsetDateTime::now_utc(), member));
+        let signed = CertificateSigningRequestParams {
+            params,
+            public_key: csr.public_key,
+        }
+        .signed_by(&self.issuer)
+        .map_err(invalid)?;
+        Ok(signed.pem())
+    }
+
     fn issue(
         &self,
         mut params: CertificateParams,
@@ -174,6 +228,111 @@ impl CertificateAuthority {
             key_pem: key.serialize_pem(),
         })
     }
+}
+
+/// Why a certificate signing request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CsrError {
+    /// Not a parseable PKCS#10 request, or its signature does not verify.
+    #[error("not a valid PKCS#10 request: {0}")]
+    Invalid(String),
+    /// The request's Common Name is not the member it is for.
+    #[error("the request names {requested:?}, not {expected:?}")]
+    NameMismatch {
+        /// The Common Name in the request.
+        requested: String,
+        /// The member the token or session belongs to.
+        expected: String,
+    },
+}
+
+/// The Common Name of a DER PKCS#10 request, checking its self-signature.
+fn csr_common_name(der: &[u8]) -> Result<String, CsrError> {
+    let (rest, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(der)
+        .map_err(|e| CsrError::Invalid(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(CsrError::Invalid("trailing bytes after the request".into()));
+    }
+    csr.verify_signature()
+        .map_err(|e| CsrError::Invalid(format!("bad signature: {e}")))?;
+    let subject = &csr.certification_request_info.subject;
+    let mut names = subject.iter_common_name();
+    let cn = names
+        .next()
+        .ok_or_else(|| CsrError::Invalid("no Common Name".into()))?
+        .as_str()
+        .map_err(|e| CsrError::Invalid(format!("unreadable Common Name: {e}")))?
+        .to_owned();
+    if names.next().is_some() {
+        return Err(CsrError::Invalid("more than one Common Name".into()));
+    }
+    Ok(cn)
+}
+
+/// Checks that `csr_der` is a validly self-signed PKCS#10 request whose only Common Name is
+/// `member`.
+pub fn verify_member_csr(csr_der: &[u8], member: &str) -> Result<(), CsrError> {
+    let requested = csr_common_name(csr_der)?;
+    if requested != member {
+        return Err(CsrError::NameMismatch {
+            requested,
+            expected: member.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The URI SAN of a member certificate: `urn:kedge:member:<member>:<MemberCluster uid>`. It
+/// ties the certificate to one enrollment: a member deleted and created again gets a new uid.
+pub fn member_uri(member: &str, uid: &str) -> String {
+    format!("urn:kedge:member:{member}:{uid}")
+}
+
+/// A fresh ECDSA P-256 key pair and a PKCS#10 request for `member` (the agent's side of
+/// enrollment and renewal). Returns the key (PEM, PKCS#8) and the request (DER).
+pub fn member_csr(member: &str) -> Result<(String, Vec<u8>)> {
+    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)?;
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, member);
+    let csr = params.serialize_request(&key)?;
+    Ok((key.serialize_pem(), csr.der().to_vec()))
+}
+
+/// When to renew a certificate valid from `not_before` to `not_after`: at two thirds of its
+/// lifetime, so a failed attempt leaves a third of it for retries.
+pub fn renewal_due(not_before: OffsetDateTime, not_after: OffsetDateTime) -> OffsetDateTime {
+    let lifetime = (not_after - not_before).max(Duration::ZERO);
+    not_before + lifetime * 2 / 3
+}
+
+/// How long to wait before renewing, seen at `now` (zero when already due).
+pub fn renewal_delay(
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+    now: OffsetDateTime,
+) -> std::time::Duration {
+    let left = renewal_due(not_before, not_after) - now;
+    std::time::Duration::try_from(left).unwrap_or(std::time::Duration::ZERO)
+}
+
+/// Validity window of a PEM certificate (the first one), for renewal planning.
+pub fn cert_validity(cert_pem: &str) -> Result<Validity> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| Error::Pem {
+        path: "certificate".into(),
+        reason: e.to_string(),
+    })?;
+    let (_, cert) =
+        x509_parser::prelude::X509Certificate::from_der(der.as_ref()).map_err(|e| Error::Pem {
+            path: "certificate".into(),
+            reason: e.to_string(),
+        })?;
+    Ok(Validity {
+        not_before: cert.validity().not_before.to_datetime(),
+        not_after: cert.validity().not_after.to_datetime(),
+    })
 }
 
 /// File names of a development PKI laid out in one directory by [`write_dev_pki`].
@@ -422,5 +581,111 @@ mod tests {
             )
             .unwrap();
         assert!(CertificateAuthority::from_pem("garbage", "garbage").is_err());
+    }
+
+    #[test]
+    fn a_csr_becomes_a_member_certificate_with_one_uri() {
+        let now = OffsetDateTime::now_utc();
+        let ca =
+            CertificateAuthority::generate("test CA", Validity::starting(now, Duration::days(1)))
+                .unwrap();
+        let (_key, csr) = member_csr("edge-1").unwrap();
+        let pem = ca
+            .issue_member_csr(
+                &csr,
+                "edge-1",
+                "uid-1",
+                Validity::starting(now, Duration::hours(24)),
+            )
+            .unwrap();
+        let der = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        assert_eq!(
+            peer_identity(std::slice::from_ref(&der)).unwrap().member,
+            "edge-1"
+        );
+        let (_, cert) = x509_parser::prelude::X509Certificate::from_der(der.as_ref()).unwrap();
+        let san = cert.subject_alternative_name().unwrap().unwrap();
+        let uris: Vec<String> = san
+            .value
+            .general_names
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(uris, ["URI(urn:kedge:member:edge-1:uid-1)"]);
+        let eku = cert.extended_key_usage().unwrap().unwrap();
+        assert!(eku.value.client_auth && !eku.value.server_auth);
+        let validity = cert_validity(&pem).unwrap();
+        assert!((validity.not_after - (now + Duration::hours(24))).abs() <= Duration::seconds(1));
+    }
+
+    #[test]
+    fn a_csr_for_another_member_or_garbage_is_refused() {
+        let now = OffsetDateTime::now_utc();
+        let ca =
+            CertificateAuthority::generate("test CA", Validity::starting(now, Duration::days(1)))
+                .unwrap();
+        let validity = Validity::starting(now, Duration::hours(1));
+        let (_key, csr) = member_csr("edge-2").unwrap();
+        let err = ca
+            .issue_member_csr(&csr, "edge-1", "u", validity)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CsrError::NameMismatch {
+                requested: "edge-2".into(),
+                expected: "edge-1".into()
+            }
+        );
+        for junk in [
+            &[][..],
+            &[0x30, 0x03, 0x01, 0x02, 0x03],
+            &csr[..csr.len() - 1],
+        ] {
+            let err = ca
+                .issue_member_csr(junk, "edge-1", "u", validity)
+                .unwrap_err();
+            assert!(matches!(err, CsrError::Invalid(_)), "{err}");
+        }
+        // A flipped bit in the signed part breaks the signature.
+        let mut tampered = csr.clone();
+        let mid = tampered.len() / 2;
+        tampered[mid] ^= 0x01;
+        assert!(
+            ca.issue_member_csr(&tampered, "edge-2", "u", validity)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn short_certificates_are_backdated_a_tenth_of_their_lifetime() {
+        let now = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        let short = Validity::issued(now, Duration::seconds(20));
+        assert_eq!(short.not_before, now - Duration::seconds(2));
+        // Renewal comes at 12.67 s of the 20 s the holder has.
+        let delay = renewal_delay(short.not_before, short.not_after, now);
+        assert_eq!(delay.as_millis(), 12_666, "{delay:?}");
+        let long = Validity::issued(now, Duration::days(1));
+        assert_eq!(long.not_before, now - Duration::minutes(1));
+    }
+
+    #[test]
+    fn renewal_is_due_at_two_thirds_of_the_lifetime() {
+        let start = OffsetDateTime::from_unix_timestamp(1_000_000).unwrap();
+        let end = start + Duration::seconds(30);
+        assert_eq!(renewal_due(start, end), start + Duration::seconds(20));
+        assert_eq!(
+            renewal_delay(start, end, start),
+            std::time::Duration::from_secs(20)
+        );
+        assert_eq!(
+            renewal_delay(start, end, start + Duration::seconds(19)),
+            std::time::Duration::from_secs(1)
+        );
+        assert_eq!(
+            renewal_delay(start, end, start + Duration::seconds(25)),
+            std::time::Duration::ZERO
+        );
+        // A backwards window is due at once rather than never.
+        assert_eq!(renewal_due(end, start), end);
     }
 }

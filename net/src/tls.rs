@@ -254,6 +254,65 @@ pub fn anonymous_client_config(trusted: &[CertificateDer<'static>]) -> Result<qu
     Ok(quinn::ClientConfig::new(Arc::new(quic)))
 }
 
+/// Server configuration for a hub that enrolls members (CA-Secret mode): offers ALPN
+/// `kedge/1` and `kedge-enroll/1` on the same port. A client certificate, when presented,
+/// must chain to `material.trusted`; one may be absent so that an agent without an identity
+/// can enroll. The hub then refuses any `kedge/1` connection without a verified certificate
+/// (see [`negotiated_alpn`]).
+pub fn enrolling_server_config(
+    material: TlsMaterial,
+    tuning: TransportTuning,
+) -> Result<quinn::ServerConfig> {
+    let provider = provider();
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(material.roots()?), provider.clone())
+            .allow_unauthenticated()
+            .build()?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(material.chain, material.key)?;
+    tls.alpn_protocols = vec![
+        kedge_protocol::ALPN.to_vec(),
+        kedge_protocol::ENROLL_ALPN.to_vec(),
+    ];
+    tls.max_early_data_size = 0;
+    let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
+    config.transport_config(transport(tuning, Side::Server));
+    limit_incoming(&mut config);
+    Ok(config)
+}
+
+/// Client configuration of an enrollment connection: verifies the hub against `trusted`,
+/// presents no certificate, offers ALPN `kedge-enroll/1`.
+pub fn enroll_client_config(
+    trusted: &[CertificateDer<'static>],
+    tuning: TransportTuning,
+) -> Result<quinn::ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    for cert in trusted {
+        roots.add(cert.clone())?;
+    }
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![kedge_protocol::ENROLL_ALPN.to_vec()];
+    let quic = QuicClientConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(quic));
+    config.transport_config(transport(tuning, Side::Client));
+    Ok(config)
+}
+
+/// The ALPN protocol a connection negotiated, if any.
+pub fn negotiated_alpn(connection: &quinn::Connection) -> Option<Vec<u8>> {
+    connection
+        .handshake_data()
+        .and_then(|any| any.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+        .and_then(|data| data.protocol)
+}
+
 /// Why a TLS handshake failed, as a short stable label for metrics and logs.
 ///
 /// QUIC carries TLS alerts as transport error codes `0x100 + alert`.

@@ -15,25 +15,35 @@
 //! pair, such as a quinn stream.
 
 mod codec;
+mod enroll;
 mod error;
 mod message;
 mod report;
 mod sanitize;
 
 pub use codec::{FramedStream, decode, encode};
+pub use enroll::*;
 pub use error::{Error, Result};
 pub use message::*;
 pub use report::bounded_text;
 pub use sanitize::{MAX_MESSAGE_BYTES, MAX_REF_BYTES, clean_text};
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
+
+/// The first protocol version with certificate renewal on the control stream
+/// ([`AgentMessage::Renew`]).
+pub const RENEWAL_PROTOCOL_VERSION: u16 = 4;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 3;
 
 /// QUIC/TLS application protocol name.
 pub const ALPN: &[u8] = b"kedge/1";
+
+/// ALPN of enrollment connections: server-authenticated only, one [`EnrollRequest`] →
+/// [`EnrollResponse`] exchange on one stream, then closed.
+pub const ENROLL_ALPN: &[u8] = b"kedge-enroll/1";
 
 /// Default UDP port the hub listens on.
 pub const DEFAULT_PORT: u16 = 7443;
@@ -87,6 +97,8 @@ pub mod close_code {
     pub const BAD_IDENTITY: u32 = 5;
     /// The peer stopped answering heartbeats.
     pub const HEARTBEAT_TIMEOUT: u32 = 6;
+    /// The session's client certificate expired without renewal.
+    pub const CERT_EXPIRED: u32 = 7;
 
     /// A short name for a close code, for logs.
     pub fn name(code: u64) -> &'static str {
@@ -98,6 +110,7 @@ pub mod close_code {
             4 => "revoked",
             5 => "bad_identity",
             6 => "heartbeat_timeout",
+            7 => "cert_expired",
             _ => "unknown",
         }
     }

@@ -16,6 +16,8 @@ pub enum AgentMessage {
     Ack(Ack),
     /// What the agent observes in its cluster.
     Report(StatusReport),
+    /// Asks for a fresh client certificate (control stream, protocol version 4 and later).
+    Renew(crate::RenewRequest),
 }
 
 /// Messages the hub sends to the agent.
@@ -29,6 +31,8 @@ pub enum HubMessage {
     HeartbeatAck(HeartbeatAck),
     /// What the member should run.
     DesiredState(DesiredState),
+    /// Answer to a [`AgentMessage::Renew`].
+    Renewed(crate::EnrollResponse),
 }
 
 /// Opens a session. The member's identity is *not* here: it comes from its certificate.

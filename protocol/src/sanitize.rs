@@ -223,6 +223,8 @@ impl AgentMessage {
         match &mut self {
             AgentMessage::Hello(h) => hello(h),
             AgentMessage::Heartbeat(_) => {}
+            // A CSR is bytes the hub parses and never shows; it carries no text.
+            AgentMessage::Renew(_) => {}
             AgentMessage::Ack(a) => ack(a),
             AgentMessage::Report(r) => report(r),
         }

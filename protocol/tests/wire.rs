@@ -203,7 +203,62 @@ fn hub_message() -> impl Strategy<Value = HubMessage> {
     ]
 }
 
+fn refusal_code() -> impl Strategy<Value = EnrollRefusalCode> {
+    prop::sample::select(vec![
+        EnrollRefusalCode::MalformedToken,
+        EnrollRefusalCode::TokenNotFound,
+        EnrollRefusalCode::WrongToken,
+        EnrollRefusalCode::TokenExpired,
+        EnrollRefusalCode::TokenAlreadyUsed,
+        EnrollRefusalCode::UnknownMember,
+        EnrollRefusalCode::BadCsr,
+        EnrollRefusalCode::NameMismatch,
+        EnrollRefusalCode::Superseded,
+        EnrollRefusalCode::UnsupportedVersion,
+        EnrollRefusalCode::Unavailable,
+    ])
+}
+
+fn enroll_response() -> impl Strategy<Value = EnrollResponse> {
+    prop_oneof![
+        (".{0,200}", ".{0,200}", any::<i64>()).prop_map(|(cert_pem, ca_pem, not_after_unix_ms)| {
+            EnrollResponse::Issued(IssuedCertificate {
+                cert_pem,
+                ca_pem,
+                not_after_unix_ms,
+            })
+        }),
+        (refusal_code(), ".{0,80}").prop_map(|(code, message)| {
+            EnrollResponse::Refused(EnrollRefusal { code, message })
+        }),
+    ]
+}
+
 proptest! {
+    /// Enrollment and renewal messages round-trip.
+    #[test]
+    fn enrollment_messages_round_trip(
+        token in ".{0,100}",
+        csr_der in prop::collection::vec(any::<u8>(), 0..512),
+        response in enroll_response(),
+    ) {
+        let request = EnrollRequest { protocol_version: PROTOCOL_VERSION, token, csr_der: csr_der.clone() };
+        prop_assert_eq!(decode::<EnrollRequest>(&encode(&request).unwrap()).unwrap(), request);
+        let renew = AgentMessage::Renew(RenewRequest { csr_der });
+        prop_assert_eq!(decode::<AgentMessage>(&encode(&renew).unwrap()).unwrap(), renew);
+        let renewed = HubMessage::Renewed(response.clone());
+        prop_assert_eq!(decode::<HubMessage>(&encode(&renewed).unwrap()).unwrap(), renewed);
+        prop_assert_eq!(decode::<EnrollResponse>(&encode(&response).unwrap()).unwrap(), response);
+    }
+
+    /// Arbitrary bytes never panic the enrollment decoders (the hub reads them from clients
+    /// without a certificate).
+    #[test]
+    fn decoding_enrollment_garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = decode::<EnrollRequest>(&bytes);
+        let _ = decode::<EnrollResponse>(&bytes);
+    }
+
     #[test]
     fn agent_messages_round_trip(message in agent_message()) {
         let frame = encode(&message).unwrap();

@@ -972,6 +972,38 @@ fn delete_options(r: &Req) -> Result<(Propagation, Option<String>)> {
     Ok((propagation, precondition))
 }
 
+/// `preconditions.uid` of DeleteOptions, checked as the API server does: a different uid is a
+/// 409 Conflict (the name now belongs to another object). A missing object is left to the
+/// store's NotFound.
+fn check_uid_precondition(
+    r: &Req,
+    current: Option<&Value>,
+    plural: &str,
+    name: &str,
+) -> Result<()> {
+    if r.body.is_empty() {
+        return Ok(());
+    }
+    let opts: Value = serde_json::from_slice(&r.body)
+        .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+    let Some(want) = opts.pointer("/preconditions/uid").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let Some(current) = current else {
+        return Ok(());
+    };
+    let have = current
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if have != want {
+        return Err(Error::Conflict(format!(
+            "Operation cannot be fulfilled on {plural} \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {have}"
+        )));
+    }
+    Ok(())
+}
+
 fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
     let dry = dry_run(r)?;
     let ns = ns_of(t)?.to_string();
@@ -985,6 +1017,7 @@ fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response
         &mut guard
     };
     let existed_before = store.get(&t.def.key, &ns, name).cloned();
+    check_uid_precondition(r, existed_before.as_deref(), &t.def.plural, name)?;
     let out = store.delete(&t.def, &ns, name, propagation, precondition.as_deref(), now)?;
     let still_there = store.get(&t.def.key, &ns, name).is_some();
     drop(guard);

@@ -49,6 +49,50 @@ async fn install_crd(client: &kube::Client, file: &str) {
     .expect("await crd");
 }
 
+/// Delete preconditions, as used to spend a bootstrap token exactly once: a wrong uid or
+/// resourceVersion is a 409 and leaves the object; a second delete is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_preconditions_on_uid_and_resource_version() {
+    use kube::api::{DeleteParams, Preconditions};
+    let sim = sim("pre").await;
+    let client = sim.clusters()[0].client().expect("client");
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "token"}})).unwrap();
+    let created = api.create(&PostParams::default(), &cm).await.unwrap();
+    let with = |uid: Option<&str>, rv: Option<&str>| DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: uid.map(str::to_owned),
+            resource_version: rv.map(str::to_owned),
+        }),
+        ..DeleteParams::default()
+    };
+    let code = |e: kube::Error| match e {
+        kube::Error::Api(status) => status.code,
+        other => panic!("{other}"),
+    };
+    let uid = created.metadata.uid.clone().unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let err = api
+        .delete("token", &with(Some("other"), None))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 409);
+    let err = api
+        .delete("token", &with(Some(&uid), Some("1")))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 409);
+    assert!(api.get_opt("token").await.unwrap().is_some());
+    api.delete("token", &with(Some(&uid), Some(&rv)))
+        .await
+        .unwrap();
+    let err = api
+        .delete("token", &with(Some(&uid), Some(&rv)))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflector_follows_configmaps() {
     let sim = sim("r1").await;

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod dso;
+pub mod enroll;
 pub mod hub_peer;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};

@@ -1,0 +1,644 @@
+//! Enrollment without shared secrets: one-time, expiring bootstrap tokens, and the hub's
+//! side of enrollment (token + CSR → client certificate) and renewal (CSR over the live
+//! session → new client certificate).
+//!
+//! Contract (shared with `kubectl kedge mc setup-member` and the install manifests): a token
+//! is `<member>.<secret>`, the secret 32 random bytes in base64url without padding. The hub
+//! stores only the lowercase hex SHA-256 of the whole token string, in the Secret
+//! `kedge-bootstrap-<member>` of the hub namespace (`type: kedge.dev/bootstrap-token`, label
+//! `kedge.dev/member: <member>`, data `token-hash` and `expires-at`, RFC 3339). A token is
+//! consumed (its Secret deleted, with preconditions) before a certificate is issued, so it
+//! works once even when two enrollments race.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kedge_core::crd::MemberCluster;
+use kedge_net::identity::is_valid_member_name;
+use kedge_net::pki::{CertificateAuthority, CsrError, Validity, cert_validity, verify_member_csr};
+use kedge_protocol::{
+    EnrollRefusal, EnrollRefusalCode, EnrollRequest, EnrollResponse, FramedStream,
+    IssuedCertificate, is_supported_version,
+};
+use kube::api::{DeleteParams, ObjectMeta, Preconditions};
+use kube::{Api, Client};
+use quinn::{Connection, RecvStream, SendStream, VarInt};
+use ring::rand::{SecureRandom, SystemRandom};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::time::timeout;
+use tracing::{info, warn};
+
+use crate::{Error, Result};
+
+/// `type` of a bootstrap token Secret.
+pub const BOOTSTRAP_SECRET_TYPE: &str = "kedge.dev/bootstrap-token";
+/// Label naming the member a bootstrap token Secret is for.
+pub const MEMBER_LABEL: &str = "kedge.dev/member";
+/// Data key of the token's hash (lowercase hex SHA-256 of the whole token string).
+pub const TOKEN_HASH_KEY: &str = "token-hash";
+/// Data key of the token's expiry (RFC 3339).
+pub const EXPIRES_AT_KEY: &str = "expires-at";
+/// Default lifetime of a member's client certificate.
+pub const DEFAULT_MEMBER_CERT_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// Bounds of `--member-cert-lifetime`: shorter leaves no room to renew at two thirds of it
+/// over a slow link, longer defeats short-lived certificates.
+pub const MEMBER_CERT_LIFETIME: (Duration, Duration) =
+    (Duration::from_secs(10), Duration::from_secs(90 * 24 * 3600));
+
+/// Name of the bootstrap token Secret of `member`.
+pub fn bootstrap_secret_name(member: &str) -> String {
+    format!("kedge-bootstrap-{member}")
+}
+
+/// Lowercase hex SHA-256 of `token`.
+pub fn token_hash(token: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A freshly minted bootstrap token and the Secret that stores its hash.
+#[derive(Clone)]
+pub struct BootstrapToken {
+    /// The token to hand to the agent, `<member>.<secret>`; shown once, never stored.
+    pub token: String,
+    /// The Secret to create in the hub namespace.
+    pub secret: Secret,
+    /// When the token stops working.
+    pub expires_at: OffsetDateTime,
+}
+
+impl std::fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapToken")
+            .field("token", &"<redacted>")
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Mints a one-time bootstrap token for `member`, valid from `now` for `ttl`, and builds the
+/// Secret (in the hub `namespace`) that stores only its hash.
+pub fn mint_bootstrap_token(
+    member: &str,
+    namespace: &str,
+    now: OffsetDateTime,
+    ttl: Duration,
+) -> Result<BootstrapToken> {
+    if !is_valid_member_name(member) {
+        return Err(Error::Token(format!(
+            "{member:?} is not a valid member name (lowercase RFC 1123 label)"
+        )));
+    }
+    let ttl = time::Duration::try_from(ttl)
+        .ok()
+        .filter(|t| t.is_positive())
+        .ok_or_else(|| Error::Token("the token lifetime must be positive".into()))?;
+    let mut secret = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut secret)
+        .map_err(|_| Error::Token("the system random number generator failed".into()))?;
+    let token = format!("{member}.{}", URL_SAFE_NO_PAD.encode(secret));
+    let expires_at = now + ttl;
+    let secret = bootstrap_secret(member, namespace, &token, expires_at)?;
+    Ok(BootstrapToken {
+        token,
+        secret,
+        expires_at,
+    })
+}
+
+/// The Secret storing the hash of `token` for `member` in `namespace`.
+pub fn bootstrap_secret(
+    member: &str,
+    namespace: &str,
+    token: &str,
+    expires_at: OffsetDateTime,
+) -> Result<Secret> {
+    let expires = expires_at
+        .format(&Rfc3339)
+        .map_err(|e| Error::Token(format!("cannot format the expiry: {e}")))?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(bootstrap_secret_name(member)),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                MEMBER_LABEL.to_owned(),
+                member.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some(BOOTSTRAP_SECRET_TYPE.to_owned()),
+        data: Some(BTreeMap::from([
+            (
+                TOKEN_HASH_KEY.to_owned(),
+                ByteString(token_hash(token).into_bytes()),
+            ),
+            (EXPIRES_AT_KEY.to_owned(), ByteString(expires.into_bytes())),
+        ])),
+        ..Secret::default()
+    })
+}
+
+fn refusal(code: EnrollRefusalCode, message: impl Into<String>) -> EnrollRefusal {
+    EnrollRefusal {
+        code,
+        message: message.into(),
+    }
+}
+
+/// The member a token is for, from its `<member>.<secret>` form.
+pub fn token_member(token: &str) -> Result<&str, EnrollRefusal> {
+    let malformed = || {
+        refusal(
+            EnrollRefusalCode::MalformedToken,
+            "the bootstrap token is not of the form <member>.<secret>; copy it again from `kubectl kedge mc setup-member`",
+        )
+    };
+    let (member, secret) = token.split_once('.').ok_or_else(malformed)?;
+    if !is_valid_member_name(member) || secret.is_empty() || secret.len() > 128 {
+        return Err(malformed());
+    }
+    Ok(member)
+}
+
+/// Equal in time independent of where `a` and `b` differ (lengths are not secret).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Checks `token` against its stored Secret at `now`: the hash must match (compared in
+/// constant time) and the token must not have expired.
+pub fn check_token(token: &str, secret: &Secret, now: OffsetDateTime) -> Result<(), EnrollRefusal> {
+    let member = token_member(token)?;
+    let field = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(|v| std::str::from_utf8(&v.0).ok())
+            .map(str::trim)
+            .ok_or_else(|| {
+                refusal(
+                    EnrollRefusalCode::TokenNotFound,
+                    format!(
+                        "the bootstrap token Secret of {member:?} has no usable {key:?}; create a new token with `kubectl kedge mc setup-member {member}`"
+                    ),
+                )
+            })
+    };
+    let stored = field(TOKEN_HASH_KEY)?;
+    if !constant_time_eq(token_hash(token).as_bytes(), stored.as_bytes()) {
+        return Err(refusal(
+            EnrollRefusalCode::WrongToken,
+            format!("wrong bootstrap token for member {member:?}"),
+        ));
+    }
+    let expires_at = OffsetDateTime::parse(field(EXPIRES_AT_KEY)?, &Rfc3339).map_err(|_| {
+        refusal(
+            EnrollRefusalCode::TokenNotFound,
+            format!(
+                "the bootstrap token Secret of {member:?} has an unreadable {EXPIRES_AT_KEY:?}"
+            ),
+        )
+    })?;
+    if now >= expires_at {
+        return Err(refusal(
+            EnrollRefusalCode::TokenExpired,
+            format!(
+                "the bootstrap token for member {member:?} expired at {}; create a new one with `kubectl kedge mc setup-member {member}`",
+                expires_at.format(&Rfc3339).unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Issues member certificates: enrollment with a bootstrap token, renewal over a session.
+pub struct Enroller {
+    client: Client,
+    namespace: String,
+    ca: Arc<CertificateAuthority>,
+    lifetime: Duration,
+}
+
+impl std::fmt::Debug for Enroller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enroller")
+            .field("namespace", &self.namespace)
+            .field("lifetime", &self.lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Enroller {
+    /// An enroller reading tokens and `MemberCluster`s through `client`, tokens in the hub
+    /// `namespace`, issuing certificates of `lifetime` from `ca`.
+    pub fn new(
+        client: Client,
+        namespace: String,
+        ca: Arc<CertificateAuthority>,
+        lifetime: Duration,
+    ) -> Self {
+        Self {
+            client,
+            namespace,
+            ca,
+            lifetime,
+        }
+    }
+
+    /// The CA certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    /// Answers an enrollment request from `remote`, with an audit line either way.
+    pub async fn enroll(&self, request: &EnrollRequest, remote: SocketAddr) -> EnrollResponse {
+        let claimed = token_member(&request.token).unwrap_or("<malformed>");
+        match self.try_enroll(request).await {
+            Ok(issued) => {
+                info!(target: "kedge::audit", member = claimed, %remote,
+                    not_after_unix_ms = issued.not_after_unix_ms, "enrollment: certificate issued");
+                EnrollResponse::Issued(issued)
+            }
+            Err(refused) => {
+                warn!(target: "kedge::audit", member = claimed, %remote, reason = refused.code.as_str(),
+                    message = %refused.message, "enrollment refused");
+                EnrollResponse::Refused(refused)
+            }
+        }
+    }
+
+    async fn try_enroll(
+        &self,
+        request: &EnrollRequest,
+    ) -> Result<IssuedCertificate, EnrollRefusal> {
+        if !is_supported_version(request.protocol_version) {
+            return Err(refusal(
+                EnrollRefusalCode::UnsupportedVersion,
+                format!(
+                    "the agent speaks protocol version {}; install an agent release that matches the hub",
+                    request.protocol_version
+                ),
+            ));
+        }
+        let member = token_member(&request.token)?;
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let name = bootstrap_secret_name(member);
+        let secret = secrets
+            .get_opt(&name)
+            .await
+            .map_err(unavailable)?
+            .ok_or_else(|| {
+                refusal(
+                    EnrollRefusalCode::TokenNotFound,
+                    format!(
+                        "no bootstrap token for member {member:?}: it was already used or never created; re-enroll with `kubectl kedge mc setup-member {member}`"
+                    ),
+                )
+            })?;
+        if secret.type_.as_deref() != Some(BOOTSTRAP_SECRET_TYPE) {
+            return Err(refusal(
+                EnrollRefusalCode::TokenNotFound,
+                format!("{}/{name} is not a bootstrap token Secret", self.namespace),
+            ));
+        }
+        check_token(&request.token, &secret, OffsetDateTime::now_utc())?;
+        let uid = self.member_uid(member).await?;
+        // Check the request before spending the token, so that a broken agent can retry.
+        self.check_csr(&request.csr_der, member)?;
+        // Spend the token: of two concurrent enrollments, one deletes the Secret and the
+        // other gets NotFound or Conflict.
+        let preconditions = Preconditions {
+            uid: secret.metadata.uid.clone(),
+            resource_version: secret.metadata.resource_version.clone(),
+        };
+        let params = DeleteParams {
+            preconditions: Some(preconditions),
+            ..DeleteParams::default()
+        };
+        match secrets.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+                return Err(refusal(
+                    EnrollRefusalCode::TokenAlreadyUsed,
+                    format!(
+                        "the bootstrap token for member {member:?} was used by another enrollment at the same time"
+                    ),
+                ));
+            }
+            Err(e) => return Err(unavailable(e)),
+        }
+        self.issue(member, &uid, &request.csr_der)
+    }
+
+    /// Answers a renewal request of the session of `member`, whose certificate carries the
+    /// enrollment `session_uid` (from its URI SAN), with an audit line either way. Only a
+    /// certificate of the current enrollment is renewed: after the `MemberCluster` was deleted
+    /// and created again, an old session cannot obtain a certificate of the new one.
+    pub async fn renew(
+        &self,
+        member: &str,
+        session_uid: Option<&str>,
+        csr_der: &[u8],
+    ) -> EnrollResponse {
+        let outcome = async {
+            let uid = self.member_uid(member).await?;
+            if session_uid != Some(uid.as_str()) {
+                return Err(refusal(
+                    EnrollRefusalCode::Superseded,
+                    format!(
+                        "this session's certificate is not of the current enrollment of {member:?}; re-enroll with `kubectl kedge mc setup-member {member}`"
+                    ),
+                ));
+            }
+            self.issue(member, &uid, csr_der)
+        }
+        .await;
+        match outcome {
+            Ok(issued) => {
+                info!(target: "kedge::audit", %member, not_after_unix_ms = issued.not_after_unix_ms,
+                    "renewal: certificate issued");
+                EnrollResponse::Issued(issued)
+            }
+            Err(refused) => {
+                warn!(target: "kedge::audit", %member, reason = refused.code.as_str(),
+                    message = %refused.message, "renewal refused");
+                EnrollResponse::Refused(refused)
+            }
+        }
+    }
+
+    async fn member_uid(&self, member: &str) -> Result<String, EnrollRefusal> {
+        let members: Api<MemberCluster> = Api::all(self.client.clone());
+        members
+            .get_opt(member)
+            .await
+            .map_err(unavailable)?
+            .and_then(|mc| mc.metadata.uid)
+            .ok_or_else(|| {
+                refusal(
+                    EnrollRefusalCode::UnknownMember,
+                    format!(
+                        "no MemberCluster {member:?} exists on the hub; create it with `kubectl kedge mc setup-member {member}`"
+                    ),
+                )
+            })
+    }
+
+    fn check_csr(&self, csr_der: &[u8], member: &str) -> Result<(), EnrollRefusal> {
+        verify_member_csr(csr_der, member).map_err(csr_refusal)
+    }
+
+    fn issue(
+        &self,
+        member: &str,
+        uid: &str,
+        csr_der: &[u8],
+    ) -> Result<IssuedCertificate, EnrollRefusal> {
+        let lifetime = time::Duration::try_from(self.lifetime).unwrap_or(time::Duration::DAY);
+        let validity = Validity::issued(OffsetDateTime::now_utc(), lifetime);
+        let cert_pem = self
+            .ca
+            .issue_member_csr(csr_der, member, uid, validity)
+            .map_err(csr_refusal)?;
+        let not_after = cert_validity(&cert_pem)
+            .map(|v| v.not_after)
+            .unwrap_or(validity.not_after);
+        Ok(IssuedCertificate {
+            cert_pem,
+            ca_pem: self.ca.cert_pem().to_owned(),
+            not_after_unix_ms: i64::try_from(not_after.unix_timestamp_nanos() / 1_000_000)
+                .unwrap_or(i64::MAX),
+        })
+    }
+}
+
+/// The `MemberCluster` uid in the URI SAN `urn:kedge:member:<member>:<uid>` of a DER
+/// certificate, if it carries one for `member`.
+pub fn enrollment_uid(cert_der: &[u8], member: &str) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
+    let san = cert.subject_alternative_name().ok()??;
+    let prefix = format!("urn:kedge:member:{member}:");
+    san.value.general_names.iter().find_map(|name| match name {
+        x509_parser::extensions::GeneralName::URI(uri) => {
+            uri.strip_prefix(&prefix).map(str::to_owned)
+        }
+        _ => None,
+    })
+}
+
+fn csr_refusal(error: CsrError) -> EnrollRefusal {
+    match error {
+        CsrError::NameMismatch { .. } => refusal(
+            EnrollRefusalCode::NameMismatch,
+            format!("{error}: an agent may only request a certificate for its own member name"),
+        ),
+        CsrError::Invalid(_) => refusal(EnrollRefusalCode::BadCsr, error.to_string()),
+    }
+}
+
+fn unavailable(error: kube::Error) -> EnrollRefusal {
+    warn!(%error, "enrollment: hub cluster API call failed");
+    refusal(
+        EnrollRefusalCode::Unavailable,
+        "the hub cannot read its cluster right now; retry later",
+    )
+}
+
+type EnrollStream = FramedStream<RecvStream, SendStream, EnrollRequest, EnrollResponse>;
+
+/// Serves one enrollment connection: one request on the first stream, one answer, then the
+/// connection closes. Bounded by `limit` so that a silent client cannot hold it.
+pub async fn serve_enrollment(
+    connection: Connection,
+    enroller: &Enroller,
+    remote: SocketAddr,
+    limit: Duration,
+) {
+    /// How the exchange ended.
+    enum Exchange {
+        Answered,
+        BadFrame,
+        Gone,
+    }
+    let exchange = async {
+        let Ok((send, recv)) = connection.accept_bi().await else {
+            return Exchange::Gone;
+        };
+        let mut stream = EnrollStream::new(recv, send);
+        let request = match stream.recv().await {
+            Ok(Some(request)) => request,
+            Ok(None) => return Exchange::Gone,
+            Err(error) => {
+                warn!(target: "kedge::audit", %remote, reason = "bad_frame", %error, "enrollment refused");
+                return Exchange::BadFrame;
+            }
+        };
+        let answer = enroller.enroll(&request, remote).await;
+        if stream.send(&answer).await.is_err() || stream.finish().await.is_err() {
+            return Exchange::Gone;
+        }
+        // Let the agent read the answer and close first.
+        let _ = timeout(Duration::from_secs(2), connection.closed()).await;
+        Exchange::Answered
+    };
+    match timeout(limit, exchange).await {
+        Ok(Exchange::BadFrame) => connection.close(
+            VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
+            b"bad enrollment frame",
+        ),
+        Ok(Exchange::Answered | Exchange::Gone) => connection.close(
+            VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN),
+            b"enrollment done",
+        ),
+        Err(_) => {
+            warn!(target: "kedge::audit", %remote, reason = "timed_out", "enrollment refused: no request in time");
+            connection.close(
+                VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
+                b"no enrollment request in time",
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(unix: i64) -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(unix).unwrap()
+    }
+
+    #[test]
+    fn a_minted_token_follows_the_contract() {
+        let minted = mint_bootstrap_token(
+            "edge-1",
+            "kedge-system",
+            at(1_000),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let (member, secret) = minted.token.split_once('.').unwrap();
+        assert_eq!(member, "edge-1");
+        assert_eq!(URL_SAFE_NO_PAD.decode(secret).unwrap().len(), 32);
+        assert!(!secret.contains('='));
+        let s = &minted.secret;
+        assert_eq!(s.metadata.name.as_deref(), Some("kedge-bootstrap-edge-1"));
+        assert_eq!(s.metadata.namespace.as_deref(), Some("kedge-system"));
+        assert_eq!(s.type_.as_deref(), Some("kedge.dev/bootstrap-token"));
+        assert_eq!(
+            s.metadata.labels.as_ref().unwrap()["kedge.dev/member"],
+            "edge-1"
+        );
+        let data = s.data.as_ref().unwrap();
+        assert_eq!(data.len(), 2);
+        let hash = std::str::from_utf8(&data["token-hash"].0).unwrap();
+        assert_eq!(hash.len(), 64);
+        assert!(
+            hash.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
+        assert_eq!(hash, token_hash(&minted.token));
+        assert_eq!(
+            std::str::from_utf8(&data["expires-at"].0).unwrap(),
+            "1970-01-01T01:16:40Z"
+        );
+        assert!(!format!("{minted:?}").contains(secret));
+        // Two tokens never repeat.
+        let again = mint_bootstrap_token(
+            "edge-1",
+            "kedge-system",
+            at(1_000),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        assert_ne!(again.token, minted.token);
+    }
+
+    #[test]
+    fn the_hash_is_sha256_of_the_whole_token() {
+        assert_eq!(
+            token_hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn minting_refuses_bad_names_and_lifetimes() {
+        assert!(mint_bootstrap_token("Bad_Name", "ns", at(0), Duration::from_secs(1)).is_err());
+        assert!(mint_bootstrap_token("ok", "ns", at(0), Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn tokens_are_checked_for_form_hash_and_expiry() {
+        let minted =
+            mint_bootstrap_token("edge-1", "ns", at(1_000), Duration::from_secs(60)).unwrap();
+        let code = |token: &str, now: i64| {
+            check_token(token, &minted.secret, at(now))
+                .err()
+                .map(|r| r.code)
+        };
+        assert_eq!(code(&minted.token, 1_000), None);
+        assert_eq!(code(&minted.token, 1_059), None);
+        assert_eq!(
+            code(&minted.token, 1_060),
+            Some(EnrollRefusalCode::TokenExpired)
+        );
+        let wrong = format!("edge-1.{}", URL_SAFE_NO_PAD.encode([7u8; 32]));
+        assert_eq!(code(&wrong, 1_000), Some(EnrollRefusalCode::WrongToken));
+        for malformed in ["", "edge-1", "edge-1.", ".secret", "Edge.x", "a_b.x"] {
+            assert_eq!(
+                code(malformed, 1_000),
+                Some(EnrollRefusalCode::MalformedToken),
+                "{malformed:?}"
+            );
+        }
+        let mut broken = minted.secret.clone();
+        broken.data.as_mut().unwrap().remove(EXPIRES_AT_KEY);
+        let err = check_token(&minted.token, &broken, at(1_000)).unwrap_err();
+        assert!(err.message.contains("expires-at"), "{}", err.message);
+    }
+
+    #[test]
+    fn the_enrollment_uid_is_read_from_the_uri_san() {
+        use rustls_pki_types::pem::PemObject;
+        let now = OffsetDateTime::now_utc();
+        let ca = CertificateAuthority::generate("t", Validity::starting(now, time::Duration::DAY))
+            .unwrap();
+        let (_, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
+        let pem = ca
+            .issue_member_csr(
+                &csr,
+                "edge-1",
+                "uid-7",
+                Validity::issued(now, time::Duration::HOUR),
+            )
+            .unwrap();
+        let der = rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        assert_eq!(enrollment_uid(&der, "edge-1").as_deref(), Some("uid-7"));
+        assert_eq!(enrollment_uid(&der, "edge-2"), None);
+        // A certificate without the URI (development certificates) and garbage: none.
+        let dev = ca
+            .issue_member("edge-1", Validity::issued(now, time::Duration::HOUR))
+            .unwrap();
+        let der =
+            rustls_pki_types::CertificateDer::from_pem_slice(dev.cert_pem.as_bytes()).unwrap();
+        assert_eq!(enrollment_uid(&der, "edge-1"), None);
+        assert_eq!(enrollment_uid(&[0x30, 0x01], "edge-1"), None);
+    }
+
+    #[test]
+    fn equal_means_equal_bytes() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}

@@ -1,0 +1,328 @@
+//! The enrollment harness: a simulated hub cluster (kedge CRDs, namespace `kedge-system`)
+//! and member clusters, the real `kedge-hub` in CA-Secret mode (no certificate files), the
+//! real `kedge-agent` enrolling with a bootstrap token, and a scripted agent for what the
+//! real one never does.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kedge_core::crd::{MemberCluster, MemberClusterSpec};
+use kedge_net::tls::{self, TlsMaterial, TransportTuning};
+use kedge_protocol::{
+    AgentMessage, EnrollRequest, EnrollResponse, FramedStream, Heartbeat, Hello, HubMessage,
+    PROTOCOL_VERSION,
+};
+use kedge_sim::{Sim, SimConfig};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+use super::*;
+
+/// The hub namespace (CA and token Secrets) and the agents' namespace.
+pub const NS: &str = "kedge-system";
+
+/// A hub cluster, member clusters and one hub in CA-Secret mode.
+pub struct EnrollFleet {
+    pub dir: PathBuf,
+    pub sim: Sim,
+    pub ports: HubPorts,
+    pub hub: Proc,
+    pub hub_client: Client,
+}
+
+/// An agent's side of a stream.
+pub type AgentSide = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
+
+impl EnrollFleet {
+    /// Starts the clusters and a hub issuing member certificates of `member_lifetime`.
+    pub async fn start(dir: &Path, members: &[&str], member_lifetime: &str) -> EnrollFleet {
+        Self::start_with(dir, members, member_lifetime, &[]).await
+    }
+
+    /// [`EnrollFleet::start`] with extra hub flags.
+    pub async fn start_with(
+        dir: &Path,
+        members: &[&str],
+        member_lifetime: &str,
+        hub_flags: &[&str],
+    ) -> EnrollFleet {
+        let mut names = vec!["hub".to_owned()];
+        names.extend(members.iter().map(|m| m.to_string()));
+        let sim = Sim::start(&names, SimConfig::default(), Some(dir))
+            .await
+            .unwrap();
+        let hub_client = kube_client(&dir.join("hub.kubeconfig")).await;
+        apply_crds(&dir.join("hub.kubeconfig")).await;
+        create_namespace(&hub_client, NS).await;
+        for member in members {
+            create_namespace(
+                &kube_client(&dir.join(format!("{member}.kubeconfig"))).await,
+                NS,
+            )
+            .await;
+        }
+        let ports = HubPorts::new();
+        let hub = start_ca_hub(dir, ports, member_lifetime, "hub.log", hub_flags);
+        let mut fleet = EnrollFleet {
+            dir: dir.to_owned(),
+            sim,
+            ports,
+            hub,
+            hub_client,
+        };
+        // The hub is up once its CA Secret exists and its ops endpoint answers.
+        let start = std::time::Instant::now();
+        while fleet.secret(NS, "kedge-hub-ca").await.is_none() {
+            assert!(
+                fleet.hub.is_running() && start.elapsed() < Duration::from_secs(20),
+                "the hub did not create its CA Secret:\n{}",
+                fleet.hub.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        wait_for(Duration::from_secs(20), "the hub to answer", || async {
+            sessions(ports).await
+        })
+        .await;
+        std::fs::write(fleet.ca_path(), fleet.ca_pem().await).unwrap();
+        fleet
+    }
+
+    /// Where the hub CA bundle is written for agents.
+    pub fn ca_path(&self) -> PathBuf {
+        self.dir.join("hub-ca.pem")
+    }
+
+    /// The hub CA certificate, from its Secret.
+    pub async fn ca_pem(&self) -> String {
+        let secret = self.secret(NS, "kedge-hub-ca").await.unwrap();
+        String::from_utf8(secret.data.unwrap()["tls.crt"].0.clone()).unwrap()
+    }
+
+    /// A Secret of the hub cluster.
+    pub async fn secret(&self, ns: &str, name: &str) -> Option<Secret> {
+        Api::<Secret>::namespaced(self.hub_client.clone(), ns)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// A client of member cluster `member`.
+    pub async fn member_client(&self, member: &str) -> Client {
+        kube_client(&self.dir.join(format!("{member}.kubeconfig"))).await
+    }
+
+    /// Creates the `MemberCluster` `member`; returns its uid.
+    pub async fn create_member(&self, member: &str) -> String {
+        let mc = MemberCluster::new(member, MemberClusterSpec::default());
+        Api::<MemberCluster>::all(self.hub_client.clone())
+            .create(&PostParams::default(), &mc)
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .unwrap()
+    }
+
+    /// Mints a token for `member` valid from `now` for `ttl` and stores its Secret; returns
+    /// the token.
+    pub async fn create_token(
+        &self,
+        member: &str,
+        now: time::OffsetDateTime,
+        ttl: Duration,
+    ) -> String {
+        let minted = kedge_hub::enroll::mint_bootstrap_token(member, NS, now, ttl).unwrap();
+        let secrets = Api::<Secret>::namespaced(self.hub_client.clone(), NS);
+        let _ = secrets
+            .delete(
+                &minted.secret.metadata.name.clone().unwrap(),
+                &Default::default(),
+            )
+            .await;
+        secrets
+            .create(&PostParams::default(), &minted.secret)
+            .await
+            .unwrap();
+        minted.token
+    }
+
+    /// Writes `token` to a file for an agent.
+    pub fn token_file(&self, name: &str, token: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, format!("{token}\n")).unwrap();
+        path
+    }
+
+    /// Starts a real agent for `member` without certificate files, with `extra` flags.
+    pub fn start_agent(&self, member: &str, log: &str, extra: &[&str]) -> Proc {
+        let mut args = vec![
+            "--kubeconfig".into(),
+            self.dir
+                .join(format!("{member}.kubeconfig"))
+                .display()
+                .to_string(),
+            "--hub".into(),
+            format!("127.0.0.1:{}", self.ports.quic),
+            "--hub-server-name".into(),
+            "localhost".into(),
+            "--tls-ca".into(),
+            self.ca_path().display().to_string(),
+            "--agent-namespace".into(),
+            NS.into(),
+            "--ops-listen".into(),
+            "127.0.0.1:0".into(),
+            "--reconnect-initial".into(),
+            "100ms".into(),
+            "--reconnect-max".into(),
+            "1s".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        Proc::spawn(&bin("kedge-agent"), &args, self.dir.join(log))
+    }
+
+    /// Sends one enrollment request straight to the hub; returns its answer.
+    pub async fn enroll(&self, token: &str, csr_der: Vec<u8>) -> EnrollResponse {
+        let trusted = kedge_net::tls::load_certs(&self.ca_path()).unwrap();
+        let config = tls::enroll_client_config(&trusted, TransportTuning::default()).unwrap();
+        let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        let request = EnrollRequest {
+            protocol_version: PROTOCOL_VERSION,
+            token: token.into(),
+            csr_der,
+        };
+        kedge_net::enroll::enroll(
+            &endpoint,
+            config,
+            self.ports.quic_addr(),
+            "localhost",
+            &request,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Opens a session as a scripted agent with `cert_pem`/`key_pem`: Hello, Welcome, and
+    /// heartbeats every 100 ms in the background. It never renews.
+    pub async fn scripted_session(
+        &self,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> (quinn::Connection, AgentSide, String) {
+        let material = TlsMaterial::from_pem(cert_pem, key_pem, &self.ca_pem().await).unwrap();
+        let config =
+            tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
+        let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr: SocketAddr = self.ports.quic_addr();
+        let connection = endpoint
+            .connect_with(config, addr, "localhost")
+            .unwrap()
+            .await
+            .unwrap();
+        let (send, recv) = connection.open_bi().await.unwrap();
+        let mut control = AgentSide::new(recv, send);
+        control
+            .send(&AgentMessage::Hello(Hello {
+                protocol_version: PROTOCOL_VERSION,
+                agent_version: "scripted".into(),
+                kubernetes_version: String::new(),
+                last_applied_revision: 0,
+                namespaces: vec![],
+            }))
+            .await
+            .unwrap();
+        let Some(HubMessage::Welcome(welcome)) = control.recv().await.unwrap() else {
+            panic!("expected Welcome");
+        };
+        let (send, recv) = connection.open_bi().await.unwrap();
+        let mut beats = AgentSide::new(recv, send);
+        tokio::spawn(async move {
+            for seq in 1.. {
+                let beat = AgentMessage::Heartbeat(Heartbeat {
+                    seq,
+                    sent_unix_ms: 0,
+                });
+                if beats.send(&beat).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        (connection, control, welcome.session_id)
+    }
+}
+
+/// A kube client for the cluster of `kubeconfig`.
+pub async fn kube_client(kubeconfig: &Path) -> Client {
+    kedge_net::kube_client::client(Some(kubeconfig))
+        .await
+        .unwrap()
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+async fn apply_crds(kubeconfig: &Path) {
+    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    let out = tokio::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["apply", "-f", crds])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply CRDs: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts `kedge-hub` without certificate files: CA from the Secret in `kedge-system`.
+pub fn start_ca_hub(
+    dir: &Path,
+    ports: HubPorts,
+    member_lifetime: &str,
+    log: &str,
+    extra: &[&str],
+) -> Proc {
+    let mut args: Vec<String> = [
+        "--listen",
+        &format!("127.0.0.1:{}", ports.quic),
+        "--ops-listen",
+        &format!("127.0.0.1:{}", ports.ops),
+        "--kubeconfig",
+        &dir.join("hub.kubeconfig").display().to_string(),
+        "--namespace",
+        NS,
+        "--lease-namespace",
+        NS,
+        "--lease-duration",
+        "2s",
+        "--server-dns-names",
+        "localhost",
+        "--member-cert-lifetime",
+        member_lifetime,
+        "--heartbeat-interval",
+        "200ms",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Proc::spawn(&bin("kedge-hub"), &args, dir.join(log))
+}
