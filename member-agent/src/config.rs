@@ -273,9 +273,17 @@ mod tests {
     #[test]
     fn enrollment_flags() {
         let parse = |extra: &[&str]| {
-            let all = ["kedge-agent", "--hub", "hub:7443", "--tls-ca", "ca"]
-                .into_iter()
-                .chain(extra.iter().copied());
+            let all = [
+                "kedge-agent",
+                "--hub",
+                "hub:7443",
+                "--tls-ca",
+                "ca",
+                "--namespaces",
+                "apps",
+            ]
+            .into_iter()
+            .chain(extra.iter().copied());
             AgentArgs::try_parse_from(all).and_then(AgentArgs::checked)
         };
         let a = parse(&["--bootstrap-token-file", "/etc/kedge/token"]).unwrap();

@@ -36,6 +36,8 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
         namespace: "kedge-system".into(),
         lease_name: "kedge-hub".into(),
         dsj_enabled: true,
+        // The hub below runs with certificate files.
+        enrollment: false,
     });
     let yaml: Vec<String> = objects
         .iter()

@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 pub const HUB: &str = "kedge-hub";
 /// The Role (and binding) for the hub's Lease.
 pub const LEASE_ROLE: &str = "kedge-hub-lease";
+/// The Role (and binding) for the hub CA and bootstrap token Secrets.
+pub const ENROLLMENT_ROLE: &str = "kedge-hub-enrollment";
 
 /// What the hub's RBAC depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,9 @@ pub struct HubInstall {
     pub lease_name: String,
     /// Whether the DistributedScaledJob controller runs (`--dsj-enabled`).
     pub dsj_enabled: bool,
+    /// Whether the hub keeps its CA in the Secret `kedge-hub-ca` and enrolls members with
+    /// bootstrap tokens (no `--tls-*` files, the default install).
+    pub enrollment: bool,
 }
 
 impl Default for HubInstall {
@@ -27,6 +32,7 @@ impl Default for HubInstall {
             namespace: super::agent::DEFAULT_AGENT_NAMESPACE.to_owned(),
             lease_name: HUB.to_owned(),
             dsj_enabled: false,
+            enrollment: true,
         }
     }
 }
@@ -69,6 +75,11 @@ fn cluster_rules(install: &HubInstall) -> Vec<Value> {
         // Events about DSOs and DSJs (events.k8s.io/v1, created, never updated).
         rule("events.k8s.io", &["events"], &["create"]),
     ];
+    if install.enrollment {
+        // Enrollment reads the MemberCluster a token names (its uid goes into the
+        // certificate).
+        rules.push(rule("kedge.dev", &["memberclusters"], &["get"]));
+    }
     if install.dsj_enabled {
         rules.extend([
             rule(
@@ -98,12 +109,47 @@ fn lease_rules(install: &HubInstall) -> Vec<Value> {
     ]
 }
 
+/// In the hub's namespace, with enrollment: the CA Secret (read, created on first start) and
+/// the bootstrap token Secrets (read, and deleted to spend a token). Token Secrets are named
+/// per member, and RBAC cannot restrict `create` by name, so these verbs cover the Secrets
+/// of the hub's own namespace, where nothing but the hub's Secrets belongs.
+fn enrollment_rules() -> Vec<Value> {
+    vec![rule("", &["secrets"], &["get", "create", "delete"])]
+}
+
+/// A Role `name` in the hub's namespace with `rules`, and its binding to the hub.
+fn namespaced_role(ns: &str, name: &str, rules: Vec<Value>) -> [Value; 2] {
+    let subjects = json!([{ "kind": "ServiceAccount", "name": HUB, "namespace": ns }]);
+    [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": ns, "labels": labels()},
+            "rules": rules}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": ns, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": subjects}),
+    ]
+}
+
 /// The hub's ServiceAccount and RBAC, in apply order: ServiceAccount, ClusterRole,
-/// ClusterRoleBinding, Role and RoleBinding for the Lease. The namespace must exist.
+/// ClusterRoleBinding, Role and RoleBinding for the Lease, and with enrollment those for its
+/// Secrets. The namespace must exist.
 pub fn hub_rbac(install: &HubInstall) -> Vec<Value> {
+    let mut objects = hub_rbac_base(install);
+    if install.enrollment {
+        objects.extend(namespaced_role(
+            &install.namespace,
+            ENROLLMENT_ROLE,
+            enrollment_rules(),
+        ));
+    }
+    objects
+}
+
+fn hub_rbac_base(install: &HubInstall) -> Vec<Value> {
     let ns = install.namespace.as_str();
     let subjects = json!([{ "kind": "ServiceAccount", "name": HUB, "namespace": ns }]);
-    vec![
+    [
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": HUB, "namespace": ns, "labels": labels()}}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -112,14 +158,10 @@ pub fn hub_rbac(install: &HubInstall) -> Vec<Value> {
             "metadata": {"name": HUB, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB},
             "subjects": subjects}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": LEASE_ROLE, "namespace": ns, "labels": labels()},
-            "rules": lease_rules(install)}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": LEASE_ROLE, "namespace": ns, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": LEASE_ROLE},
-            "subjects": subjects}),
     ]
+    .into_iter()
+    .chain(namespaced_role(ns, LEASE_ROLE, lease_rules(install)))
+    .collect()
 }
 
 #[cfg(test)]
@@ -179,6 +221,7 @@ mod tests {
     fn the_hub_may_make_exactly_its_api_calls() {
         let objects = hub_rbac(&HubInstall {
             dsj_enabled: true,
+            enrollment: false,
             ..HubInstall::default()
         });
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
@@ -226,6 +269,40 @@ mod tests {
         );
     }
 
+    /// With enrollment, Secrets only in the hub's own namespace, and only what enrollment
+    /// does with them; the MemberCluster a token names is read, never written.
+    #[test]
+    fn enrollment_adds_only_its_secrets_in_the_hub_namespace() {
+        let objects = hub_rbac(&HubInstall::default());
+        let roles: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Role").collect();
+        let enrollment = roles
+            .iter()
+            .find(|r| r["metadata"]["name"] == ENROLLMENT_ROLE)
+            .unwrap();
+        assert_eq!(enrollment["metadata"]["namespace"], "kedge-system");
+        assert_eq!(
+            grants(enrollment),
+            set(&[
+                ("", "secrets", "get", ""),
+                ("", "secrets", "create", ""),
+                ("", "secrets", "delete", ""),
+            ])
+        );
+        let cluster = grants(of_kind(&objects, "ClusterRole"));
+        assert!(cluster.iter().all(|(_, r, _, _)| r != "secrets"));
+        assert!(cluster.contains(&(
+            "kedge.dev".into(),
+            "memberclusters".into(),
+            "get".into(),
+            "".into()
+        )));
+        let bindings = objects
+            .iter()
+            .filter(|o| o["kind"] == "RoleBinding")
+            .count();
+        assert_eq!(bindings, 2);
+    }
+
     #[test]
     fn no_secrets_no_workloads_and_one_justified_wildcard() {
         for dsj_enabled in [false, true] {
@@ -233,6 +310,7 @@ mod tests {
                 namespace: "kedge".into(),
                 lease_name: "hub-lease".into(),
                 dsj_enabled,
+                enrollment: false,
             });
             let all: Vec<Grant> = grants(of_kind(&objects, "ClusterRole"))
                 .into_iter()

@@ -172,6 +172,8 @@ impl EnrollFleet {
             self.ca_path().display().to_string(),
             "--agent-namespace".into(),
             NS.into(),
+            // These tests are about identity, not about where the agent may act.
+            "--all-namespaces".into(),
             "--ops-listen".into(),
             "127.0.0.1:0".into(),
             "--reconnect-initial".into(),
