@@ -42,6 +42,9 @@ pub struct HubCluster {
 /// Subcommands of `mc`.
 #[derive(Debug, Subcommand)]
 pub enum McCommand {
+    /// Enroll a member: create its MemberCluster and a one-time bootstrap token, and print
+    /// the agent's install for the member cluster (or apply it with --member-kubeconfig).
+    SetupMember(super::setup_member::SetupArgs),
     /// List members: state, versions, address, last heartbeat, certificate expiry and
     /// namespace policy.
     ListMembers(ListArgs),
@@ -86,6 +89,9 @@ pub async fn run(args: &McArgs, out: &mut impl std::io::Write) -> Result<()> {
                 write!(out, "{}", render_members(&members, SystemTime::now()))?;
             }
             Ok(())
+        }
+        McCommand::SetupMember(setup) => {
+            super::setup_member::run(client, &args.hub.hub_namespace, setup, out).await
         }
         McCommand::DeleteMember(delete) => {
             delete_member(client, &args.hub.hub_namespace, &delete.name, out).await

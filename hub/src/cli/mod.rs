@@ -5,6 +5,7 @@ pub mod crds;
 pub mod dev_certs;
 pub mod mc;
 pub mod sessions;
+pub mod setup_member;
 pub mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -36,7 +37,7 @@ pub enum Command {
     DevCerts(dev_certs::DevCertsArgs),
     /// List agent sessions as the hub sees them.
     Sessions(sessions::SessionsArgs),
-    /// Manage member clusters on the hub: list-members, delete-member.
+    /// Manage member clusters on the hub: setup-member, list-members, delete-member.
     Mc(mc::McArgs),
 }
 
