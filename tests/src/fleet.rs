@@ -1,6 +1,9 @@
 //! A whole local fleet on loopback (`kedge-sim up`): one simulated hub cluster and N member
-//! clusters, kedge's CRDs and KEDA's ScaledObject CRD installed on the hub, a development
-//! PKI, the real `kedge-hub`, and one real `kedge-agent` per member.
+//! clusters, kedge's CRDs and KEDA's ScaledObject CRD installed on the hub, the real
+//! `kedge-hub` keeping its CA in a Secret, each member enrolled with the real
+//! `kubectl kedge mc setup-member` (its install applied to the member cluster), and one real
+//! `kedge-agent` per member run as that install's Deployment runs it: with the Secret's
+//! bootstrap token and a token of its least-privilege ServiceAccount.
 
 use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -11,6 +14,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
@@ -105,7 +109,7 @@ impl Fleet {
         let members: Vec<String> = (1..=config.members)
             .map(|i| format!("member-{i}"))
             .collect();
-        for binary in ["kedge-hub", "kedge-agent"] {
+        for binary in ["kedge-hub", "kedge-agent", "kubectl-kedge"] {
             if !config.bin_dir.join(binary).exists() {
                 return Err(Error::Fleet(format!(
                     "{} not found in {}: build the workspace binaries first (cargo build --workspace --bins)",
@@ -122,15 +126,6 @@ impl Fleet {
             .cluster(HUB_CLUSTER)
             .ok_or_else(|| Error::Fleet("the hub cluster did not start".into()))?;
         install_crds(hub_cluster.client()?).await?;
-        register_members(hub_cluster.client()?, &members).await?;
-
-        let pki = kedge_net::pki::write_dev_pki(
-            &config.dir.join("pki"),
-            &["localhost".into(), "127.0.0.1".into()],
-            &members,
-            time::Duration::days(30),
-        )
-        .map_err(|e| Error::Fleet(e.to_string()))?;
 
         let (quic_port, ops_port) = (free_udp_port()?, free_tcp_port()?);
         let hub = start_hub(&config, quic_port, ops_port)?;
@@ -142,8 +137,11 @@ impl Fleet {
             quic_port,
             ops_port,
         };
+        fleet.wait_for_hub_ca(Duration::from_secs(30)).await?;
+        std::fs::create_dir_all(fleet.config.dir.join("agents"))?;
         for member in &members {
-            let child = fleet.spawn_agent(member, &pki)?;
+            fleet.setup_member(member).await?;
+            let child = fleet.spawn_agent(member)?;
             fleet.agents.push((member.clone(), Some(child)));
         }
         fleet
@@ -152,21 +150,106 @@ impl Fleet {
         Ok(fleet)
     }
 
-    fn spawn_agent(&self, member: &str, pki: &kedge_net::pki::DevPkiPaths) -> Result<Child> {
-        let path = |p: PathBuf| p.display().to_string();
+    /// Waits until the hub has created its CA Secret (on its first start).
+    async fn wait_for_hub_ca(&self, limit: Duration) -> Result<()> {
+        let client = self.cluster_client(HUB_CLUSTER)?;
+        let secrets: Api<Secret> = Api::namespaced(client, HUB_NAMESPACE);
+        let start = Instant::now();
+        loop {
+            if secrets.get_opt("kedge-hub-ca").await?.is_some() {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(Error::Fleet(format!(
+                    "the hub created no CA Secret within {limit:?}; see {}",
+                    self.config.dir.join("logs/hub.log").display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn cluster_client(&self, name: &str) -> Result<kube::Client> {
+        self.sim
+            .cluster(name)
+            .ok_or_else(|| Error::Fleet(format!("no cluster {name}")))?
+            .client()
+    }
+
+    /// Enrolls `member` with the real `kubectl kedge mc setup-member`, which creates its
+    /// MemberCluster and bootstrap token and applies the agent's install to the member, and
+    /// writes what the agent's Deployment mounts (the Secret's token and CA bundle) and a
+    /// kubeconfig with a token of the agent's ServiceAccount into `agents/`.
+    async fn setup_member(&self, member: &str) -> Result<()> {
+        let out = Command::new(self.config.bin_dir.join("kubectl-kedge"))
+            .args(["mc", "setup-member", member, "--namespaces"])
+            .arg(self.config.agent_namespaces.join(","))
+            .args([
+                "--hub-address",
+                &self.hub_addr(),
+                "--hub-server-name",
+                "localhost",
+            ])
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig(HUB_CLUSTER))
+            .arg("--member-kubeconfig")
+            .arg(self.kubeconfig(member))
+            .args(["--hub-namespace", HUB_NAMESPACE])
+            .output()
+            .await?;
+        if !out.status.success() {
+            return Err(Error::Fleet(format!(
+                "kubectl kedge mc setup-member {member}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.cluster_client(member)?, AGENT_NAMESPACE);
+        let secret = secrets.get("kedge-agent-bootstrap").await?;
+        let dir = self.agent_dir(member);
+        std::fs::create_dir_all(&dir)?;
+        for key in ["token", "ca.crt"] {
+            let value = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .ok_or_else(|| {
+                    Error::Fleet(format!("{member}: the install's Secret has no {key}"))
+                })?;
+            std::fs::write(dir.join(key), &value.0)?;
+        }
+        let cluster = self
+            .sim
+            .cluster(member)
+            .ok_or_else(|| Error::Fleet(format!("no cluster {member}")))?;
+        let token = cluster.service_account_token(AGENT_NAMESPACE, "kedge-agent");
+        std::fs::write(
+            dir.join("kubeconfig"),
+            cluster.kubeconfig_with_token(&token),
+        )?;
+        Ok(())
+    }
+
+    /// Where an agent's mounted files and kubeconfig are.
+    fn agent_dir(&self, member: &str) -> PathBuf {
+        self.config.dir.join("agents").join(member)
+    }
+
+    fn spawn_agent(&self, member: &str) -> Result<Child> {
+        let dir = self.agent_dir(member);
+        let path = |file: &str| dir.join(file).display().to_string();
         let args = vec![
             "--hub".into(),
-            format!("127.0.0.1:{}", self.quic_port),
+            self.hub_addr(),
             "--hub-server-name".into(),
             "localhost".into(),
-            "--tls-cert".into(),
-            path(pki.member_cert(member)),
-            "--tls-key".into(),
-            path(pki.member_key(member)),
             "--tls-ca".into(),
-            path(pki.ca_cert()),
+            path("ca.crt"),
+            "--bootstrap-token-file".into(),
+            path("token"),
+            "--agent-namespace".into(),
+            AGENT_NAMESPACE.into(),
             "--kubeconfig".into(),
-            path(self.kubeconfig(member)),
+            path("kubeconfig"),
             "--ops-listen".into(),
             "127.0.0.1:0".into(),
             "--reconnect-initial".into(),
@@ -276,19 +359,17 @@ impl Fleet {
 }
 
 fn start_hub(config: &FleetConfig, quic_port: u16, ops_port: u16) -> Result<Child> {
-    let pki = config.dir.join("pki");
-    let path = |file: &str| pki.join(file).display().to_string();
+    // No certificate files: the hub keeps its CA in the Secret kedge-hub-ca of its namespace
+    // and enrolls members.
     let args = vec![
         "--listen".into(),
         format!("127.0.0.1:{quic_port}"),
         "--ops-listen".into(),
         format!("127.0.0.1:{ops_port}"),
-        "--tls-cert".into(),
-        path("hub.pem"),
-        "--tls-key".into(),
-        path("hub-key.pem"),
-        "--tls-ca".into(),
-        path("ca.pem"),
+        "--namespace".into(),
+        HUB_NAMESPACE.into(),
+        "--server-dns-names".into(),
+        "localhost".into(),
         "--heartbeat-interval".into(),
         config.heartbeat.clone(),
         "--kubeconfig".into(),
@@ -320,26 +401,14 @@ async fn stop(child: &mut Child) {
     }
 }
 
-/// Installs kedge's CRDs and KEDA's ScaledObject CRD.
 /// The namespace the hub runs in (its Lease lives there), as the Helm chart would create it.
 pub const HUB_NAMESPACE: &str = "kedge-system";
 
+/// The namespace of each agent in its member cluster (what `setup-member` installs).
+pub const AGENT_NAMESPACE: &str = "kedge-system";
+
 /// What installing the hub chart puts in the hub cluster: the CRDs (with KEDA's
 /// ScaledObject) and the hub's namespace.
-/// Creates a `MemberCluster` per member (only members with one get a session).
-async fn register_members(client: kube::Client, members: &[String]) -> Result<()> {
-    let api: Api<kedge_core::crd::MemberCluster> = Api::all(client);
-    for member in members {
-        let object = kedge_core::crd::MemberCluster::new(member, Default::default());
-        match api.create(&PostParams::default(), &object).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
 async fn install_crds(client: kube::Client) -> Result<()> {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let namespace =

@@ -99,6 +99,51 @@ async fn headless_fleet_comes_up_connected_and_stops_cleanly() {
         states,
         vec![("member-1", "Connected"), ("member-2", "Connected")]
     );
+    // The members were enrolled with `kubectl kedge mc setup-member`: each has its
+    // MemberCluster, its spent token is gone, and its agent keeps the identity it enrolled
+    // for (CN = the member) in its own Secret.
+    let kubectl = |kubeconfig: &str, args: &[&str]| {
+        let mut command = std::process::Command::new("/usr/bin/kubectl");
+        command
+            .arg("--kubeconfig")
+            .arg(dir.path().join(kubeconfig))
+            .args(args);
+        command.output().unwrap()
+    };
+    let listed = kubectl("hub.kubeconfig", &["get", "mc", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        [
+            "membercluster.kedge.dev/member-1",
+            "membercluster.kedge.dev/member-2"
+        ]
+    );
+    let tokens = kubectl(
+        "hub.kubeconfig",
+        &["get", "secrets", "-n", "kedge-system", "-o", "name"],
+    );
+    let tokens = String::from_utf8_lossy(&tokens.stdout).into_owned();
+    assert!(
+        !tokens.contains("kedge-bootstrap-"),
+        "unspent tokens: {tokens}"
+    );
+    for member in ["member-1", "member-2"] {
+        let identity = kubectl(
+            &format!("{member}.kubeconfig"),
+            &[
+                "get",
+                "secret",
+                "kedge-agent-identity",
+                "-n",
+                "kedge-system",
+                "-o",
+                "name",
+            ],
+        );
+        assert!(identity.status.success(), "{member} has no identity Secret");
+    }
 
     let pid = child.id().unwrap().to_string();
     assert!(
