@@ -561,6 +561,7 @@ pub fn agent_manifests(install: &AgentInstall) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::install::{Grant, grants, texts};
 
     fn install(namespaces: AgentNamespaces, credentials: Credentials) -> AgentInstall {
         AgentInstall::new(
@@ -602,41 +603,7 @@ mod tests {
         objects.iter().filter(|o| o["kind"] == kind).collect()
     }
 
-    fn texts(v: &Value) -> Vec<String> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// (apiGroup, resource, verb, resourceName or "") of every rule of a role.
-    fn grants(role: &Value) -> BTreeSet<(String, String, String, String)> {
-        let mut out = BTreeSet::new();
-        for r in role["rules"].as_array().unwrap() {
-            let names = texts(&r["resourceNames"]);
-            let names = if names.is_empty() {
-                vec![String::new()]
-            } else {
-                names
-            };
-            for g in texts(&r["apiGroups"]) {
-                for res in texts(&r["resources"]) {
-                    for v in texts(&r["verbs"]) {
-                        for n in &names {
-                            out.insert((g.clone(), res.clone(), v.clone(), n.clone()));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    fn set(items: &[(&str, &str, &str, &str)]) -> BTreeSet<(String, String, String, String)> {
+    fn set(items: &[(&str, &str, &str, &str)]) -> BTreeSet<Grant> {
         items
             .iter()
             .map(|(a, b, c, d)| ((*a).into(), (*b).into(), (*c).into(), (*d).into()))

@@ -169,40 +169,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
-    type Grant = (String, String, String, String);
-
-    fn texts(v: &Value) -> Vec<String> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    fn grants(role: &Value) -> BTreeSet<Grant> {
-        let mut out = BTreeSet::new();
-        for r in role["rules"].as_array().unwrap() {
-            let names = texts(&r["resourceNames"]);
-            let names = if names.is_empty() {
-                vec![String::new()]
-            } else {
-                names
-            };
-            for g in texts(&r["apiGroups"]) {
-                for res in texts(&r["resources"]) {
-                    for v in texts(&r["verbs"]) {
-                        for n in &names {
-                            out.insert((g.clone(), res.clone(), v.clone(), n.clone()));
-                        }
-                    }
-                }
-            }
-        }
-        out
-    }
+    use crate::install::{Grant, grants};
 
     fn set(items: &[(&str, &str, &str, &str)]) -> BTreeSet<Grant> {
         items

@@ -11,6 +11,50 @@ pub mod hub;
 pub use agent::{AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_manifests};
 pub use hub::{HubInstall, hub_rbac};
 
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// One permission of an RBAC rule, flattened: (apiGroup, resource, verb, resourceName or
+/// empty for every name).
+pub type Grant = (String, String, String, String);
+
+/// The strings of a JSON array (none when it is not one).
+pub(crate) fn texts(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every permission a Role or ClusterRole object grants, flattened, so that two renderings
+/// (these functions, a Helm chart) compare rule for rule whatever their grouping.
+pub fn grants(role: &Value) -> BTreeSet<Grant> {
+    let mut out = BTreeSet::new();
+    for r in role["rules"].as_array().into_iter().flatten() {
+        let names = texts(&r["resourceNames"]);
+        let names = if names.is_empty() {
+            vec![String::new()]
+        } else {
+            names
+        };
+        for g in texts(&r["apiGroups"]) {
+            for res in texts(&r["resources"]) {
+                for v in texts(&r["verbs"]) {
+                    for n in &names {
+                        out.insert((g.clone(), res.clone(), v.clone(), n.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Whether `s` is an RFC 1123 label: what a namespace or a Secret key's namespace may be.
 pub(crate) fn is_dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
