@@ -4,6 +4,8 @@
 //! every object validates against the Kubernetes schemas, `lint` is clean, and bad values are
 //! refused by `values.schema.json` with a message naming the value.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::ByteString;
 use kedge_hub::install::agent::{BOOTSTRAP_SECRET, agent_args};
 use kedge_hub::install::{
-    AgentInstall, AgentKind, AgentNamespaces, Credentials, HubInstall, agent_manifests, hub_rbac,
+    AgentInstall, AgentKind, AgentNamespaces, Credentials, HubInstall, agent_helm_values,
+    agent_manifests, hub_rbac,
 };
 use serde_json::{Value, json};
 use support::helm::{self, Rendered};
@@ -401,71 +404,85 @@ fn agent_container(objects: &[&Value]) -> Value {
     d["spec"]["template"]["spec"]["containers"][0].clone()
 }
 
+/// The chart rendered with the hand-written values of each case, and with the values
+/// `agent_helm_values` (what `setup-member --output helm-values` prints) makes of the same
+/// install, is what `agent_manifests` renders for that install.
 #[test]
 fn agent_chart_is_what_agent_manifests_renders() {
     for (case, namespace, values, install) in agent_cases() {
         install.validate().unwrap();
-        let chart = rendered("kedge-agent", namespace, &values);
-        // The chart leaves the namespace to `helm install --create-namespace`.
-        let rust: Vec<Value> = agent_manifests(&install)
-            .into_iter()
-            .filter(|o| o["kind"] != "Namespace")
-            .collect();
-        let key = |o: &Value| {
-            format!(
-                "{} {}/{}",
-                o["kind"].as_str().unwrap_or(""),
-                o["metadata"]["namespace"].as_str().unwrap_or(""),
-                o["metadata"]["name"].as_str().unwrap_or("")
-            )
-        };
-        let chart_keys: BTreeSet<String> = chart.objects.iter().map(key).collect();
-        let rust_keys: BTreeSet<String> = rust.iter().map(key).collect();
-        assert_eq!(chart_keys, rust_keys, "{case}: objects");
-        assert_same_rbac(case, &chart, &rust);
-
-        let secret = chart.get("Secret", BOOTSTRAP_SECRET);
-        let rust_secret = rust.iter().find(|o| o["kind"] == "Secret").unwrap();
-        assert_eq!(secret["data"], rust_secret["data"], "{case}: Secret data");
-
-        let c = agent_container(&chart.objects.iter().collect::<Vec<_>>());
-        let r = agent_container(&rust.iter().collect::<Vec<_>>());
-        assert_eq!(texts(&c["args"]), agent_args(&install), "{case}: args");
-        for field in [
-            "env",
-            "ports",
-            "livenessProbe",
-            "readinessProbe",
-            "resources",
-            "securityContext",
-            "volumeMounts",
-            "image",
-        ] {
-            assert_eq!(c[field], r[field], "{case}: container {field}");
-        }
-        let pod = &chart.get("Deployment", "kedge-agent")["spec"];
-        let rust_pod = &rust.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"];
-        for pointer in [
-            "/replicas",
-            "/strategy",
-            "/template/spec/serviceAccountName",
-            "/template/spec/securityContext",
-            "/template/spec/volumes",
-        ] {
-            assert_eq!(
-                pod.pointer(pointer),
-                rust_pod.pointer(pointer),
-                "{case}: {pointer}"
-            );
-        }
-        assert_hardened(&pod["template"]["spec"], &c);
-        let hub: ByteString = serde_json::from_value(secret["data"]["hub"].clone()).unwrap();
-        assert_eq!(
-            String::from_utf8(hub.0).unwrap(),
-            install.hubs.join(","),
-            "{case}"
+        assert_agent_chart(case, namespace, &values, &install);
+        let generated = agent_helm_values(&install);
+        assert_agent_chart(
+            &format!("{case}, from agent_helm_values"),
+            namespace,
+            &generated,
+            &install,
         );
     }
+}
+
+fn assert_agent_chart(case: &str, namespace: &str, values: &Value, install: &AgentInstall) {
+    let chart = rendered("kedge-agent", namespace, values);
+    // The chart leaves the namespace to `helm install --create-namespace`.
+    let rust: Vec<Value> = agent_manifests(install)
+        .into_iter()
+        .filter(|o| o["kind"] != "Namespace")
+        .collect();
+    let key = |o: &Value| {
+        format!(
+            "{} {}/{}",
+            o["kind"].as_str().unwrap_or(""),
+            o["metadata"]["namespace"].as_str().unwrap_or(""),
+            o["metadata"]["name"].as_str().unwrap_or("")
+        )
+    };
+    let chart_keys: BTreeSet<String> = chart.objects.iter().map(key).collect();
+    let rust_keys: BTreeSet<String> = rust.iter().map(key).collect();
+    assert_eq!(chart_keys, rust_keys, "{case}: objects");
+    assert_same_rbac(case, &chart, &rust);
+
+    let secret = chart.get("Secret", BOOTSTRAP_SECRET);
+    let rust_secret = rust.iter().find(|o| o["kind"] == "Secret").unwrap();
+    assert_eq!(secret["data"], rust_secret["data"], "{case}: Secret data");
+
+    let c = agent_container(&chart.objects.iter().collect::<Vec<_>>());
+    let r = agent_container(&rust.iter().collect::<Vec<_>>());
+    assert_eq!(texts(&c["args"]), agent_args(install), "{case}: args");
+    for field in [
+        "env",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+        "volumeMounts",
+        "image",
+    ] {
+        assert_eq!(c[field], r[field], "{case}: container {field}");
+    }
+    let pod = &chart.get("Deployment", "kedge-agent")["spec"];
+    let rust_pod = &rust.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"];
+    for pointer in [
+        "/replicas",
+        "/strategy",
+        "/template/spec/serviceAccountName",
+        "/template/spec/securityContext",
+        "/template/spec/volumes",
+    ] {
+        assert_eq!(
+            pod.pointer(pointer),
+            rust_pod.pointer(pointer),
+            "{case}: {pointer}"
+        );
+    }
+    assert_hardened(&pod["template"]["spec"], &c);
+    let hub: ByteString = serde_json::from_value(secret["data"]["hub"].clone()).unwrap();
+    assert_eq!(
+        String::from_utf8(hub.0).unwrap(),
+        install.hubs.join(","),
+        "{case}"
+    );
 }
 
 #[test]

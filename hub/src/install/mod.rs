@@ -8,7 +8,9 @@
 pub mod agent;
 pub mod hub;
 
-pub use agent::{AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_manifests};
+pub use agent::{
+    AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_helm_values, agent_manifests,
+};
 pub use hub::{HubInstall, hub_rbac};
 
 /// Whether `s` is an RFC 1123 label: what a namespace or a Secret key's namespace may be.
