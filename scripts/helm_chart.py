@@ -7,7 +7,8 @@ prints one JSON object on stdout:
                             "unvalidated": [...]} or {"error": "<Helm's message>"}
   lint CHART               Helm's lint report (messages with severity 0-3)
   install|upgrade CHART RELEASE NAMESPACE KUBECONFIG
-                           {"manifest": [...objects]} or {"error": ...}
+                           {"manifest": [...objects], "revision": N, "status": ...}
+                           or {"error": ...}
   uninstall RELEASE NAMESPACE KUBECONFIG
                            {"info": ...} or {"error": ...}
 
@@ -99,7 +100,11 @@ def release(verb, chart_path, name, namespace, kubeconfig, values):
                 rel = config.upgrade(chart_path, name, values, namespace=namespace, timeout=60)
         except errors.HelmError as e:
             return {"error": str(e)}
-    return {"manifest": documents(rel.get("manifest", "")), "version": rel.get("version")}
+    return {
+        "manifest": documents(rel.get("manifest", "")),
+        "revision": rel.get("revision"),
+        "status": rel.get("status"),
+    }
 
 
 def uninstall(name, namespace, kubeconfig):

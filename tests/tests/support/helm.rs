@@ -9,6 +9,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+/// Longest a single Helm call may take (an install waits for nothing; render takes ~1 s).
+const HELM_LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// The workspace root (the e2e crate lives in `tests/`).
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -58,7 +61,17 @@ pub fn helm(args: &[&str], values: &Value) -> Value {
         .unwrap()
         .write_all(values.to_string().as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    // Bounded: a Helm call that hangs (an API server that never answers) fails the test.
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = match rx.recv_timeout(HELM_LIMIT) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("helm_chart.py {args:?} did not finish within {HELM_LIMIT:?}");
+        }
+    };
     assert!(
         out.status.success(),
         "helm_chart.py {args:?} failed:\n{}",
