@@ -13,9 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::ByteString;
 use kedge_hub::install::agent::{BOOTSTRAP_SECRET, agent_args};
 use kedge_hub::install::{
-    AgentInstall, AgentKind, AgentNamespaces, Credentials, HubInstall, agent_helm_values,
-    agent_manifests, hub_rbac,
+    AgentInstall, AgentKind, AgentNamespaces, Credentials, HubDeployment, HubInstall, ServiceType,
+    agent_helm_values, agent_manifests, hub_helm_values, hub_manifests, hub_rbac,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
 use support::helm::{self, Rendered};
 
@@ -173,6 +174,123 @@ fn hub_chart_rbac_is_what_hub_rbac_renders() {
     for (case, namespace, values, install) in hub_cases() {
         let chart = rendered("kedge-hub", namespace, &values);
         assert_same_rbac(case, &chart, &hub_rbac(&install));
+    }
+}
+
+fn object_keys<'a>(objects: impl Iterator<Item = &'a Value>) -> BTreeSet<String> {
+    objects
+        .filter(|o| o["kind"] != "Namespace")
+        .map(|o| {
+            format!(
+                "{} {}/{}",
+                o["kind"].as_str().unwrap_or(""),
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// The chart rendered with `hub_helm_values` is what `hub_manifests` (`kubectl kedge install
+/// hub`) renders for the same settings: objects, RBAC, the Deployment's pod and container,
+/// the Services.
+#[test]
+fn hub_chart_is_what_hub_manifests_renders() {
+    let other = HubDeployment {
+        rbac: HubInstall {
+            namespace: "kedge".into(),
+            lease_name: "hub-lease".into(),
+            dsj_enabled: true,
+            enrollment: true,
+        },
+        dso_enabled: false,
+        image: "registry.example/kedge-hub".into(),
+        tag: "1.2.3".into(),
+        replicas: 2,
+        quic_port: 7000,
+        ops_port: 9090,
+        service_type: ServiceType::NodePort,
+        heartbeat_interval: "2s".into(),
+        heartbeat_tolerance: 5,
+        lease_duration: "20s".into(),
+        log_format: "text".into(),
+        log_level: "debug".into(),
+        server_dns_names: vec!["hub.example.com".into(), "kedge.example.com".into()],
+        server_ips: vec!["10.0.0.9".into()],
+        server_cert_lifetime: "60d".into(),
+        member_cert_lifetime: "12h".into(),
+    };
+    for d in [HubDeployment::default(), other] {
+        d.validate().unwrap();
+        let case = format!("{:?}, {:?}", d.rbac, d.service_type);
+        let chart = rendered("kedge-hub", &d.rbac.namespace, &hub_helm_values(&d));
+        let rust = hub_manifests(&d);
+        assert_hub_chart(&case, &chart, &rust);
+    }
+}
+
+/// Fails naming the first difference between the hub chart as rendered and `rust`, the
+/// objects of `hub_manifests` (or `kubectl kedge install hub`).
+fn assert_hub_chart(case: &str, chart: &Rendered, rust: &[Value]) {
+    let rust: Vec<Value> = rust
+        .iter()
+        .filter(|o| o["kind"] != "CustomResourceDefinition")
+        .cloned()
+        .collect();
+    assert_eq!(
+        object_keys(chart.objects.iter()),
+        object_keys(rust.iter()),
+        "{case}: objects"
+    );
+    assert_same_rbac(case, chart, &rust);
+    let find = |kind: &str, name: &str| {
+        rust.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let (cd, rd) = (
+        chart.get("Deployment", "kedge-hub"),
+        find("Deployment", "kedge-hub"),
+    );
+    for pointer in [
+        "/spec/replicas",
+        "/spec/selector",
+        "/spec/template/spec/serviceAccountName",
+        "/spec/template/spec/terminationGracePeriodSeconds",
+        "/spec/template/spec/securityContext",
+    ] {
+        assert_eq!(
+            cd.pointer(pointer),
+            rd.pointer(pointer),
+            "{case}: {pointer}"
+        );
+    }
+    let (cc, rc) = (
+        &cd["spec"]["template"]["spec"]["containers"][0],
+        &rd["spec"]["template"]["spec"]["containers"][0],
+    );
+    for field in [
+        "args",
+        "env",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "resources",
+        "securityContext",
+        "image",
+        "imagePullPolicy",
+    ] {
+        assert_eq!(cc[field], rc[field], "{case}: container {field}");
+    }
+    for name in ["kedge-hub", "kedge-hub-metrics"] {
+        let (cs, rs) = (chart.get("Service", name), find("Service", name));
+        for field in ["type", "ports", "selector"] {
+            assert_eq!(
+                cs["spec"][field], rs["spec"][field],
+                "{case}: Service {name} {field}"
+            );
+        }
     }
 }
 
@@ -411,23 +529,34 @@ fn agent_container(objects: &[&Value]) -> Value {
 fn agent_chart_is_what_agent_manifests_renders() {
     for (case, namespace, values, install) in agent_cases() {
         install.validate().unwrap();
-        assert_agent_chart(case, namespace, &values, &install);
-        let generated = agent_helm_values(&install);
+        let rust = agent_manifests(&install);
+        assert_eq!(
+            texts(&agent_container(&rust.iter().collect::<Vec<_>>())["args"]),
+            agent_args(&install)
+        );
+        let chart = rendered("kedge-agent", namespace, &values);
+        assert_agent_chart(case, &chart, &rust);
+        let generated = rendered("kedge-agent", namespace, &agent_helm_values(&install));
         assert_agent_chart(
             &format!("{case}, from agent_helm_values"),
-            namespace,
             &generated,
-            &install,
+            &rust,
         );
+        let hub: ByteString =
+            serde_json::from_value(chart.get("Secret", BOOTSTRAP_SECRET)["data"]["hub"].clone())
+                .unwrap();
+        assert_eq!(String::from_utf8(hub.0).unwrap(), install.hubs.join(","));
     }
 }
 
-fn assert_agent_chart(case: &str, namespace: &str, values: &Value, install: &AgentInstall) {
-    let chart = rendered("kedge-agent", namespace, values);
+/// Fails naming the first difference between the agent chart as rendered and `rust`, the
+/// objects of `agent_manifests` (or `kubectl kedge install agent`).
+fn assert_agent_chart(case: &str, chart: &Rendered, rust: &[Value]) {
     // The chart leaves the namespace to `helm install --create-namespace`.
-    let rust: Vec<Value> = agent_manifests(install)
-        .into_iter()
+    let rust: Vec<Value> = rust
+        .iter()
         .filter(|o| o["kind"] != "Namespace")
+        .cloned()
         .collect();
     let key = |o: &Value| {
         format!(
@@ -440,7 +569,7 @@ fn assert_agent_chart(case: &str, namespace: &str, values: &Value, install: &Age
     let chart_keys: BTreeSet<String> = chart.objects.iter().map(key).collect();
     let rust_keys: BTreeSet<String> = rust.iter().map(key).collect();
     assert_eq!(chart_keys, rust_keys, "{case}: objects");
-    assert_same_rbac(case, &chart, &rust);
+    assert_same_rbac(case, chart, &rust);
 
     let secret = chart.get("Secret", BOOTSTRAP_SECRET);
     let rust_secret = rust.iter().find(|o| o["kind"] == "Secret").unwrap();
@@ -448,8 +577,8 @@ fn assert_agent_chart(case: &str, namespace: &str, values: &Value, install: &Age
 
     let c = agent_container(&chart.objects.iter().collect::<Vec<_>>());
     let r = agent_container(&rust.iter().collect::<Vec<_>>());
-    assert_eq!(texts(&c["args"]), agent_args(install), "{case}: args");
     for field in [
+        "args",
         "env",
         "ports",
         "livenessProbe",
@@ -477,12 +606,6 @@ fn assert_agent_chart(case: &str, namespace: &str, values: &Value, install: &Age
         );
     }
     assert_hardened(&pod["template"]["spec"], &c);
-    let hub: ByteString = serde_json::from_value(secret["data"]["hub"].clone()).unwrap();
-    assert_eq!(
-        String::from_utf8(hub.0).unwrap(),
-        install.hubs.join(","),
-        "{case}"
-    );
 }
 
 #[test]
@@ -642,4 +765,140 @@ fn bad_values_are_refused_naming_the_value() {
             }
         }
     }
+}
+
+/// `kubectl-kedge ARGS`' output.
+fn kubectl_kedge(args: &[&str]) -> String {
+    let out = std::process::Command::new(support::bin("kubectl-kedge"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kedge {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn yaml_documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The real `kubectl kedge install hub|agent`: its manifests are what the chart renders with
+/// the values it prints for the same flags (`-o helm-values`); its CRDs are deploy/crds.
+#[test]
+fn kubectl_kedge_install_prints_what_the_charts_render() {
+    let hub_flags = [
+        "install",
+        "hub",
+        "--namespace",
+        "kedge",
+        "--dsj-enabled",
+        "true",
+        "--service-type",
+        "NodePort",
+        "--heartbeat-interval",
+        "2s",
+        "--server-dns-names",
+        "hub.example.com",
+        "--tag",
+        "1.2.3",
+    ];
+    let manifests = yaml_documents(&kubectl_kedge(&hub_flags));
+    let values: Value = serde_yaml::from_str(&kubectl_kedge(
+        &[&hub_flags[..], &["-o", "helm-values"]].concat(),
+    ))
+    .unwrap();
+    let chart = rendered("kedge-hub", "kedge", &values);
+    assert_hub_chart("kubectl kedge install hub", &chart, &manifests);
+    let crds: BTreeSet<String> = manifests
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    let chart_crds: BTreeSet<String> = chart
+        .crds
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(crds, chart_crds);
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, CA).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "kedge-bootstrap.abc\n").unwrap();
+    let agent_flags = [
+        "install",
+        "agent",
+        "--hub-address",
+        "hub.example:7443,10.0.0.2:7443",
+        "--hub-server-name",
+        "kedge-hub.example",
+        "--ca-file",
+        ca.to_str().unwrap(),
+        "--token-file",
+        token.to_str().unwrap(),
+        "--namespaces",
+        "web,apps",
+        "--agent-namespace",
+        "edge-agent",
+    ];
+    let manifests = yaml_documents(&kubectl_kedge(&agent_flags));
+    let values: Value = serde_yaml::from_str(&kubectl_kedge(
+        &[&agent_flags[..], &["-o", "helm-values"]].concat(),
+    ))
+    .unwrap();
+    assert_eq!(values["bootstrapToken"], "kedge-bootstrap.abc");
+    let chart = rendered("kedge-agent", "edge-agent", &values);
+    assert_agent_chart("kubectl kedge install agent", &chart, &manifests);
+
+    // Uninstall lists what install made, without the namespace, the CRDs or the CA.
+    let listed = yaml_documents(&kubectl_kedge(&[
+        "uninstall",
+        "hub",
+        "--namespace",
+        "kedge",
+    ]));
+    let kinds: BTreeSet<&str> = listed.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert!(!kinds.contains("Namespace") && !kinds.contains("CustomResourceDefinition"));
+    assert!(
+        listed
+            .iter()
+            .all(|o| o["metadata"]["name"] != "kedge-hub-ca")
+    );
+    assert_eq!(
+        object_keys(listed.iter()),
+        object_keys(
+            hub_manifests(&HubDeployment {
+                rbac: HubInstall {
+                    namespace: "kedge".into(),
+                    dsj_enabled: true,
+                    ..HubInstall::default()
+                },
+                ..HubDeployment::default()
+            })
+            .iter()
+        )
+    );
+    let with_crds = yaml_documents(&kubectl_kedge(&[
+        "uninstall",
+        "hub",
+        "--include-crds",
+        "--include-ca",
+    ]));
+    assert!(
+        with_crds
+            .iter()
+            .any(|o| o["kind"] == "CustomResourceDefinition")
+    );
+    assert!(
+        with_crds
+            .iter()
+            .any(|o| o["metadata"]["name"] == "kedge-hub-ca")
+    );
 }
