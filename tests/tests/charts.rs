@@ -255,6 +255,7 @@ fn assert_hub_chart(case: &str, chart: &Rendered, rust: &[Value]) {
     );
     for pointer in [
         "/spec/replicas",
+        "/spec/strategy",
         "/spec/selector",
         "/spec/template/spec/serviceAccountName",
         "/spec/template/spec/terminationGracePeriodSeconds",
@@ -387,7 +388,7 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
         "ops"
     );
     assert_eq!(
-        all.get("PodDisruptionBudget", "kedge-hub")["spec"]["minAvailable"],
+        all.get("PodDisruptionBudget", "kedge-hub")["spec"]["maxUnavailable"],
         1
     );
     let np = all.get("NetworkPolicy", "kedge-hub");

@@ -225,6 +225,9 @@ fn deployment(d: &HubDeployment) -> Value {
         "metadata": {"name": HUB, "namespace": ns, "labels": labels()},
         "spec": {
             "replicas": d.replicas,
+            // Only the Lease holder is ready: a rolling update would wait for ever for a new
+            // pod while the old one holds the Lease. The old hubs stop first.
+            "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": selector()},
             "template": {
                 "metadata": {"labels": pod_labels},
