@@ -6,7 +6,8 @@
 //! ServiceAccount (the simulator enforces RBAC for tokens). A DSO then runs across the two
 //! members; `helm upgrade` changes the hub's flags and keeps DSOs, members and the CA across a
 //! hub restart; `helm uninstall` removes what the charts made and keeps the CRDs, the custom
-//! resources and the CA.
+//! resources and the CA. The same without Helm: `kubectl kedge install hub | kubectl apply`
+//! and `kubectl kedge uninstall hub | kubectl delete`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -377,6 +378,114 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         vec!["-n", "default", "dso", "web"],
         vec!["memberclusters", "edge-1"],
         vec!["-n", NS, "secret", "kedge-hub-ca"],
+    ] {
+        assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
+    }
+}
+
+/// `kubectl-kedge ARGS` piped to `kubectl ARGS2 -f -` against `kubeconfig`.
+async fn kedge_into_kubectl(kedge: &[&str], kubeconfig: &Path, kubectl_args: &[&str]) {
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .args(kedge)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kedge {kedge:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = kubeconfig.with_extension(format!("{}.yaml", kedge[..2].join("-")));
+    std::fs::write(&path, &out.stdout).unwrap();
+    let mut args = kubectl_args.to_vec();
+    args.extend(["-f", path.to_str().unwrap()]);
+    kubectl(kubeconfig, &args).await;
+}
+
+/// Without Helm: `kubectl kedge install hub | kubectl apply -f -`, the hub run as its
+/// Deployment says, a member enrolled with `setup-member --member-kubeconfig`; then
+/// `kubectl kedge uninstall hub | kubectl delete -f -` keeps the CRDs, members and the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_kedge_install_applies_and_runs_and_uninstall_keeps_the_crds_and_ca() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let names = ["hub".to_owned(), "edge-1".to_owned()];
+    let sim = Sim::start(&names, SimConfig::default(), Some(&dir))
+        .await
+        .unwrap();
+    let hub_kc = dir.join("hub.kubeconfig");
+    let ports = HubPorts::new();
+    let (quic, ops) = (ports.quic.to_string(), ports.ops.to_string());
+    kedge_into_kubectl(
+        &[
+            "install",
+            "hub",
+            "--quic-port",
+            &quic,
+            "--ops-port",
+            &ops,
+            "--heartbeat-interval",
+            "200ms",
+            "--lease-duration",
+            "2s",
+            "--log-format",
+            "text",
+        ],
+        &hub_kc,
+        &["apply"],
+    )
+    .await;
+    let mut hub = run_container(&sim, &dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
+    wait_hub_ready(ports, &mut hub).await;
+
+    let edge = dir.join("edge-1.kubeconfig");
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .args(["mc", "setup-member", "edge-1", "--namespaces", "default"])
+        .args(["--hub-address", &format!("127.0.0.1:{}", ports.quic)])
+        .args(["--hub-server-name", "localhost"])
+        .arg("--kubeconfig")
+        .arg(&hub_kc)
+        .arg("--member-kubeconfig")
+        .arg(&edge)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "setup-member: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _agent = run_container(
+        &sim,
+        &dir,
+        "edge-1",
+        "kedge-agent",
+        "kedge-agent",
+        "agent.log",
+    )
+    .await;
+    wait_for_states(ports, &["edge-1"], "Connected", LIMIT).await;
+
+    drop(hub);
+    kedge_into_kubectl(
+        &["uninstall", "hub"],
+        &hub_kc,
+        &["delete", "--ignore-not-found"],
+    )
+    .await;
+    for gone in [
+        vec!["-n", NS, "deployment", "kedge-hub"],
+        vec!["clusterrole", "kedge-hub"],
+        vec!["-n", NS, "service", "kedge-hub-metrics"],
+    ] {
+        assert!(!exists(&hub_kc, &gone).await, "{gone:?} left behind");
+    }
+    for kept in [
+        vec!["crd", "memberclusters.kedge.dev"],
+        vec!["memberclusters", "edge-1"],
+        vec!["-n", NS, "secret", "kedge-hub-ca"],
+        vec!["namespace", NS],
     ] {
         assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
     }
