@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 PINS="helm-python-sdk==0.2.2 kubernetes-validate==1.37.0 PyYAML==6.0.2"
 venv=${KEDGE_PYENV:-target/pyenv}
 stamp="$venv/.kedge-stamp"
+# One installer at a time (test binaries or shells started together on a fresh tree).
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$PINS" ] && [ -x "$venv/bin/python" ]; then
   echo "$venv/bin/python"
   exit 0
