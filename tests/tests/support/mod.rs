@@ -4,6 +4,7 @@
 
 pub mod dso;
 pub mod enroll;
+pub mod helm;
 pub mod hub_peer;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
