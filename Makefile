@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test build fmt-check lint footprint crds bench-latency bench-dsj-latency
+.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
@@ -9,9 +9,14 @@ demo:
 	target/release/kedge-sim up --dir .kedge-fleet
 
 ## The whole test suite (README's second command; .ci/run calls it).
-test: fmt-check
+test: fmt-check helm-env
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+
+## The chart tests' Python (pinned helm-python-sdk and kubernetes-validate) in target/pyenv;
+## reused when present (tests/tests/charts.rs).
+helm-env:
+	bash scripts/helm-env.sh >/dev/null
 
 build:
 	$(CARGO) build --release --workspace --bins
@@ -29,9 +34,11 @@ footprint:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-sim --bench agent_jobs_rss
 
-## Regenerate deploy/crds from the Rust types (a test fails when they drift).
+## Regenerate deploy/crds from the Rust types (a test fails when they drift) and copy them
+## into the hub chart (tests/tests/charts.rs fails when its copy differs).
 crds:
 	KEDGE_UPDATE_CRDS=1 $(CARGO) test -q -p kedge-core --test crd_yaml
+	cp deploy/crds/*.yaml deploy/charts/kedge-hub/crds/
 
 ## /scale change to replicas in every member, end to end (README "Scaling latency").
 bench-latency:

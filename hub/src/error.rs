@@ -76,9 +76,9 @@ pub enum Error {
     /// was meant to run; it exits so that it is restarted instead of reconciling nothing.
     #[error("{0}; the hub exits so that it is restarted")]
     TaskEnded(String),
-    /// An agent install was asked for with input that would render invalid or useless
+    /// An agent or hub install was asked for with input that would render invalid or useless
     /// objects; every problem is listed.
-    #[error("invalid agent install: {}", .0.join("; "))]
+    #[error("invalid install: {}", .0.join("; "))]
     InvalidInstall(Vec<String>),
 }
 

@@ -949,12 +949,24 @@ fn patch(
     done(c, &out)
 }
 
+/// A DELETE's DeleteOptions, JSON or (from typed Go clients such as Helm's release storage)
+/// protobuf; `None` without a body.
+fn delete_options_body(r: &Req) -> Result<Option<Value>> {
+    if r.body.is_empty() {
+        return Ok(None);
+    }
+    if r.content_type().contains("protobuf") {
+        return crate::protobuf::decode(&r.body).map(Some);
+    }
+    serde_json::from_slice(&r.body)
+        .map(Some)
+        .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))
+}
+
 fn delete_options(r: &Req) -> Result<(Propagation, Option<String>)> {
     let mut propagation = Propagation::Background;
     let mut precondition = None;
-    if !r.body.is_empty() {
-        let opts: Value = serde_json::from_slice(&r.body)
-            .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+    if let Some(opts) = delete_options_body(r)? {
         if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
             propagation = Propagation::parse(p)?;
         } else if opts.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
@@ -981,11 +993,9 @@ fn check_uid_precondition(
     plural: &str,
     name: &str,
 ) -> Result<()> {
-    if r.body.is_empty() {
+    let Some(opts) = delete_options_body(r)? else {
         return Ok(());
-    }
-    let opts: Value = serde_json::from_slice(&r.body)
-        .map_err(|e| Error::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+    };
     let Some(want) = opts.pointer("/preconditions/uid").and_then(Value::as_str) else {
         return Ok(());
     };

@@ -162,6 +162,17 @@ const JOB: &[(u32, F)] = &[
 /// (pointer fields are only encoded when set, so their zero is meaningful).
 const OMIT_ZERO: &[&str] = &["minReadySeconds", "hostPort", "paused"];
 
+const PRECONDITIONS: &[(u32, F)] = &[(1, F::Str("uid")), (2, F::Str("resourceVersion"))];
+
+/// The body of a DELETE from a typed client (Helm's release storage sends it as protobuf).
+const DELETE_OPTIONS: &[(u32, F)] = &[
+    (1, F::Int("gracePeriodSeconds")),
+    (2, F::Msg("preconditions", PRECONDITIONS)),
+    (3, F::Bool("orphanDependents")),
+    (4, F::Str("propagationPolicy")),
+    (5, F::RepStr("dryRun")),
+];
+
 const TYPE_META: &[(u32, F)] = &[(1, F::Str("apiVersion")), (2, F::Str("kind"))];
 
 const UNKNOWN: &[(u32, F)] = &[(1, F::Msg("typeMeta", TYPE_META)), (2, F::Bytes("raw"))];
@@ -192,9 +203,10 @@ pub fn decode(body: &[u8]) -> Result<Value> {
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("apps/v1", "Deployment") => DEPLOYMENT,
         ("batch/v1", "Job") => JOB,
+        (_, "DeleteOptions") => DELETE_OPTIONS,
         _ => {
             return Err(Error::UnsupportedMediaType(format!(
-                "kedge-sim decodes protobuf only for Secret, ConfigMap, Namespace, ServiceAccount, Deployment and Job (got {api_version} {kind}); send JSON"
+                "kedge-sim decodes protobuf only for Secret, ConfigMap, Namespace, ServiceAccount, Deployment, Job and DeleteOptions (got {api_version} {kind}); send JSON"
             )));
         }
     };
@@ -417,6 +429,22 @@ mod tests {
         assert_eq!(v["data"]["user"], "YWRtaW4=");
         assert_eq!(v["type"], "Opaque");
         assert_eq!(v["kind"], "Secret");
+        Ok(())
+    }
+
+    #[test]
+    fn decodes_delete_options() -> Result<()> {
+        let pre = field(1, 2, b"uid-1");
+        let opts = [field(2, 2, &pre), field(4, 2, b"Foreground")].concat();
+        let tm = [
+            field(1, 2, b"meta.k8s.io/v1"),
+            field(2, 2, b"DeleteOptions"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), field(1, 2, &tm), field(2, 2, &opts)].concat();
+        let v = decode(&body)?;
+        assert_eq!(v["preconditions"]["uid"], "uid-1");
+        assert_eq!(v["propagationPolicy"], "Foreground");
         Ok(())
     }
 

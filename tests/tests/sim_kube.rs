@@ -110,7 +110,12 @@ async fn reflector_follows_configmaps() {
         if streaming {
             cfg = cfg.streaming_lists();
         }
-        let stream = reflector(writer, watcher(api.clone(), cfg)).applied_objects();
+        // With backoff, as every controller runs it: without, a watch error (the simulator
+        // going away) is retried at once, and against a closed loopback port that fails at
+        // once too, so the task spins without yielding and neither `abort` nor the runtime's
+        // shutdown can stop it (the test hung on a loaded machine).
+        let stream =
+            reflector(writer, watcher(api.clone(), cfg).default_backoff()).applied_objects();
         let task = tokio::spawn(stream.for_each(|_| async {}));
         tokio::time::timeout(Duration::from_secs(10), reader.wait_until_ready())
             .await

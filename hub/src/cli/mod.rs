@@ -3,6 +3,7 @@
 
 pub mod crds;
 pub mod dev_certs;
+pub mod install;
 pub mod mc;
 pub mod sessions;
 pub mod setup_member;
@@ -39,6 +40,12 @@ pub enum Command {
     Sessions(sessions::SessionsArgs),
     /// Manage member clusters on the hub: setup-member, list-members, delete-member.
     Mc(mc::McArgs),
+    /// Print the hub's or an agent's install (pipe to `kubectl apply -f -`), or the same
+    /// install as Helm chart values (`-o helm-values`).
+    Install(install::InstallArgs),
+    /// Print what `install` made, for `kubectl delete -f -`; CRDs and the hub CA stay
+    /// unless asked.
+    Uninstall(install::UninstallArgs),
 }
 
 /// Errors of the `kubectl kedge` subcommands.
@@ -106,6 +113,8 @@ pub async fn run(cli: Cli, out: &mut impl std::io::Write) -> Result<()> {
         Command::DevCerts(args) => dev_certs::run(&args, out),
         Command::Sessions(args) => sessions::run(&args, out).await,
         Command::Mc(args) => mc::run(&args, out).await,
+        Command::Install(args) => install::install(&args, out),
+        Command::Uninstall(args) => install::uninstall(&args, out),
     }
 }
 

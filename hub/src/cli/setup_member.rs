@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use k8s_openapi::api::core::v1::Secret;
 use kedge_core::crd::{MemberCluster, MemberClusterSpec};
 use kedge_net::identity::is_valid_member_name;
@@ -22,7 +22,9 @@ use serde_json::Value;
 
 use super::{Error, Result};
 use crate::enroll::mint_bootstrap_token;
-use crate::install::{AgentInstall, AgentNamespaces, Credentials, agent_manifests};
+use crate::install::{
+    AgentInstall, AgentNamespaces, Credentials, agent_helm_values, agent_manifests,
+};
 
 /// Bounds of `--ttl`: long enough to carry the token to the member, short enough that a
 /// leaked, unused token is soon worthless.
@@ -30,6 +32,15 @@ pub const TTL: (Duration, Duration) = (Duration::from_secs(60), Duration::from_s
 
 /// The field manager of what `setup-member` applies in a member cluster.
 const FIELD_MANAGER: &str = "kubectl-kedge";
+
+/// What `setup-member` prints without `--member-kubeconfig`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// The agent's install as Kubernetes manifests (`kubectl apply -f -`).
+    Manifests,
+    /// Values for the `kedge-agent` chart (`helm install -f -`).
+    HelmValues,
+}
 
 /// Arguments of `mc setup-member`.
 #[derive(Debug, Clone, Args)]
@@ -55,8 +66,12 @@ pub struct SetupArgs {
     #[arg(long)]
     pub hub_server_name: Option<String>,
     /// Apply the install to the member cluster with this kubeconfig instead of printing it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "output")]
     pub member_kubeconfig: Option<PathBuf>,
+    /// What to print: the install's manifests, or the same install as values for the
+    /// `kedge-agent` Helm chart (`helm install -f`).
+    #[arg(long, value_enum, default_value_t = Output::Manifests)]
+    pub output: Output,
     /// How long the bootstrap token works (1m to 7d).
     #[arg(long, default_value = "1h", value_parser = kedge_net::flags::duration_within(TTL.0, TTL.1))]
     pub ttl: Duration,
@@ -199,6 +214,19 @@ pub async fn run(
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
     match &args.member_kubeconfig {
+        None if args.output == Output::HelmValues => {
+            writeln!(
+                out,
+                "# kedge-agent chart values for member {name} (helm install -f, in the \
+                 namespace {}).\n# The bootstrap token in them works once, until {expires}.",
+                install.agent_namespace
+            )?;
+            write!(
+                out,
+                "{}",
+                serde_yaml::to_string(&agent_helm_values(&install))?
+            )?;
+        }
         None => {
             writeln!(
                 out,

@@ -549,6 +549,50 @@ fn deployment(install: &AgentInstall) -> Value {
     })
 }
 
+/// The same install as values of the `kedge-agent` Helm chart (`deploy/charts/kedge-agent`):
+/// the chart rendered with them in the namespace `agent_namespace` is [`agent_manifests`]
+/// without the Namespace (`helm install --create-namespace` makes it).
+/// `tests/tests/charts.rs` renders the chart with the real Helm engine and holds the two
+/// to each other.
+pub fn agent_helm_values(install: &AgentInstall) -> Value {
+    let hubs: Vec<&str> = install
+        .hubs
+        .iter()
+        .map(|h| h.trim())
+        .filter(|h| !h.is_empty())
+        .collect();
+    let mut hub = json!({ "addresses": hubs });
+    if let Some(name) = &install.hub_server_name {
+        hub["serverName"] = json!(name);
+    }
+    let mut values = json!({
+        "hub": hub,
+        "caBundle": install.ca_pem,
+        "kinds": install.kinds.iter().map(|k| json!({
+            "group": k.group, "version": k.version, "kind": k.kind, "plural": k.plural,
+        })).collect::<Vec<_>>(),
+        "image": {"repository": install.image, "tag": install.tag},
+    });
+    match &install.credentials {
+        Credentials::Bootstrap { token } => {
+            values["credentials"] = json!("bootstrap");
+            values["bootstrapToken"] = json!(token);
+        }
+        Credentials::Certificate { cert_pem, key_pem } => {
+            values["credentials"] = json!("certificate");
+            values["certificate"] = json!({ "cert": cert_pem, "key": key_pem });
+        }
+    }
+    match &install.namespaces {
+        AgentNamespaces::Only(list) => {
+            let list: BTreeSet<&str> = list.iter().map(String::as_str).collect();
+            values["namespaces"] = json!(list);
+        }
+        AgentNamespaces::All => values["allNamespaces"] = json!(true),
+    }
+    values
+}
+
 /// The agent's install, in apply order: Namespace, ServiceAccount, the cluster-wide
 /// ClusterRole and binding, a Role and RoleBinding per allowed namespace (or one
 /// ClusterRole for all), the Role for its own Secrets, the bootstrap Secret and the

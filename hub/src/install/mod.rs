@@ -4,12 +4,22 @@
 //! - [`agent`]: a member cluster's agent — its namespace, ServiceAccount, least-privilege
 //!   RBAC, connection Secret and Deployment.
 //! - [`hub`]: the hub's own ServiceAccount and RBAC in the management cluster.
+//! - [`hub_deployment`]: the hub's whole install: namespace, RBAC, Deployment, Services.
+//!
+//! These functions are the source of truth for the Helm charts in `deploy/charts` too:
+//! `agent_helm_values` and `hub_helm_values` turn the same settings into chart values, and
+//! `tests/tests/charts.rs` renders the charts with the real Helm engine and fails on any
+//! difference from what these functions render.
 
 pub mod agent;
 pub mod hub;
+pub mod hub_deployment;
 
-pub use agent::{AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_manifests};
+pub use agent::{
+    AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_helm_values, agent_manifests,
+};
 pub use hub::{HubInstall, hub_rbac};
+pub use hub_deployment::{HubDeployment, ServiceType, hub_helm_values, hub_manifests};
 
 use std::collections::BTreeSet;
 

@@ -4,6 +4,7 @@
 
 pub mod dso;
 pub mod enroll;
+pub mod helm;
 pub mod hub_peer;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -97,6 +98,22 @@ impl Proc {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Proc {
+    /// Kills the process and waits (at most 5 s) until it is gone, so that what it held (a
+    /// UDP port a restarted hub binds again, a file) is free when the drop returns; a kill
+    /// alone leaves it running for a moment, longer on a loaded machine.
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
     }
 }
 

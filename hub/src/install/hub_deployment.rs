@@ -1,0 +1,378 @@
+//! The hub's whole install in the management cluster, beside its RBAC ([`super::hub`]): the
+//! namespace, the Deployment, the UDP Service agents dial and the metrics Service. What
+//! `kubectl kedge install hub` prints, and, through [`hub_helm_values`], what the
+//! `kedge-hub` Helm chart renders for the same settings (`tests/tests/charts.rs` holds the
+//! chart to these functions with the real Helm engine).
+
+use serde_json::{Value, json};
+
+use super::hub::{HUB, HubInstall, hub_rbac};
+use crate::error::{Error, Result};
+
+/// The hub image unless told otherwise.
+pub const DEFAULT_HUB_IMAGE: &str = "ghcr.io/kedge-dev/kedge-hub";
+/// The metrics Service.
+pub const METRICS_SERVICE: &str = "kedge-hub-metrics";
+
+/// How agents reach the hub's QUIC Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ServiceType {
+    /// An external load balancer (UDP): agents outside the cluster dial its address.
+    #[default]
+    #[value(name = "LoadBalancer")]
+    LoadBalancer,
+    /// A port on every node.
+    #[value(name = "NodePort")]
+    NodePort,
+    /// Inside the cluster only (agents reach it through a tunnel or another front).
+    #[value(name = "ClusterIP")]
+    ClusterIP,
+}
+
+impl ServiceType {
+    /// The Service's `.spec.type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::LoadBalancer => "LoadBalancer",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::ClusterIP => "ClusterIP",
+        }
+    }
+}
+
+/// Everything that makes the hub's install; [`Default`] is the chart's `values.yaml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubDeployment {
+    /// Namespace, Lease name and controllers: what the RBAC depends on. The install always
+    /// enrolls members with bootstrap tokens (its CA in the Secret `kedge-hub-ca`).
+    pub rbac: HubInstall,
+    /// `--dso-enabled`.
+    pub dso_enabled: bool,
+    /// Image without tag.
+    pub image: String,
+    /// Image tag.
+    pub tag: String,
+    /// Hub replicas (one holds the Lease and is ready).
+    pub replicas: u32,
+    /// UDP port of the QUIC listener (container and Service).
+    pub quic_port: u16,
+    /// TCP port of `/metrics`, `/healthz`, `/readyz`.
+    pub ops_port: u16,
+    /// Type of the QUIC Service.
+    pub service_type: ServiceType,
+    /// `--heartbeat-interval`, e.g. `5s`.
+    pub heartbeat_interval: String,
+    /// `--heartbeat-tolerance` (1–100).
+    pub heartbeat_tolerance: u32,
+    /// `--lease-duration`.
+    pub lease_duration: String,
+    /// `--log-format`: `json` or `text`.
+    pub log_format: String,
+    /// `RUST_LOG`.
+    pub log_level: String,
+    /// `--server-dns-names`; empty keeps the hub's defaults.
+    pub server_dns_names: Vec<String>,
+    /// `--server-ips`; empty keeps the hub's default.
+    pub server_ips: Vec<String>,
+    /// `--server-cert-lifetime`.
+    pub server_cert_lifetime: String,
+    /// `--member-cert-lifetime`.
+    pub member_cert_lifetime: String,
+}
+
+impl Default for HubDeployment {
+    fn default() -> Self {
+        Self {
+            rbac: HubInstall::default(),
+            dso_enabled: true,
+            image: DEFAULT_HUB_IMAGE.to_owned(),
+            tag: env!("CARGO_PKG_VERSION").to_owned(),
+            replicas: 1,
+            quic_port: 7443,
+            ops_port: 8080,
+            service_type: ServiceType::LoadBalancer,
+            heartbeat_interval: "5s".to_owned(),
+            heartbeat_tolerance: 3,
+            lease_duration: "15s".to_owned(),
+            log_format: "json".to_owned(),
+            log_level: "info".to_owned(),
+            server_dns_names: Vec::new(),
+            server_ips: Vec::new(),
+            server_cert_lifetime: "30d".to_owned(),
+            member_cert_lifetime: "24h".to_owned(),
+        }
+    }
+}
+
+impl HubDeployment {
+    /// Every problem that would make the install invalid, all at once (the ranges the hub's
+    /// flags accept are checked again by the hub at start).
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if !super::is_dns1123_label(&self.rbac.namespace) {
+            problems.push(format!(
+                "namespace {:?} is not a namespace name",
+                self.rbac.namespace
+            ));
+        }
+        if !self.rbac.enrollment {
+            problems.push(
+                "the install enrolls members with bootstrap tokens: enrollment must be on"
+                    .to_owned(),
+            );
+        }
+        let duration = |s: &str| {
+            let unit = s.trim_start_matches(|c: char| c.is_ascii_digit());
+            unit.len() < s.len() && ["ms", "s", "m", "h", "d"].contains(&unit)
+        };
+        for (flag, value) in [
+            ("heartbeat interval", &self.heartbeat_interval),
+            ("lease duration", &self.lease_duration),
+            ("server certificate lifetime", &self.server_cert_lifetime),
+            ("member certificate lifetime", &self.member_cert_lifetime),
+        ] {
+            if !duration(value) {
+                problems.push(format!(
+                    "{flag} {value:?} is not a whole number and one unit (ms, s, m, h, d)"
+                ));
+            }
+        }
+        if !(1..=100).contains(&self.heartbeat_tolerance) {
+            problems.push(format!(
+                "heartbeat tolerance {} is not within 1–100",
+                self.heartbeat_tolerance
+            ));
+        }
+        if !["json", "text"].contains(&self.log_format.as_str()) {
+            problems.push(format!(
+                "log format {:?} is not json or text",
+                self.log_format
+            ));
+        }
+        if self.replicas == 0 || self.quic_port == 0 || self.ops_port == 0 {
+            problems.push("replicas and ports must be positive".to_owned());
+        }
+        if let Some(ip) = self
+            .server_ips
+            .iter()
+            .find(|ip| ip.parse::<std::net::IpAddr>().is_err())
+        {
+            problems.push(format!("server IP {ip:?} is not an IP address"));
+        }
+        if self.image.is_empty() || self.tag.is_empty() {
+            problems.push("empty image or tag".to_owned());
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidInstall(problems))
+        }
+    }
+
+    /// The hub's arguments in its container.
+    pub fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            ("--listen", format!("0.0.0.0:{}", self.quic_port)),
+            ("--ops-listen", format!("0.0.0.0:{}", self.ops_port)),
+            ("--log-format", self.log_format.clone()),
+            ("--dso-enabled", self.dso_enabled.to_string()),
+            ("--dsj-enabled", self.rbac.dsj_enabled.to_string()),
+            ("--heartbeat-interval", self.heartbeat_interval.clone()),
+            (
+                "--heartbeat-tolerance",
+                self.heartbeat_tolerance.to_string(),
+            ),
+            ("--lease-name", self.rbac.lease_name.clone()),
+            ("--lease-duration", self.lease_duration.clone()),
+            ("--server-cert-lifetime", self.server_cert_lifetime.clone()),
+            ("--member-cert-lifetime", self.member_cert_lifetime.clone()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_owned(), value])
+        .collect();
+        if !self.server_dns_names.is_empty() {
+            args.extend([
+                "--server-dns-names".to_owned(),
+                self.server_dns_names.join(","),
+            ]);
+        }
+        if !self.server_ips.is_empty() {
+            args.extend(["--server-ips".to_owned(), self.server_ips.join(",")]);
+        }
+        args
+    }
+}
+
+fn labels() -> Value {
+    json!({ "app.kubernetes.io/name": HUB, "app.kubernetes.io/part-of": "kedge" })
+}
+
+fn selector() -> Value {
+    json!({ "app.kubernetes.io/name": HUB, "app.kubernetes.io/instance": HUB })
+}
+
+fn deployment(d: &HubDeployment) -> Value {
+    let ns = d.rbac.namespace.as_str();
+    let probe = |path: &str, period: u32| {
+        json!({"httpGet": {"path": path, "port": "ops"}, "periodSeconds": period,
+            "failureThreshold": 3})
+    };
+    let mut pod_labels = labels();
+    pod_labels["app.kubernetes.io/instance"] = json!(HUB);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": HUB, "namespace": ns, "labels": labels()},
+        "spec": {
+            "replicas": d.replicas,
+            // Only the Lease holder is ready: a rolling update would wait for ever for a new
+            // pod while the old one holds the Lease. The old hubs stop first.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector()},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "serviceAccountName": HUB,
+                    // Long enough to close every session with SHUTDOWN and release the Lease.
+                    "terminationGracePeriodSeconds": 30,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [{
+                        "name": HUB,
+                        "image": format!("{}:{}", d.image, d.tag),
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": d.args(),
+                        "env": [
+                            {"name": "POD_NAMESPACE",
+                             "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                            {"name": "RUST_LOG", "value": d.log_level},
+                        ],
+                        "ports": [
+                            {"name": "quic", "containerPort": d.quic_port, "protocol": "UDP"},
+                            {"name": "ops", "containerPort": d.ops_port, "protocol": "TCP"},
+                        ],
+                        "livenessProbe": probe("/healthz", 10),
+                        // Ready only on the Lease holder: the Service sends agents to it.
+                        "readinessProbe": probe("/readyz", 5),
+                        "resources": {
+                            "requests": {"cpu": "50m", "memory": "64Mi"},
+                            "limits": {"memory": "256Mi"},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "runAsNonRoot": true,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }],
+                },
+            },
+        },
+    })
+}
+
+fn services(d: &HubDeployment) -> [Value; 2] {
+    let ns = d.rbac.namespace.as_str();
+    let mut metrics_labels = labels();
+    metrics_labels["app.kubernetes.io/component"] = json!("metrics");
+    [
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": HUB, "namespace": ns, "labels": labels()},
+            "spec": {"type": d.service_type.as_str(), "selector": selector(),
+                "ports": [{"name": "quic", "port": d.quic_port, "targetPort": "quic",
+                    "protocol": "UDP"}]},
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": METRICS_SERVICE, "namespace": ns, "labels": metrics_labels},
+            "spec": {"type": "ClusterIP", "selector": selector(),
+                "ports": [{"name": "ops", "port": d.ops_port, "targetPort": "ops",
+                    "protocol": "TCP"}]},
+        }),
+    ]
+}
+
+/// The hub's install in apply order, CRDs apart (`kubectl kedge crds`): Namespace, the
+/// ServiceAccount and RBAC of [`hub_rbac`], the Deployment, the QUIC and metrics Services.
+/// Check the input with [`HubDeployment::validate`] first.
+pub fn hub_manifests(d: &HubDeployment) -> Vec<Value> {
+    let mut out = vec![json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": d.rbac.namespace, "labels": labels()}})];
+    out.extend(hub_rbac(&d.rbac));
+    out.push(deployment(d));
+    out.extend(services(d));
+    out
+}
+
+/// The same install as values of the `kedge-hub` chart, installed in the namespace
+/// `rbac.namespace`.
+pub fn hub_helm_values(d: &HubDeployment) -> Value {
+    json!({
+        "image": {"repository": d.image, "tag": d.tag},
+        "replicas": d.replicas,
+        "dso": {"enabled": d.dso_enabled},
+        "dsj": {"enabled": d.rbac.dsj_enabled},
+        "log": {"format": d.log_format, "level": d.log_level},
+        "heartbeat": {"interval": d.heartbeat_interval, "tolerance": d.heartbeat_tolerance},
+        "lease": {"name": d.rbac.lease_name, "duration": d.lease_duration},
+        "server": {"dnsNames": d.server_dns_names, "ips": d.server_ips,
+            "certLifetime": d.server_cert_lifetime,
+            "memberCertLifetime": d.member_cert_lifetime},
+        "quic": {"port": d.quic_port,
+            "service": {"type": d.service_type.as_str(), "port": d.quic_port}},
+        "ops": {"port": d.ops_port, "service": {"port": d.ops_port}},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_flags_follow_the_settings() {
+        let d = HubDeployment::default();
+        d.validate().unwrap();
+        let args = d.args().join(" ");
+        assert!(args.starts_with("--listen 0.0.0.0:7443 --ops-listen 0.0.0.0:8080"));
+        assert!(!args.contains("--server-dns-names"));
+        let objects = hub_manifests(&d);
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "Namespace",
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding",
+                "Deployment",
+                "Service",
+                "Service"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_reported_all_at_once() {
+        let d = HubDeployment {
+            heartbeat_interval: "-5s".into(),
+            heartbeat_tolerance: 0,
+            log_format: "xml".into(),
+            server_ips: vec!["hub.example".into()],
+            ..HubDeployment::default()
+        };
+        let Err(Error::InvalidInstall(problems)) = d.validate() else {
+            panic!("accepted")
+        };
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("heartbeat interval \"-5s\""));
+    }
+}

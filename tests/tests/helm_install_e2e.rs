@@ -1,0 +1,492 @@
+//! `helm install` for real: the real Helm engine (helm-python-sdk) installs the `kedge-hub`
+//! chart into a simulated hub cluster and the `kedge-agent` chart into two simulated member
+//! clusters. kedge-sim runs no containers, so the test then runs each Deployment's container
+//! here with what the chart produced: the Deployment's args and env as stored in the
+//! cluster, its Secret's files where it mounts them, and a token of the chart's
+//! ServiceAccount (the simulator enforces RBAC for tokens). A DSO then runs across the two
+//! members; `helm upgrade` changes the hub's flags and keeps DSOs, members and the CA across a
+//! hub restart; `helm uninstall` removes what the charts made and keeps the CRDs, the custom
+//! resources and the CA. The same without Helm: `kubectl kedge install hub | kubectl apply`
+//! and `kubectl kedge uninstall hub | kubectl delete`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use kedge_sim::{Sim, SimConfig};
+use serde_json::{Value, json};
+use support::dso::{Fleet, LIMIT, deployment, dso_yaml, kubectl};
+use support::*;
+
+const NS: &str = "kedge-system";
+const MEMBERS: [&str; 2] = ["edge-1", "edge-2"];
+
+/// `helm_chart.py ARGS` off the runtime's threads (Helm blocks for seconds).
+async fn helm(args: &[&str], values: Value) -> Value {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        support::helm::helm(&args, &values)
+    })
+    .await
+    .unwrap()
+}
+
+fn chart(name: &str) -> String {
+    support::helm::chart(name).display().to_string()
+}
+
+async fn get_json(kc: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["get"];
+    all.extend_from_slice(args);
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl(kc, &all).await).unwrap()
+}
+
+/// Whether `kubectl get ARGS` finds the object.
+async fn exists(kc: &Path, args: &[&str]) -> bool {
+    let out = tokio::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .arg("get")
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    out.status.success()
+}
+
+fn secret_value(secret: &Value, key: &str) -> String {
+    let b: ByteString = serde_json::from_value(secret["data"][key].clone())
+        .unwrap_or_else(|e| panic!("key {key} of {}: {e}", secret["metadata"]["name"]));
+    String::from_utf8(b.0).unwrap()
+}
+
+/// A kubeconfig for `cluster` with a token of ServiceAccount `sa` (TokenRequest).
+async fn service_account_kubeconfig(sim: &Sim, dir: &Path, cluster: &str, sa: &str) -> PathBuf {
+    let admin = dir.join(format!("{cluster}.kubeconfig"));
+    let token = kubectl(&admin, &["create", "token", sa, "-n", NS]).await;
+    let path = dir.join(format!("{cluster}-{sa}.kubeconfig"));
+    std::fs::write(
+        &path,
+        sim.cluster(cluster)
+            .unwrap()
+            .kubeconfig_with_token(token.trim()),
+    )
+    .unwrap();
+    path
+}
+
+/// Runs the one container of the Deployment `name` of `cluster` as the chart made it:
+/// its args (`0.0.0.0` listeners on loopback, the agent's ops port on any free port, the
+/// mounted Secret's files from `files`) and its env (downward API namespace, Secret keys),
+/// against the cluster with a token of its ServiceAccount.
+async fn run_container(
+    sim: &Sim,
+    dir: &Path,
+    cluster: &str,
+    name: &str,
+    binary: &str,
+    log: &str,
+) -> Proc {
+    let admin = dir.join(format!("{cluster}.kubeconfig"));
+    let d = get_json(&admin, &["-n", NS, "deployment", name]).await;
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    // The mounted Secret, as files.
+    let files = dir.join(format!("{cluster}-{name}-etc"));
+    std::fs::create_dir_all(&files).unwrap();
+    let mut mount = None;
+    for v in pod["volumes"].as_array().into_iter().flatten() {
+        let secret_name = v["secret"]["secretName"].as_str().unwrap();
+        let secret = get_json(&admin, &["-n", NS, "secret", secret_name]).await;
+        for key in secret["data"].as_object().unwrap().keys() {
+            std::fs::write(files.join(key), secret_value(&secret, key)).unwrap();
+        }
+        let m = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == v["name"])
+            .unwrap();
+        mount = Some(format!("{}/", m["mountPath"].as_str().unwrap()));
+    }
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for e in c["env"].as_array().into_iter().flatten() {
+        let value = if let Some(v) = e["value"].as_str() {
+            v.to_owned()
+        } else if e.pointer("/valueFrom/fieldRef/fieldPath") == Some(&json!("metadata.namespace")) {
+            NS.to_owned()
+        } else if let Some(r) = e.pointer("/valueFrom/secretKeyRef") {
+            let secret = get_json(&admin, &["-n", NS, "secret", r["name"].as_str().unwrap()]).await;
+            secret_value(&secret, r["key"].as_str().unwrap())
+        } else {
+            panic!("env {e} of {name}: not a value, the namespace or a Secret key")
+        };
+        env.insert(e["name"].as_str().unwrap().to_owned(), value);
+    }
+    let mut args: Vec<String> = Vec::new();
+    let raw: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for (i, a) in raw.iter().enumerate() {
+        let previous = i.checked_sub(1).map(|p| raw[p]);
+        let a = if binary == "kedge-agent" && previous == Some("--ops-listen") {
+            "127.0.0.1:0".to_owned()
+        } else if let Some(port) = a.strip_prefix("0.0.0.0:") {
+            format!("127.0.0.1:{port}")
+        } else if let Some(file) = mount.as_deref().and_then(|m| a.strip_prefix(m)) {
+            files.join(file).display().to_string()
+        } else {
+            a.replace("$(POD_NAMESPACE)", &env["POD_NAMESPACE"])
+        };
+        args.push(a);
+    }
+    let sa = pod["serviceAccountName"].as_str().unwrap();
+    let kubeconfig = service_account_kubeconfig(sim, dir, cluster, sa).await;
+    args.extend(["--kubeconfig".to_owned(), kubeconfig.display().to_string()]);
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .filter(|(k, _)| k.as_str() != "RUST_LOG")
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    Proc::spawn_env(&bin(binary), &args, &env, dir.join(log))
+}
+
+async fn wait_hub_ready(ports: HubPorts, hub: &mut Proc) {
+    let start = std::time::Instant::now();
+    while ready(ports).await != Some(true) {
+        assert!(
+            hub.is_running() && start.elapsed() < LIMIT,
+            "the hub installed by the chart did not become ready:\n{}",
+            hub.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let mut names = vec!["hub".to_owned()];
+    names.extend(MEMBERS.iter().map(|m| m.to_string()));
+    let config = SimConfig {
+        pod_start_delay: Duration::from_millis(100),
+        bookmark_interval: Duration::from_millis(500),
+        ..SimConfig::default()
+    };
+    let sim = Sim::start(&names, config, Some(&dir)).await.unwrap();
+    let hub_kc = dir.join("hub.kubeconfig");
+    // KEDA is installed in the hub cluster beforehand (its ScaledObject CRD).
+    let keda = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/scaledobject-crd.yaml"
+    );
+    kubectl(&hub_kc, &["apply", "-f", keda]).await;
+
+    // --- helm install kedge-hub: CRDs, namespace, RBAC, Deployment, Services.
+    let ports = HubPorts::new();
+    let hub_values = json!({
+        "quic": {"port": ports.quic, "service": {"type": "ClusterIP"}},
+        "ops": {"port": ports.ops},
+        "heartbeat": {"interval": "200ms"},
+        "lease": {"duration": "2s"},
+        "log": {"format": "text"},
+    });
+    let kc = hub_kc.display().to_string();
+    let installed = helm(
+        &["install", &chart("kedge-hub"), "kedge-hub", NS, &kc],
+        hub_values.clone(),
+    )
+    .await;
+    assert!(
+        installed["error"].is_null(),
+        "helm install kedge-hub: {installed}"
+    );
+    for crd in [
+        "distributedscaledobjects.kedge.dev",
+        "memberclusters.kedge.dev",
+    ] {
+        assert!(exists(&hub_kc, &["crd", crd]).await, "{crd}");
+    }
+    let mut hub = run_container(&sim, &dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
+    wait_hub_ready(ports, &mut hub).await;
+    let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+
+    // --- Per member: setup-member prints the chart's values; helm install kedge-agent.
+    let mut agents = Vec::new();
+    for member in MEMBERS {
+        let out = tokio::process::Command::new(bin("kubectl-kedge"))
+            .args(["mc", "setup-member", member, "--namespaces", "default"])
+            .args(["--hub-address", &format!("127.0.0.1:{}", ports.quic)])
+            .args(["--hub-server-name", "localhost", "--output", "helm-values"])
+            .arg("--kubeconfig")
+            .arg(&hub_kc)
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "setup-member {member}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let values: Value = serde_yaml::from_slice(&out.stdout).unwrap();
+        assert_eq!(values["namespaces"], json!(["default"]));
+        assert_eq!(
+            values["caBundle"].as_str(),
+            Some(secret_value(&ca, "tls.crt").as_str())
+        );
+        let member_kc = dir
+            .join(format!("{member}.kubeconfig"))
+            .display()
+            .to_string();
+        let installed = helm(
+            &[
+                "install",
+                &chart("kedge-agent"),
+                "kedge-agent",
+                NS,
+                &member_kc,
+            ],
+            values,
+        )
+        .await;
+        assert!(
+            installed["error"].is_null(),
+            "helm install kedge-agent on {member}: {installed}"
+        );
+        deployment(&sim, member, "web", 1).await;
+        agents.push(
+            run_container(
+                &sim,
+                &dir,
+                member,
+                "kedge-agent",
+                "kedge-agent",
+                &format!("{member}.log"),
+            )
+            .await,
+        );
+    }
+    wait_for_states(ports, &MEMBERS, "Connected", LIMIT).await;
+    // Enrolled: each agent keeps its certificate in its identity Secret.
+    for member in MEMBERS {
+        let kc = dir.join(format!("{member}.kubeconfig"));
+        assert!(exists(&kc, &["-n", NS, "secret", "kedge-agent-identity"]).await);
+    }
+
+    // --- A DSO across the two members.
+    let fleet = Fleet {
+        members: MEMBERS.iter().map(|m| m.to_string()).collect(),
+        dir: dir.clone(),
+        pki: Pki { dir: dir.clone() },
+        sim,
+        ports,
+    };
+    support::dso::apply(&fleet, &dso_yaml("web", "", "absent"), "web.yaml").await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=4"]).await;
+    fleet
+        .wait_split("web", &MEMBERS, &[2, 2], "the DSO's 4 replicas split 2:2")
+        .await;
+
+    // --- helm upgrade with a changed value: the Deployment changes; DSOs, members and the
+    // CA stay. The hub restarts with the new flags (a rollout); agents reconnect and the
+    // members keep their replicas.
+    let mut upgraded_values = hub_values.clone();
+    upgraded_values["heartbeat"]["tolerance"] = json!(5);
+    let upgraded = helm(
+        &["upgrade", &chart("kedge-hub"), "kedge-hub", NS, &kc],
+        upgraded_values,
+    )
+    .await;
+    assert!(
+        upgraded["error"].is_null(),
+        "helm upgrade kedge-hub: {upgraded}"
+    );
+    assert_eq!(upgraded["revision"], 2);
+    assert_eq!(upgraded["status"], "deployed");
+    let d = get_json(&hub_kc, &["-n", NS, "deployment", "kedge-hub"]).await;
+    let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains(r#""--heartbeat-tolerance","5""#), "{args}");
+    drop(hub);
+    let mut hub = run_container(
+        &fleet.sim,
+        &dir,
+        "hub",
+        "kedge-hub",
+        "kedge-hub",
+        "hub-2.log",
+    )
+    .await;
+    wait_hub_ready(ports, &mut hub).await;
+    wait_for_states(ports, &MEMBERS, "Connected", LIMIT).await;
+    assert_eq!(fleet.split("web", &MEMBERS), [Some(2), Some(2)]);
+    fleet.kubectl(&["scale", "dso/web", "--replicas=6"]).await;
+    fleet
+        .wait_split("web", &MEMBERS, &[3, 3], "the restarted hub follows /scale")
+        .await;
+    let ca_after = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+    assert_eq!(ca_after["data"], ca["data"], "the CA survives the upgrade");
+
+    // --- helm uninstall kedge-agent on edge-1: its objects go, the workload stays.
+    drop(agents.remove(0));
+    let edge1 = dir.join("edge-1.kubeconfig");
+    let out = helm(
+        &["uninstall", "kedge-agent", NS, &edge1.display().to_string()],
+        Value::Null,
+    )
+    .await;
+    assert!(out["error"].is_null(), "helm uninstall kedge-agent: {out}");
+    for gone in [
+        vec!["-n", NS, "deployment", "kedge-agent"],
+        vec!["-n", NS, "secret", "kedge-agent-bootstrap"],
+        vec!["-n", "default", "role", "kedge-agent"],
+        vec!["clusterrole", "kedge-agent-capacity"],
+    ] {
+        assert!(!exists(&edge1, &gone).await, "{gone:?} left behind");
+    }
+    assert_eq!(
+        fleet.replicas("edge-1", "web"),
+        Some(3),
+        "the workload is untouched"
+    );
+
+    // --- helm uninstall kedge-hub: the hub's objects go; CRDs, DSOs, members and the CA stay.
+    drop(hub);
+    let out = helm(&["uninstall", "kedge-hub", NS, &kc], Value::Null).await;
+    assert!(out["error"].is_null(), "helm uninstall kedge-hub: {out}");
+    for gone in [
+        vec!["-n", NS, "deployment", "kedge-hub"],
+        vec!["-n", NS, "service", "kedge-hub"],
+        vec!["clusterrole", "kedge-hub"],
+        vec!["-n", NS, "role", "kedge-hub-enrollment"],
+    ] {
+        assert!(!exists(&hub_kc, &gone).await, "{gone:?} left behind");
+    }
+    for kept in [
+        vec!["crd", "distributedscaledobjects.kedge.dev"],
+        vec!["-n", "default", "dso", "web"],
+        vec!["memberclusters", "edge-1"],
+        vec!["-n", NS, "secret", "kedge-hub-ca"],
+    ] {
+        assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
+    }
+}
+
+/// `kubectl-kedge ARGS` piped to `kubectl ARGS2 -f -` against `kubeconfig`.
+async fn kedge_into_kubectl(kedge: &[&str], kubeconfig: &Path, kubectl_args: &[&str]) {
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .args(kedge)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kedge {kedge:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = kubeconfig.with_extension(format!("{}.yaml", kedge[..2].join("-")));
+    std::fs::write(&path, &out.stdout).unwrap();
+    let mut args = kubectl_args.to_vec();
+    args.extend(["-f", path.to_str().unwrap()]);
+    kubectl(kubeconfig, &args).await;
+}
+
+/// Without Helm: `kubectl kedge install hub | kubectl apply -f -`, the hub run as its
+/// Deployment says, a member enrolled with `setup-member --member-kubeconfig`; then
+/// `kubectl kedge uninstall hub | kubectl delete -f -` keeps the CRDs, members and the CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_kedge_install_applies_and_runs_and_uninstall_keeps_the_crds_and_ca() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let names = ["hub".to_owned(), "edge-1".to_owned()];
+    let sim = Sim::start(&names, SimConfig::default(), Some(&dir))
+        .await
+        .unwrap();
+    let hub_kc = dir.join("hub.kubeconfig");
+    let ports = HubPorts::new();
+    let (quic, ops) = (ports.quic.to_string(), ports.ops.to_string());
+    kedge_into_kubectl(
+        &[
+            "install",
+            "hub",
+            "--quic-port",
+            &quic,
+            "--ops-port",
+            &ops,
+            "--heartbeat-interval",
+            "200ms",
+            "--lease-duration",
+            "2s",
+            "--log-format",
+            "text",
+        ],
+        &hub_kc,
+        &["apply"],
+    )
+    .await;
+    let mut hub = run_container(&sim, &dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
+    wait_hub_ready(ports, &mut hub).await;
+
+    let edge = dir.join("edge-1.kubeconfig");
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .args(["mc", "setup-member", "edge-1", "--namespaces", "default"])
+        .args(["--hub-address", &format!("127.0.0.1:{}", ports.quic)])
+        .args(["--hub-server-name", "localhost"])
+        .arg("--kubeconfig")
+        .arg(&hub_kc)
+        .arg("--member-kubeconfig")
+        .arg(&edge)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "setup-member: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _agent = run_container(
+        &sim,
+        &dir,
+        "edge-1",
+        "kedge-agent",
+        "kedge-agent",
+        "agent.log",
+    )
+    .await;
+    wait_for_states(ports, &["edge-1"], "Connected", LIMIT).await;
+
+    drop(hub);
+    kedge_into_kubectl(
+        &["uninstall", "hub"],
+        &hub_kc,
+        &["delete", "--ignore-not-found"],
+    )
+    .await;
+    for gone in [
+        vec!["-n", NS, "deployment", "kedge-hub"],
+        vec!["clusterrole", "kedge-hub"],
+        vec!["-n", NS, "service", "kedge-hub-metrics"],
+    ] {
+        assert!(!exists(&hub_kc, &gone).await, "{gone:?} left behind");
+    }
+    for kept in [
+        vec!["crd", "memberclusters.kedge.dev"],
+        vec!["memberclusters", "edge-1"],
+        vec!["-n", NS, "secret", "kedge-hub-ca"],
+        vec!["namespace", NS],
+    ] {
+        assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
+    }
+}
