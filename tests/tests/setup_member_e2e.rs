@@ -151,6 +151,19 @@ async fn setup_member_output_applied_with_kubectl_enrolls_the_agent() {
     )
     .await;
     assert!(!ok && err.contains("--namespaces"), "{err}");
+    let (ok, _, err) = kedge_mc(
+        dir,
+        &[
+            "setup-member",
+            "edge-1",
+            "--namespaces",
+            "apps",
+            "--hub-address",
+            "hub.example",
+        ],
+    )
+    .await;
+    assert!(!ok && err.contains("is not HOST:PORT"), "{err}");
     assert!(
         kubectl_ok(&dir.join("hub.kubeconfig"), &["get", "mc", "-o", "name"])
             .await

@@ -216,6 +216,16 @@ impl AgentInstall {
         if let Some(h) = self.hubs.iter().find(|h| h.contains(',')) {
             problems.push(format!("hub address {h:?} contains a comma"));
         }
+        problems.extend(
+            self.hubs
+                .iter()
+                .filter(|h| !h.trim().is_empty() && !h.contains(',') && !is_host_port(h))
+                .map(|h| {
+                    format!(
+                        "hub address {h:?} is not HOST:PORT (a port 1-65535; [::1]:7443 for IPv6)"
+                    )
+                }),
+        );
         if self.ca_pem.trim().is_empty() {
             problems.push("empty hub CA bundle".to_owned());
         }
@@ -239,6 +249,22 @@ impl AgentInstall {
             Err(Error::InvalidInstall(problems))
         }
     }
+}
+
+/// Whether `address` is `HOST:PORT` as the agent's `--hub` takes it: a host without
+/// whitespace (an IPv6 address in brackets) and a port in 1..=65535.
+fn is_host_port(address: &str) -> bool {
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return false;
+    };
+    let host_ok = if let Some(inner) = host.strip_prefix('[') {
+        inner
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
+    } else {
+        !host.is_empty() && !host.contains(':') && !host.chars().any(char::is_whitespace)
+    };
+    host_ok && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
 fn labels() -> Value {
@@ -958,5 +984,41 @@ mod tests {
         assert!(matches!(i.validate(), Err(Error::InvalidInstall(p)) if p.len() == 1));
         i.namespaces = apps_and_web();
         assert!(i.validate().is_ok());
+    }
+
+    #[test]
+    fn hub_addresses_must_be_host_and_port() {
+        for ok in [
+            "hub.example:7443",
+            "10.0.0.2:1",
+            "[::1]:7443",
+            "localhost:65535",
+        ] {
+            assert!(is_host_port(ok), "{ok}");
+        }
+        for bad in [
+            "hub.example",
+            "hub.example:",
+            ":7443",
+            "hub:0",
+            "hub:65536",
+            "hub:x",
+            "::1:7443",
+            "[::1]7443",
+            "[nothost]:1",
+            "a b:1",
+        ] {
+            assert!(!is_host_port(bad), "{bad}");
+        }
+        let mut i = install(apps_and_web(), cert());
+        i.hubs = vec!["hub.example:7443".into(), "hub.example".into()];
+        let Err(Error::InvalidInstall(problems)) = i.validate() else {
+            panic!("accepted")
+        };
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("\"hub.example\" is not HOST:PORT"),
+            "{problems:?}"
+        );
     }
 }
