@@ -92,6 +92,21 @@ fn serial(now: OffsetDateTime, salt: &str) -> SerialNumber {
     SerialNumber::from_slice(&bytes)
 }
 
+/// What every member certificate says: CN = the member, O = `kedge:members`, signing only,
+/// `clientAuth` only (it cannot serve as the hub), with the issuer's key identifier.
+fn member_params(member: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, member);
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "kedge:members");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    params
+}
+
 impl CertificateAuthority {
     /// Generates a new self-signed CA.
     pub fn generate(common_name: &str, validity: Validity) -> Result<Self> {
@@ -160,16 +175,7 @@ impl CertificateAuthority {
                 "{member:?} is not a valid member name (lowercase RFC 1123 label)"
             )));
         }
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, member);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "kedge:members");
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.use_authority_key_identifier_extension = true;
-        self.issue(params, validity, member)
+        self.issue(member_params(member), validity, member)
     }
 
     /// Issues a member's client certificate for the public key of `csr_der`, which must be a
@@ -188,18 +194,10 @@ impl CertificateAuthority {
             CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(csr_der))
                 .map_err(|e| CsrError::Invalid(e.to_string()))?;
         let invalid = |e: rcgen::Error| CsrError::Invalid(e.to_string());
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params.distinguished_name.push(DnType::CommonName, member);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "kedge:members");
+        let mut params = member_params(member);
         params.subject_alt_names = vec![SanType::URI(
             member_uri(member, uid).try_into().map_err(invalid)?,
         )];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        params.use_authority_key_identifier_extension = true;
         params.not_before = validity.not_before;
         params.not_after = validity.not_after;
         params.serial_number = Some(serial(OffsetDateTime::now_utc(), member));

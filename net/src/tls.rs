@@ -204,21 +204,7 @@ pub fn server_config(
     material: TlsMaterial,
     tuning: TransportTuning,
 ) -> Result<quinn::ServerConfig> {
-    let provider = provider();
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(material.roots()?), provider.clone())
-            .build()?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(material.chain, material.key)?;
-    tls.alpn_protocols = vec![kedge_protocol::ALPN.to_vec()];
-    tls.max_early_data_size = 0;
-    let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
-    config.transport_config(transport(tuning, Side::Server));
-    limit_incoming(&mut config);
-    Ok(config)
+    hub_server_config(material, tuning, false)
 }
 
 /// Client configuration for the agent: verifies the hub against `material.trusted` and presents
@@ -263,19 +249,34 @@ pub fn enrolling_server_config(
     material: TlsMaterial,
     tuning: TransportTuning,
 ) -> Result<quinn::ServerConfig> {
+    hub_server_config(material, tuning, true)
+}
+
+/// The hub's server configuration: TLS 1.3, no early data, client certificates chained to
+/// `material.trusted` (optional only with `enrolls`, which also offers `kedge-enroll/1`), the
+/// hub's transport and incoming limits.
+fn hub_server_config(
+    material: TlsMaterial,
+    tuning: TransportTuning,
+    enrolls: bool,
+) -> Result<quinn::ServerConfig> {
     let provider = provider();
     let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(material.roots()?), provider.clone())
-            .allow_unauthenticated()
-            .build()?;
+        WebPkiClientVerifier::builder_with_provider(Arc::new(material.roots()?), provider.clone());
+    let verifier = if enrolls {
+        verifier.allow_unauthenticated().build()?
+    } else {
+        verifier.build()?
+    };
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
         .with_single_cert(material.chain, material.key)?;
-    tls.alpn_protocols = vec![
-        kedge_protocol::ALPN.to_vec(),
-        kedge_protocol::ENROLL_ALPN.to_vec(),
-    ];
+    tls.alpn_protocols = vec![kedge_protocol::ALPN.to_vec()];
+    if enrolls {
+        tls.alpn_protocols
+            .push(kedge_protocol::ENROLL_ALPN.to_vec());
+    }
     tls.max_early_data_size = 0;
     let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
