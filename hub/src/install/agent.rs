@@ -530,12 +530,7 @@ fn deployment(install: &AgentInstall) -> Value {
                             "requests": {"cpu": "10m", "memory": "32Mi"},
                             "limits": {"memory": "128Mi"},
                         },
-                        "securityContext": {
-                            "allowPrivilegeEscalation": false,
-                            "readOnlyRootFilesystem": true,
-                            "runAsNonRoot": true,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
+                        "securityContext": super::container_security_context(),
                         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": true}],
                     }],
                     "volumes": [{

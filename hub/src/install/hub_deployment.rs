@@ -262,12 +262,7 @@ fn deployment(d: &HubDeployment) -> Value {
                             "requests": {"cpu": "50m", "memory": "64Mi"},
                             "limits": {"memory": "256Mi"},
                         },
-                        "securityContext": {
-                            "allowPrivilegeEscalation": false,
-                            "readOnlyRootFilesystem": true,
-                            "runAsNonRoot": true,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
+                        "securityContext": super::container_security_context(),
                     }],
                 },
             },

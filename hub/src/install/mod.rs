@@ -29,6 +29,17 @@ use serde_json::Value;
 /// empty for every name).
 pub type Grant = (String, String, String, String);
 
+/// The security context of every kedge container: no privilege escalation, a read-only root
+/// filesystem, not root, no capabilities (the pod adds `runAsUser` and seccomp).
+pub(crate) fn container_security_context() -> Value {
+    serde_json::json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+        "capabilities": {"drop": ["ALL"]},
+    })
+}
+
 /// The strings of a JSON array (none when it is not one).
 pub(crate) fn texts(v: &Value) -> Vec<String> {
     v.as_array()
