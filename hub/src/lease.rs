@@ -83,8 +83,14 @@ pub enum Role {
         /// The current holder, when known.
         holder: Option<String>,
     },
-    /// This hub holds the lease: it runs the controllers and accepts sessions.
-    Leader,
+    /// This hub holds the lease: it runs the controllers and accepts sessions, until `until`
+    /// (its renewal deadline; `None` without a lease). Past it the hub no longer counts as the
+    /// leader even before its elector gets to say so: a starved elector task must not let two
+    /// hubs act at once.
+    Leader {
+        /// The renewal deadline of the last successful renewal.
+        until: Option<Instant>,
+    },
     /// This hub held the lease and lost it: it must stop acting at once.
     Lost {
         /// Why.
@@ -93,16 +99,27 @@ pub enum Role {
 }
 
 impl Role {
-    /// Whether this hub may act.
+    /// The leader of a hub without a lease: it leads for as long as it runs.
+    pub const ALONE: Role = Role::Leader { until: None };
+
+    /// Whether this hub may act now.
     pub fn is_leader(&self) -> bool {
-        matches!(self, Role::Leader)
+        self.is_leader_at(Instant::now())
+    }
+
+    /// Whether this hub may act at `now`.
+    pub fn is_leader_at(&self, now: Instant) -> bool {
+        matches!(self, Role::Leader { until } if until.is_none_or(|until| now < until))
     }
 
     /// Why an agent session is refused in this role (retryable: the agent moves on to its
     /// next hub address); `None` for the leader.
     pub fn refusal(&self) -> Option<String> {
         match self {
-            Role::Leader => None,
+            Role::Leader { .. } if self.is_leader() => None,
+            Role::Leader { .. } => {
+                Some("this hub's lease renewal is overdue; it is stepping down; retry".to_owned())
+            }
             Role::Standby {
                 holder: Some(holder),
             } => Some(format!(
@@ -272,11 +289,13 @@ impl Elector {
             match round {
                 Ok(Round::Held) => {
                     // Counted from before the write: the API server's renewTime is no earlier.
-                    acting_until = Some(started + deadline_after);
-                    if !tx.borrow().is_leader() {
+                    let until = started + deadline_after;
+                    acting_until = Some(until);
+                    if !matches!(*tx.borrow(), Role::Leader { .. }) {
                         info!(identity = %self.config.identity, "acquired the lease; this hub is active");
-                        tx.send_replace(Role::Leader);
                     }
+                    // Every renewal moves the deadline the role carries.
+                    tx.send_replace(Role::Leader { until: Some(until) });
                 }
                 Ok(Round::Other { holder }) => {
                     if acting_until.is_some() {
@@ -584,7 +603,18 @@ mod tests {
 
     #[test]
     fn refusals_name_the_holder() {
-        assert_eq!(Role::Leader.refusal(), None);
+        assert_eq!(Role::ALONE.refusal(), None);
+        let now = Instant::now();
+        let leading = Role::Leader {
+            until: Some(now + Duration::from_secs(1)),
+        };
+        assert!(leading.is_leader_at(now));
+        assert!(!leading.is_leader_at(now + Duration::from_secs(1)));
+        assert!(Role::ALONE.is_leader_at(now + Duration::from_secs(3600)));
+        let overdue = Role::Leader {
+            until: Some(now - Duration::from_millis(1)),
+        };
+        assert!(overdue.refusal().unwrap().contains("overdue"));
         let standby = Role::Standby {
             holder: Some("hub-a_12-abcdef".into()),
         };

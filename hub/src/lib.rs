@@ -124,7 +124,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     );
     let (role_tx, role) = watch::channel(match lease {
         Some(_) => Role::Standby { holder: None },
-        None => Role::Leader,
+        None => Role::ALONE,
     });
     let leadership = match (args.controllers(), lease) {
         (Some(config), Some(lease)) => Some(tokio::spawn(lead(
@@ -298,7 +298,7 @@ async fn lead(
                 }
                 let current = role.borrow_and_update().clone();
                 match current {
-                    Role::Leader => {
+                    Role::Leader { .. } => {
                         readiness.set(true);
                         metrics.set_leader(true);
                         controllers.get_or_insert_with(|| {

@@ -161,7 +161,7 @@ impl ServerContext {
             floods: LogThrottle::new(Duration::from_secs(1)),
             boot_id,
             session_counter: AtomicU64::new(0),
-            role: watch::channel(Role::Leader).1,
+            role: watch::channel(Role::ALONE).1,
             admission: Arc::new(Admission::new(Enrolled::Anyone)),
             enroller: None,
         }
@@ -180,7 +180,7 @@ impl ServerContext {
         self
     }
 
-    /// Accepts sessions only while `role` is [`Role::Leader`] (default: always).
+    /// Accepts sessions only while `role` is [`Role::Leader`] and not overdue (default: always).
     pub fn with_role(mut self, role: watch::Receiver<Role>) -> Self {
         self.role = role;
         self
