@@ -21,7 +21,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use kedge_core::crd::conditions::LABEL_DSJ;
@@ -29,7 +28,7 @@ use kedge_hub::install::agent::{AgentInstall, AgentKind, AgentNamespaces, Creden
 use kedge_hub::install::agent_manifests;
 use kedge_protocol::*;
 use kube::Api;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::hub_peer::{HubPeer, HubSide, Session, next};
 use support::*;
 
@@ -150,11 +149,6 @@ async fn tls_front(upstream: SocketAddr) -> (SocketAddr, String) {
         }
     });
     (addr, certified.cert.pem())
-}
-
-fn decoded(secret: &Value, key: &str) -> String {
-    let bytes: ByteString = serde_json::from_value(secret["data"][key].clone()).unwrap();
-    String::from_utf8(bytes.0).unwrap()
 }
 
 fn workload(api_version: &str, kind: &str, namespace: &str, name: &str) -> WorkloadRef {
@@ -282,31 +276,17 @@ async fn the_agent_acts_only_within_its_rendered_rbac_and_policy() {
     let etc = dir.path().join("etc-kedge");
     std::fs::create_dir(&etc).unwrap();
     for key in ["ca.crt", "tls.crt", "tls.key"] {
-        std::fs::write(etc.join(key), decoded(secret, key)).unwrap();
+        std::fs::write(etc.join(key), secret_value(secret, key)).unwrap();
     }
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    let mut args: Vec<String> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let a = a.as_str().unwrap();
-            match a.strip_prefix("/etc/kedge/") {
-                Some(file) => etc.join(file).display().to_string(),
-                None if a == "0.0.0.0:8081" => "127.0.0.1:0".to_owned(),
-                // Readable assertions on the log below.
-                None if a == "json" => "text".to_owned(),
-                None => a.to_owned(),
-            }
-        })
-        .collect();
+    let mut args = local_args(container, "/etc/kedge", &etc, "kedge-system");
     args.extend([
         "--kubeconfig".to_owned(),
         agent_kubeconfig.display().to_string(),
         "--report-interval".to_owned(),
         "300ms".to_owned(),
     ]);
-    let hubs = decoded(secret, "hub");
+    let hubs = secret_value(secret, "hub");
     let log = dir.path().join("agent.log");
     let _agent = Proc::spawn_env(
         &bin("kedge-agent"),

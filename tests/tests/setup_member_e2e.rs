@@ -11,7 +11,6 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use serde_json::Value;
 use support::enroll::*;
 use support::*;
@@ -50,11 +49,6 @@ async fn kedge_mc(dir: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn decoded(secret: &Value, key: &str) -> String {
-    let bytes: ByteString = serde_json::from_value(secret["data"][key].clone()).unwrap();
-    String::from_utf8(bytes.0).unwrap()
-}
-
 /// The rendered Deployment's container, run here as the kubelet would: the Secret's files
 /// where it mounts them, its args (`$(POD_NAMESPACE)` expanded), the hub address from the
 /// Secret, and a token of its ServiceAccount (TokenRequest, by the real kubectl).
@@ -68,7 +62,7 @@ async fn start_rendered_agent(
     let etc = fleet.dir.join(format!("etc-kedge-{member}"));
     std::fs::create_dir_all(&etc).unwrap();
     for key in ["ca.crt", "token"] {
-        std::fs::write(etc.join(key), decoded(secret, key)).unwrap();
+        std::fs::write(etc.join(key), secret_value(secret, key)).unwrap();
     }
     let token = kubectl_ok(&kubeconfig, &["create", "token", "kedge-agent", "-n", NS]).await;
     let agent_kubeconfig = fleet.dir.join(format!("{member}-agent.kubeconfig"));
@@ -79,21 +73,7 @@ async fn start_rendered_agent(
     )
     .unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    let mut args: Vec<String> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let a = a.as_str().unwrap();
-            match a.strip_prefix("/etc/kedge/") {
-                Some(file) => etc.join(file).display().to_string(),
-                None if a == "$(POD_NAMESPACE)" => NS.to_owned(),
-                None if a.starts_with("0.0.0.0:") => "127.0.0.1:0".to_owned(),
-                None if a == "json" => "text".to_owned(),
-                None => a.to_owned(),
-            }
-        })
-        .collect();
+    let mut args = local_args(container, "/etc/kedge", &etc, NS);
     args.extend([
         "--kubeconfig".to_owned(),
         agent_kubeconfig.display().to_string(),
@@ -101,7 +81,7 @@ async fn start_rendered_agent(
     Proc::spawn_env(
         &bin("kedge-agent"),
         &args,
-        &[("KEDGE_AGENT_HUB", &decoded(secret, "hub"))],
+        &[("KEDGE_AGENT_HUB", &secret_value(secret, "hub"))],
         fleet.dir.join(format!("{member}-agent.log")),
     )
 }
@@ -227,7 +207,7 @@ async fn setup_member_output_applied_with_kubectl_enrolls_the_agent() {
         .collect();
     let secret = objects.iter().find(|o| o["kind"] == "Secret").unwrap();
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-    assert_eq!(decoded(secret, "hub"), hub_address);
+    assert_eq!(secret_value(secret, "hub"), hub_address);
     let agent = start_rendered_agent(&fleet, "edge-1", deployment, secret).await;
 
     // It enrolls and connects; the token is spent; its identity is in its Secret.

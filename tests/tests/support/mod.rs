@@ -336,3 +336,38 @@ pub async fn wait_for_states(
     })
     .await
 }
+
+/// A key of a Secret object's `data`, decoded (the Secret as JSON, e.g. a rendered one).
+pub fn secret_value(secret: &Value, key: &str) -> String {
+    let bytes: k8s_openapi::ByteString = serde_json::from_value(secret["data"][key].clone())
+        .unwrap_or_else(|e| panic!("Secret key {key}: {e}"));
+    String::from_utf8(bytes.0).unwrap()
+}
+
+/// A rendered container's args as a test runs its binary here, the way the kubelet would
+/// run it: files under `mount` read from `files`, `$(POD_NAMESPACE)` expanded, a listener on
+/// all interfaces moved to a free loopback port, JSON logs made text (readable assertions on
+/// the log).
+pub fn local_args(
+    container: &Value,
+    mount: &str,
+    files: &Path,
+    pod_namespace: &str,
+) -> Vec<String> {
+    let mount = format!("{}/", mount.trim_end_matches('/'));
+    container["args"]
+        .as_array()
+        .expect("container args")
+        .iter()
+        .map(|a| {
+            let a = a.as_str().expect("string args");
+            match a.strip_prefix(mount.as_str()) {
+                Some(file) => files.join(file).display().to_string(),
+                None if a == "$(POD_NAMESPACE)" => pod_namespace.to_owned(),
+                None if a.starts_with("0.0.0.0:") => "127.0.0.1:0".to_owned(),
+                None if a == "json" => "text".to_owned(),
+                None => a.to_owned(),
+            }
+        })
+        .collect()
+}
