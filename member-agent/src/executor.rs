@@ -4,7 +4,7 @@
 //! Job kedge did not create and any Job manifest that is not a `batch/v1` Job, so that a
 //! compromised hub cannot take over a member.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -113,7 +113,16 @@ pub struct Executor {
     policy: Policy,
     kinds: Mutex<HashMap<(String, String), ApiResource>>,
     last_applied: AtomicU64,
+    /// The replica command of each workload as last applied. Its lock makes one writer of
+    /// replica counts: an apply holds it while it scales, a restore while it looks and
+    /// scales, so a restore never takes the agent's own apply for an edit nor writes a
+    /// count the hub has replaced.
+    replicas: Mutex<BTreeMap<WorkloadRef, WorkloadReplicas>>,
 }
+
+/// The replica commands as last applied, held by the one writer of replica counts.
+pub(crate) type AppliedReplicas<'a> =
+    tokio::sync::MutexGuard<'a, BTreeMap<WorkloadRef, WorkloadReplicas>>;
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +140,7 @@ impl Executor {
             policy,
             kinds: Mutex::new(HashMap::new()),
             last_applied: AtomicU64::new(0),
+            replicas: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -149,15 +159,29 @@ impl Executor {
         &self.client
     }
 
+    /// The replica commands as last applied, once no one else writes replica counts; the
+    /// holder is the one writer until it drops the guard (see [`Executor::scale`]).
+    pub(crate) async fn applied_replicas(&self) -> AppliedReplicas<'_> {
+        self.replicas.lock().await
+    }
+
     /// Applies every command of `state` and reports each outcome.
     pub async fn apply(&self, state: &DesiredState) -> Ack {
         let mut results = Vec::new();
-        for workload in &state.workloads {
-            let failure = self.scale(workload).await.err();
-            results.push(CommandResult {
-                target: CommandTarget::Workload(workload.workload.clone()),
-                failure,
-            });
+        {
+            let mut applied = self.applied_replicas().await;
+            for workload in &state.workloads {
+                let failure = self.scale(&applied, workload).await.err();
+                results.push(CommandResult {
+                    target: CommandTarget::Workload(workload.workload.clone()),
+                    failure,
+                });
+            }
+            *applied = state
+                .workloads
+                .iter()
+                .map(|w| (w.workload.clone(), w.clone()))
+                .collect();
         }
         for job in &state.create_jobs {
             let failure = self.create_job(job).await.err();
@@ -250,7 +274,12 @@ impl Executor {
     /// Sets a workload's replicas through `/scale`, unless it already has them. A command
     /// without a count holds the workload: only the namespace policy and the kind are
     /// checked, nothing is written.
-    pub async fn scale(&self, command: &WorkloadReplicas) -> Result<bool, Failure> {
+    /// Only the holder of [`Executor::applied_replicas`] scales (one writer).
+    pub(crate) async fn scale(
+        &self,
+        _writer: &AppliedReplicas<'_>,
+        command: &WorkloadReplicas,
+    ) -> Result<bool, Failure> {
         let w = &command.workload;
         let Some(replicas) = command.replicas else {
             self.workload_api(w).await?;

@@ -111,7 +111,7 @@ pub(crate) fn start(
         "the apply loop",
         apply_loop(
             executor.clone(),
-            desired_rx.clone(),
+            desired_rx,
             outbox_tx.clone(),
             shutdown.clone(),
         ),
@@ -121,7 +121,6 @@ pub(crate) fn start(
         report_loop(
             executor,
             jobs,
-            desired_rx,
             outbox_tx,
             Reporting {
                 full: full_report.clone(),
@@ -234,7 +233,6 @@ struct Reporting {
 async fn report_loop(
     executor: Arc<Executor>,
     jobs: SharedIndex,
-    desired: watch::Receiver<Option<Arc<DesiredState>>>,
     outbox: mpsc::Sender<AgentMessage>,
     reporting: Reporting,
     (report_interval, capacity_interval): (Duration, Duration),
@@ -264,14 +262,14 @@ async fn report_loop(
         }
         if !online.load(Ordering::Acquire) {
             if ticked {
-                observe_workloads(&executor, &desired, &mut drift).await;
+                observe_workloads(&executor, &mut drift).await;
             }
             continue;
         }
         let full = full_report.swap(false, Ordering::AcqRel);
         // Watch events alone report Jobs; workloads are read on the tick and in full reports.
         let observed = if ticked || full {
-            observe_workloads(&executor, &desired, &mut drift).await
+            observe_workloads(&executor, &mut drift).await
         } else {
             Vec::new()
         };
@@ -299,22 +297,25 @@ async fn report_loop(
     }
 }
 
-/// Observes every workload of the desired state, restoring replica counts changed outside
-/// kedge unless something else keeps changing them.
+/// Observes every workload the agent has applied a replica command for, restoring replica
+/// counts changed outside kedge unless something else keeps changing them. Each workload is
+/// looked at and restored as the one writer of replica counts ([`Executor::applied_replicas`]),
+/// against the command last applied: never against a newer desired state not applied yet
+/// (the agent's own apply would look like an edit) nor with an older one (a restore would
+/// undo the apply).
 async fn observe_workloads(
     executor: &Executor,
-    desired: &watch::Receiver<Option<Arc<DesiredState>>>,
     drift: &mut HashMap<WorkloadRef, Drift>,
 ) -> Vec<WorkloadStatus> {
-    let commands = desired
-        .borrow()
-        .as_ref()
-        .map(|d| d.workloads.clone())
-        .unwrap_or_default();
-    let mut observed = Vec::with_capacity(commands.len());
+    let workloads: Vec<WorkloadRef> = executor.applied_replicas().await.keys().cloned().collect();
+    let mut observed = Vec::with_capacity(workloads.len());
     let mut autoscalers: HashMap<String, Autoscalers> = HashMap::new();
-    for command in &commands {
-        let w = &command.workload;
+    for w in &workloads {
+        let applied = executor.applied_replicas().await;
+        // Replaced by an apply since the list was taken: the next look sees it.
+        let Some(command) = applied.get(w) else {
+            continue;
+        };
         let mut status = match observe_workload(executor, w, unix_ms(SystemTime::now())).await {
             Ok(status) => status,
             // Reported, so the hub sees why (RBAC, namespace policy) and holds it.
@@ -347,7 +348,7 @@ async fn observe_workloads(
                 info!(workload = %w.name, namespace = %w.namespace,
                     found = status.spec_replicas, desired = want,
                     "replicas were changed outside kedge; restoring");
-                match executor.scale(command).await {
+                match executor.scale(&applied, command).await {
                     Ok(_) => drift.restored = true,
                     Err(failure) => {
                         warn!(message = %failure.message, "cannot restore replicas")
@@ -357,7 +358,7 @@ async fn observe_workloads(
         }
         observed.push(status);
     }
-    drift.retain(|w, _| commands.iter().any(|c| c.workload == *w));
+    drift.retain(|w, _| workloads.contains(w));
     observed
 }
 

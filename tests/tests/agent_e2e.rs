@@ -347,3 +347,98 @@ async fn the_agent_applies_refuses_reports_and_restores() {
     );
     let _keep = Arc::new(clusters);
 }
+
+/// The hub changing its mind quickly (a DSO re-planned while members report) is not
+/// "something else scaling the workload": the agent's own applies, however they interleave
+/// with its look at the workloads, never count as edits, so no conflict is reported and
+/// every workload ends at the last count the hub asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_changes_from_the_hub_are_not_taken_for_edits_in_the_member() {
+    const WORKLOADS: usize = 8;
+    const REVISIONS: u64 = 100;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::create(dir.path(), &["edge"]).await;
+    let clusters = start_clusters(dir.path(), &["edge"]).await;
+    let client = clusters.cluster("edge").unwrap().client().unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "apps");
+    let names: Vec<String> = (0..WORKLOADS).map(|i| format!("w{i:02}")).collect();
+    for name in &names {
+        deployments
+            .create(&PostParams::default(), &deployment(name, 1))
+            .await
+            .unwrap();
+    }
+    let hub = HubPeer::start(&pki);
+    // Looks at the workloads every 50 ms: many looks fall while an apply is under way.
+    let agent = start_agent_with(
+        &pki,
+        "edge",
+        hub.ports(),
+        dir.path().join("agent.log"),
+        &["--namespaces", "apps", "--report-interval", "50ms"],
+    );
+    let Session { mut control, .. } = hub.accept("edge").await;
+    let state = |revision: u64| {
+        let replicas = if revision % 2 == 1 { 2 } else { 1 };
+        DesiredState {
+            revision,
+            workloads: names
+                .iter()
+                .map(|n| WorkloadReplicas {
+                    workload: workload("apps", n),
+                    replicas: Some(replicas),
+                    owner: "apps/many".into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    };
+    // The hub sends a new state every 50 ms without waiting for acks, faster than the agent
+    // applies; every report is read meanwhile, until 1.5 s after the ack of the last state.
+    let mut conflicts = Vec::new();
+    let mut last_ack = 0;
+    let mut sent = 0;
+    let mut send_tick = tokio::time::interval(Duration::from_millis(50));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut quiet_until = None;
+    loop {
+        tokio::select! {
+            message = control.recv() => match message.unwrap().expect("agent closed the control stream") {
+                AgentMessage::Ack(a) => {
+                    last_ack = last_ack.max(a.revision);
+                    if last_ack == REVISIONS && quiet_until.is_none() {
+                        quiet_until = Some(tokio::time::Instant::now() + Duration::from_millis(1500));
+                    }
+                }
+                AgentMessage::Report(r) => conflicts.extend(r.workloads.iter().filter_map(|w| {
+                    w.conflict.clone().map(|c| (w.workload.name.clone(), c))
+                })),
+                _ => {}
+            },
+            _ = send_tick.tick(), if sent < REVISIONS => {
+                sent += 1;
+                control.send(&HubMessage::DesiredState(state(sent))).await.unwrap();
+            }
+            _ = tokio::time::sleep_until(quiet_until.unwrap_or(deadline)) => break,
+        }
+    }
+    assert_eq!(last_ack, REVISIONS, "{}", agent.log_text());
+    assert!(
+        conflicts.is_empty(),
+        "the agent took its own applies for edits: {conflicts:?}\n{}",
+        agent.log_text()
+    );
+    let want = if REVISIONS % 2 == 1 { 2 } else { 1 };
+    for name in &names {
+        let d = deployments.get(name).await.unwrap();
+        assert_eq!(d.spec.unwrap().replicas, Some(want), "{name}");
+    }
+}
