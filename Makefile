@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency
+.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency charts
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
@@ -39,6 +39,12 @@ footprint:
 crds:
 	KEDGE_UPDATE_CRDS=1 $(CARGO) test -q -p kedge-core --test crd_yaml
 	cp deploy/crds/*.yaml deploy/charts/kedge-hub/crds/
+
+## The chart archives to publish (helm package), in target/charts. The archives of the last
+## published release stay in tests/tests/fixtures/charts: the upgrade test starts from them.
+charts: helm-env
+	mkdir -p target/charts
+	for c in deploy/charts/*/; do echo '{}' | target/pyenv/bin/python scripts/helm_chart.py package "$$c" target/charts; echo; done
 
 ## /scale change to replicas in every member, end to end (README "Scaling latency").
 bench-latency:

@@ -6,11 +6,15 @@ prints one JSON object on stdout:
   render CHART NAMESPACE   {"objects": [...], "crds": [...], "invalid": [...],
                             "unvalidated": [...]} or {"error": "<Helm's message>"}
   lint CHART               Helm's lint report (messages with severity 0-3)
-  install|upgrade CHART RELEASE NAMESPACE KUBECONFIG
+  install|upgrade CHART RELEASE NAMESPACE KUBECONFIG [--reuse-values]
                            {"manifest": [...objects], "revision": N, "status": ...}
                            or {"error": ...}
+                           (CHART: a chart directory or a packaged .tgz; --reuse-values:
+                           upgrade keeps the release's values and merges these over them)
   uninstall RELEASE NAMESPACE KUBECONFIG
                            {"info": ...} or {"error": ...}
+  package CHART DESTINATION
+                           {"archive": "DESTINATION/NAME-VERSION.tgz"} (helm package)
 
 Every rendered object (and CRD) is validated against the Kubernetes schemas of
 KUBE_VERSION with kubernetes-validate in strict mode (unknown fields are errors); a kind it
@@ -23,7 +27,7 @@ import sys
 import kubernetes_validate
 import yaml
 from helm_python import errors
-from helm_python.chart import Chart, lint
+from helm_python.chart import Chart, lint, package
 from helm_python.config import Config
 
 KUBE_VERSION = "1.33"
@@ -89,7 +93,7 @@ def render(chart_path, namespace, values):
     return {"objects": objects, "crds": crds, "invalid": invalid, "unvalidated": unvalidated}
 
 
-def release(verb, chart_path, name, namespace, kubeconfig, values):
+def release(verb, chart_path, name, namespace, kubeconfig, values, reuse_values=False):
     with Config(kubeconfig_path=kubeconfig, namespace=namespace) as config:
         try:
             if verb == "install":
@@ -97,7 +101,14 @@ def release(verb, chart_path, name, namespace, kubeconfig, values):
                     chart_path, name, values, namespace=namespace, create_namespace=True, timeout=60
                 )
             else:
-                rel = config.upgrade(chart_path, name, values, namespace=namespace, timeout=60)
+                rel = config.upgrade(
+                    chart_path,
+                    name,
+                    values,
+                    namespace=namespace,
+                    timeout=60,
+                    reuse_values=reuse_values,
+                )
         except errors.HelmError as e:
             return {"error": str(e)}
     return {
@@ -124,11 +135,16 @@ def main(argv):
     elif verb == "lint":
         result = lint(argv[2], values, strict=True, kube_version=f"v{KUBE_VERSION}.0")
     elif verb in ("install", "upgrade"):
-        result = release(verb, argv[2], argv[3], argv[4], argv[5], values)
+        reuse = "--reuse-values" in argv[6:]
+        result = release(verb, argv[2], argv[3], argv[4], argv[5], values, reuse)
     elif verb == "uninstall":
         result = uninstall(argv[2], argv[3], argv[4])
+    elif verb == "package":
+        result = {"archive": package(argv[2], destination=argv[3])}
     else:
-        sys.exit(f"unknown command {verb!r}: render, lint, install, upgrade or uninstall")
+        sys.exit(
+            f"unknown command {verb!r}: render, lint, install, upgrade, uninstall or package"
+        )
     json.dump(result, sys.stdout)
 
 

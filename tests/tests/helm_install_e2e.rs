@@ -173,11 +173,19 @@ async fn wait_hub_ready(ports: HubPorts, hub: &mut Proc) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().to_owned();
+/// A packaged release of a chart kept as the previous version (`tests/fixtures/charts`).
+fn previous_chart(name: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/charts");
+    dir.join(format!("{name}-{PREVIOUS_VERSION}.tgz"))
+        .display()
+        .to_string()
+}
+
+/// The chart release `tests/fixtures/charts` keeps, for the upgrade test.
+const PREVIOUS_VERSION: &str = "0.1.0";
+
+/// A simulated hub cluster with KEDA's ScaledObject CRD, and the two members.
+async fn clusters(dir: &Path) -> Sim {
     let mut names = vec!["hub".to_owned()];
     names.extend(MEMBERS.iter().map(|m| m.to_string()));
     let config = SimConfig {
@@ -185,45 +193,46 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         bookmark_interval: Duration::from_millis(500),
         ..SimConfig::default()
     };
-    let sim = Sim::start(&names, config, Some(&dir)).await.unwrap();
-    let hub_kc = dir.join("hub.kubeconfig");
+    let sim = Sim::start(&names, config, Some(dir)).await.unwrap();
     // KEDA is installed in the hub cluster beforehand (its ScaledObject CRD).
     let keda = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/scaledobject-crd.yaml"
     );
-    kubectl(&hub_kc, &["apply", "-f", keda]).await;
+    kubectl(&dir.join("hub.kubeconfig"), &["apply", "-f", keda]).await;
+    sim
+}
 
-    // --- helm install kedge-hub: CRDs, namespace, RBAC, Deployment, Services.
-    let ports = HubPorts::new();
-    let hub_values = json!({
+/// Hub chart values for loopback: the test's ports, short heartbeat and lease.
+fn hub_values(ports: HubPorts) -> Value {
+    json!({
         "quic": {"port": ports.quic, "service": {"type": "ClusterIP"}},
         "ops": {"port": ports.ops},
         "heartbeat": {"interval": "200ms"},
         "lease": {"duration": "2s"},
         "log": {"format": "text"},
-    });
-    let kc = hub_kc.display().to_string();
-    let installed = helm(
-        &["install", &chart("kedge-hub"), "kedge-hub", NS, &kc],
-        hub_values.clone(),
-    )
-    .await;
+    })
+}
+
+/// `helm install kedge-hub` from `chart`, then the hub run as its Deployment says, ready.
+async fn install_hub(sim: &Sim, dir: &Path, chart: &str, ports: HubPorts) -> Proc {
+    let kc = dir.join("hub.kubeconfig").display().to_string();
+    let installed = helm(&["install", chart, "kedge-hub", NS, &kc], hub_values(ports)).await;
     assert!(
         installed["error"].is_null(),
-        "helm install kedge-hub: {installed}"
+        "helm install kedge-hub ({chart}): {installed}"
     );
-    for crd in [
-        "distributedscaledobjects.kedge.dev",
-        "memberclusters.kedge.dev",
-    ] {
-        assert!(exists(&hub_kc, &["crd", crd]).await, "{crd}");
-    }
-    let mut hub = run_container(&sim, &dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
+    let mut hub = run_container(sim, dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
     wait_hub_ready(ports, &mut hub).await;
-    let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+    hub
+}
 
-    // --- Per member: setup-member prints the chart's values; helm install kedge-agent.
+/// Per member: `setup-member` prints the chart's values, `helm install kedge-agent` from
+/// `chart`, the member's Deployment `web` (1 replica), and the agent run as its Deployment
+/// says; returns once every agent is connected.
+async fn install_agents(sim: &Sim, dir: &Path, chart: &str, ports: HubPorts) -> Vec<Proc> {
+    let hub_kc = dir.join("hub.kubeconfig");
+    let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
     let mut agents = Vec::new();
     for member in MEMBERS {
         let out = tokio::process::Command::new(bin("kubectl-kedge"))
@@ -250,26 +259,16 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
             .join(format!("{member}.kubeconfig"))
             .display()
             .to_string();
-        let installed = helm(
-            &[
-                "install",
-                &chart("kedge-agent"),
-                "kedge-agent",
-                NS,
-                &member_kc,
-            ],
-            values,
-        )
-        .await;
+        let installed = helm(&["install", chart, "kedge-agent", NS, &member_kc], values).await;
         assert!(
             installed["error"].is_null(),
-            "helm install kedge-agent on {member}: {installed}"
+            "helm install kedge-agent on {member} ({chart}): {installed}"
         );
-        deployment(&sim, member, "web", 1).await;
+        deployment(sim, member, "web", 1).await;
         agents.push(
             run_container(
-                &sim,
-                &dir,
+                sim,
+                dir,
                 member,
                 "kedge-agent",
                 "kedge-agent",
@@ -279,6 +278,31 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         );
     }
     wait_for_states(ports, &MEMBERS, "Connected", LIMIT).await;
+    agents
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let sim = clusters(&dir).await;
+    let hub_kc = dir.join("hub.kubeconfig");
+    let kc = hub_kc.display().to_string();
+
+    // --- helm install kedge-hub: CRDs, namespace, RBAC, Deployment, Services.
+    let ports = HubPorts::new();
+    let hub = install_hub(&sim, &dir, &chart("kedge-hub"), ports).await;
+    for crd in [
+        "distributedscaledobjects.kedge.dev",
+        "memberclusters.kedge.dev",
+    ] {
+        assert!(exists(&hub_kc, &["crd", crd]).await, "{crd}");
+    }
+    let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+
+    // --- Per member: setup-member prints the chart's values; helm install kedge-agent.
+    let mut agents = install_agents(&sim, &dir, &chart("kedge-agent"), ports).await;
     // Enrolled: each agent keeps its certificate in its identity Secret.
     for member in MEMBERS {
         let kc = dir.join(format!("{member}.kubeconfig"));
@@ -302,7 +326,7 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
     // --- helm upgrade with a changed value: the Deployment changes; DSOs, members and the
     // CA stay. The hub restarts with the new flags (a rollout); agents reconnect and the
     // members keep their replicas.
-    let mut upgraded_values = hub_values.clone();
+    let mut upgraded_values = hub_values(ports);
     upgraded_values["heartbeat"]["tolerance"] = json!(5);
     let upgraded = helm(
         &["upgrade", &chart("kedge-hub"), "kedge-hub", NS, &kc],
@@ -381,6 +405,204 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
     ] {
         assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
     }
+}
+
+/// The version of a chart under `deploy/charts`, from its Chart.yaml.
+fn chart_version(name: &str) -> String {
+    let text = std::fs::read_to_string(support::helm::chart(name).join("Chart.yaml")).unwrap();
+    let chart: Value = serde_yaml::from_str(&text).unwrap();
+    chart["version"].as_str().unwrap().to_owned()
+}
+
+/// The `helm.sh/chart` label of a Deployment: which chart release made it.
+fn made_by(deployment: &Value) -> &str {
+    deployment["metadata"]["labels"]["helm.sh/chart"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+/// Upgrading from the previous chart release (the packaged charts a chart repository would
+/// serve, kept in `tests/fixtures/charts`) to this one with `helm upgrade --reuse-values`:
+/// the hub's Deployment becomes this chart's; DSOs, MemberClusters (same uids) and the CA
+/// are kept; while the hub is rolled (Recreate: the old one gone before the new one starts)
+/// the members keep their replicas; the agents reconnect with the identity they enrolled
+/// with (their one-time token is spent), before and after their own chart's upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_upgrade_from_the_previous_chart_release_keeps_members_dsos_ca_and_identities() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let sim = clusters(&dir).await;
+    let hub_kc = dir.join("hub.kubeconfig");
+    let kc = hub_kc.display().to_string();
+    for name in ["kedge-hub", "kedge-agent"] {
+        assert_ne!(
+            chart_version(name),
+            PREVIOUS_VERSION,
+            "{name}: a chart that changes gets a new version; keep the released one in tests/fixtures/charts"
+        );
+    }
+
+    // --- The previous release, installed and running a DSO.
+    let ports = HubPorts::new();
+    let hub = install_hub(&sim, &dir, &previous_chart("kedge-hub"), ports).await;
+    let d = get_json(&hub_kc, &["-n", NS, "deployment", "kedge-hub"]).await;
+    assert_eq!(made_by(&d), format!("kedge-hub-{PREVIOUS_VERSION}"));
+    let mut agents = install_agents(&sim, &dir, &previous_chart("kedge-agent"), ports).await;
+    let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+    let members = get_json(&hub_kc, &["memberclusters"]).await;
+    let mut identities = Vec::new();
+    for member in MEMBERS {
+        let kc = dir.join(format!("{member}.kubeconfig"));
+        identities.push(get_json(&kc, &["-n", NS, "secret", "kedge-agent-identity"]).await);
+    }
+    let fleet = Fleet {
+        members: MEMBERS.iter().map(|m| m.to_string()).collect(),
+        dir: dir.clone(),
+        pki: Pki { dir: dir.clone() },
+        sim,
+        ports,
+    };
+    support::dso::apply(&fleet, &dso_yaml("web", "", "absent"), "web.yaml").await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=4"]).await;
+    fleet
+        .wait_split("web", &MEMBERS, &[2, 2], "the DSO's 4 replicas split 2:2")
+        .await;
+
+    // --- helm upgrade kedge-hub to this chart, keeping the release's values.
+    let upgraded = helm(
+        &[
+            "upgrade",
+            &chart("kedge-hub"),
+            "kedge-hub",
+            NS,
+            &kc,
+            "--reuse-values",
+        ],
+        json!({}),
+    )
+    .await;
+    assert!(
+        upgraded["error"].is_null(),
+        "helm upgrade kedge-hub from {PREVIOUS_VERSION}: {upgraded}"
+    );
+    assert_eq!(upgraded["revision"], 2);
+    let d = get_json(&hub_kc, &["-n", NS, "deployment", "kedge-hub"]).await;
+    assert_eq!(
+        made_by(&d),
+        format!("kedge-hub-{}", chart_version("kedge-hub"))
+    );
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains(&format!("0.0.0.0:{}", ports.quic)),
+        "--reuse-values kept the install's QUIC port: {args}"
+    );
+
+    // The rollout: the old hub goes, the members keep their replicas while no hub runs and
+    // while the new one starts and the agents reconnect.
+    drop(hub);
+    let mut hub = run_container(
+        &fleet.sim,
+        &dir,
+        "hub",
+        "kedge-hub",
+        "kedge-hub",
+        "hub-2.log",
+    )
+    .await;
+    let start = std::time::Instant::now();
+    loop {
+        assert_eq!(
+            fleet.split("web", &MEMBERS),
+            [Some(2), Some(2)],
+            "a member's replicas changed during the hub's rollout"
+        );
+        let connected = sessions(ports).await.is_some_and(|s| {
+            MEMBERS
+                .iter()
+                .all(|m| state_of(&s, m).is_some_and(|x| x["state"] == "Connected"))
+        });
+        if ready(ports).await == Some(true) && connected {
+            break;
+        }
+        assert!(
+            hub.is_running() && start.elapsed() < LIMIT,
+            "the upgraded hub and its agents did not come back:\n{}",
+            hub.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ca_after = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+    assert_eq!(ca_after["data"], ca["data"], "the CA survives the upgrade");
+    let members_after = get_json(&hub_kc, &["memberclusters"]).await;
+    let uids = |list: &Value| -> Vec<(Value, Value)> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["metadata"]["name"].clone(), m["metadata"]["uid"].clone()))
+            .collect()
+    };
+    assert_eq!(
+        uids(&members_after),
+        uids(&members),
+        "the same MemberClusters"
+    );
+    assert_eq!(uids(&members).len(), MEMBERS.len());
+
+    // --- helm upgrade kedge-agent on each member: the agent restarts with its identity.
+    for (i, member) in MEMBERS.iter().enumerate() {
+        let member_kc = dir.join(format!("{member}.kubeconfig"));
+        let upgraded = helm(
+            &[
+                "upgrade",
+                &chart("kedge-agent"),
+                "kedge-agent",
+                NS,
+                &member_kc.display().to_string(),
+                "--reuse-values",
+            ],
+            json!({}),
+        )
+        .await;
+        assert!(
+            upgraded["error"].is_null(),
+            "helm upgrade kedge-agent on {member} from {PREVIOUS_VERSION}: {upgraded}"
+        );
+        let d = get_json(&member_kc, &["-n", NS, "deployment", "kedge-agent"]).await;
+        assert_eq!(
+            made_by(&d),
+            format!("kedge-agent-{}", chart_version("kedge-agent"))
+        );
+        agents[i] = run_container(
+            &fleet.sim,
+            &dir,
+            member,
+            "kedge-agent",
+            "kedge-agent",
+            &format!("{member}-2.log"),
+        )
+        .await;
+    }
+    wait_for_states(ports, &MEMBERS, "Connected", LIMIT).await;
+    for (member, before) in MEMBERS.iter().zip(&identities) {
+        let kc = dir.join(format!("{member}.kubeconfig"));
+        let after = get_json(&kc, &["-n", NS, "secret", "kedge-agent-identity"]).await;
+        assert_eq!(
+            after["data"], before["data"],
+            "{member} kept the identity it enrolled with (no new enrollment)"
+        );
+    }
+    fleet.kubectl(&["scale", "dso/web", "--replicas=6"]).await;
+    fleet
+        .wait_split(
+            "web",
+            &MEMBERS,
+            &[3, 3],
+            "the upgraded fleet follows /scale",
+        )
+        .await;
 }
 
 /// `kubectl-kedge ARGS` piped to `kubectl ARGS2 -f -` against `kubeconfig`.
