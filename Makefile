@@ -28,11 +28,13 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Agent binary size, idle RSS, and RSS with 1,000 managed Jobs (README "Footprint"); the
-## bench fails when the agent reaches 20 MiB with the Jobs.
+## bench fails when the agent reaches 20 MiB with the Jobs. Then the hub's memory and CPU
+## with 0 and 100 enrolled agents and 10 DSOs (README "Sizing the hub").
 footprint:
 	bash scripts/footprint.sh
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-sim --bench agent_jobs_rss
+	$(CARGO) bench -p kedge-sim --bench hub_footprint
 
 ## Regenerate deploy/crds from the Rust types (a test fails when they drift) and copy them
 ## into the hub chart (tests/tests/charts.rs fails when its copy differs).

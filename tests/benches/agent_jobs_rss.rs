@@ -15,12 +15,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::{env_or, machine, memory, mib, rss};
 use kedge_protocol::{AgentMessage, DesiredState, HubMessage, JobCreate, JobPhase};
 use kedge_sim::{Sim, SimConfig};
 use kube::Api;
@@ -38,62 +40,6 @@ const OWNER: &str = "apps/work";
 const HEARTBEAT_MS: u64 = 5000;
 /// Longest wait for any one step.
 const STEP_LIMIT: Duration = Duration::from_secs(180);
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// What `/proc/PID/status` says of a process's memory, in KiB.
-#[derive(Clone, Copy)]
-struct Memory {
-    /// `VmRSS`: resident now.
-    rss: u64,
-    /// `VmHWM`: the most ever resident.
-    peak: u64,
-    /// `RssAnon`: heap, stacks (the rest of `VmRSS` is mostly the binary's mapped pages).
-    anon: u64,
-}
-
-fn memory(pid: i32) -> Memory {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    };
-    Memory {
-        rss: field("VmRSS:"),
-        peak: field("VmHWM:"),
-        anon: field("RssAnon:"),
-    }
-}
-
-fn mib(kib: u64) -> String {
-    format!("{kib} KiB ({:.1} MiB)", kib as f64 / 1024.0)
-}
-
-/// RSS, with the part that is not the binary's or libraries' pages.
-fn rss(m: Memory) -> String {
-    format!("{}, of which anonymous {}", mib(m.rss), mib(m.anon))
-}
-
-/// The CPU model and the number of cores.
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map_or("unknown CPU", |(_, m)| m.trim())
-        .to_owned();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{model}, {cores} cores, {}", std::env::consts::ARCH)
-}
 
 /// A long-running Job: its pod runs for the whole bench.
 fn create(name: &str) -> JobCreate {
@@ -255,7 +201,7 @@ async fn main() {
     let mut flags = vec!["--namespaces", "apps"];
     flags.extend(extra.split_whitespace());
     let agent = start_agent_with(&pki, "edge", hub.ports(), log.clone(), &flags);
-    let pid = agent.pid();
+    let pid = agent.pid() as u32;
     let first = Driver::start(
         hub.accept_with_heartbeat("edge", HEARTBEAT_MS).await,
         log.clone(),

@@ -292,6 +292,11 @@ impl Fleet {
         &self.config.dir
     }
 
+    /// Process id of the hub, while it runs.
+    pub fn hub_pid(&self) -> Option<u32> {
+        self.hub.id()
+    }
+
     /// Process id of a member's agent, while it runs.
     pub fn agent_pid(&self, member: &str) -> Option<u32> {
         self.agents

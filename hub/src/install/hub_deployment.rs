@@ -258,8 +258,9 @@ fn deployment(d: &HubDeployment) -> Value {
                         "livenessProbe": probe("/healthz", 10),
                         // Ready only on the Lease holder: the Service sends agents to it.
                         "readinessProbe": probe("/readyz", 5),
+                        // Sized from `make footprint` (README "Sizing the hub").
                         "resources": {
-                            "requests": {"cpu": "50m", "memory": "64Mi"},
+                            "requests": {"cpu": "100m", "memory": "64Mi"},
                             "limits": {"memory": "256Mi"},
                         },
                         "securityContext": super::container_security_context(),
