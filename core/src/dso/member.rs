@@ -94,25 +94,67 @@ impl FromStr for MemberPhase {
 
 /// The workload a DSO scales in `member`: `scaleTargetRef` (default `apps/v1` Deployment)
 /// in the member's `targetNamespace`, else the DSO's namespace.
+/// For many members of one DSO, use [`Targets`].
 pub fn target(spec: &DistributedScaledObjectSpec, namespace: &str, member: &str) -> WorkloadRef {
-    let target = &spec.scaled_object_spec.scale_target_ref;
-    let namespace = spec
-        .member_clusters
-        .iter()
-        .find(|m| m.name == member)
-        .and_then(|m| m.target_namespace.clone())
-        .unwrap_or_else(|| namespace.to_owned());
-    WorkloadRef {
-        api_version: target
-            .api_version
-            .clone()
-            .unwrap_or_else(|| DEFAULT_TARGET_API_VERSION.to_owned()),
-        kind: target
-            .kind
-            .clone()
-            .unwrap_or_else(|| DEFAULT_TARGET_KIND.to_owned()),
+    let listed = spec.member_clusters.iter().find(|m| m.name == member);
+    Targets {
+        spec,
         namespace,
-        name: target.name.clone(),
+        namespaces: listed
+            .map(|m| (m.name.as_str(), m.target_namespace.as_deref()))
+            .into_iter()
+            .collect(),
+    }
+    .of(member)
+}
+
+/// [`target`] for many members of one DSO: the listed members' target namespaces are
+/// indexed once, so each lookup is O(log n) instead of a scan of `memberClusters`.
+#[derive(Debug, Clone)]
+pub struct Targets<'a> {
+    spec: &'a DistributedScaledObjectSpec,
+    namespace: &'a str,
+    namespaces: std::collections::BTreeMap<&'a str, Option<&'a str>>,
+}
+
+impl<'a> Targets<'a> {
+    /// The targets of the DSO `spec` in `namespace`.
+    pub fn new(spec: &'a DistributedScaledObjectSpec, namespace: &'a str) -> Self {
+        let mut namespaces = std::collections::BTreeMap::new();
+        for m in &spec.member_clusters {
+            // The first entry of a name wins, as in `target`.
+            namespaces
+                .entry(m.name.as_str())
+                .or_insert(m.target_namespace.as_deref());
+        }
+        Self {
+            spec,
+            namespace,
+            namespaces,
+        }
+    }
+
+    /// What [`target`] returns for `member`.
+    pub fn of(&self, member: &str) -> WorkloadRef {
+        let target = &self.spec.scaled_object_spec.scale_target_ref;
+        let namespace = self
+            .namespaces
+            .get(member)
+            .copied()
+            .flatten()
+            .unwrap_or(self.namespace);
+        WorkloadRef {
+            api_version: target
+                .api_version
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TARGET_API_VERSION.to_owned()),
+            kind: target
+                .kind
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TARGET_KIND.to_owned()),
+            namespace: namespace.to_owned(),
+            name: target.name.clone(),
+        }
     }
 }
 
@@ -469,5 +511,33 @@ pub fn view(
         reachable,
         failing,
         other_controller,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indexed_targets_are_what_target_finds() {
+        let spec: DistributedScaledObjectSpec = serde_yaml::from_str(
+            "memberClusters:\n\
+             - {name: a, targetNamespace: edge-a}\n\
+             - {name: b}\n\
+             - {name: a, targetNamespace: shadowed}\n\
+             scaledObjectSpec:\n  scaleTargetRef: {name: web}\n  triggers: []\n",
+        )
+        .unwrap();
+        let targets = Targets::new(&spec, "apps");
+        for member in ["a", "b", "unlisted"] {
+            assert_eq!(
+                targets.of(member),
+                target(&spec, "apps", member),
+                "{member}"
+            );
+        }
+        assert_eq!(targets.of("a").namespace, "edge-a", "the first entry wins");
+        assert_eq!(targets.of("b").namespace, "apps");
+        assert_eq!(targets.of("b").kind, DEFAULT_TARGET_KIND);
     }
 }

@@ -216,10 +216,23 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
     let mut commands = BTreeMap::new();
     let mut members = BTreeMap::new();
     let mut tracked = BTreeMap::new();
+    // Indexed once (the first entry of a name wins, as a search from the front would find).
+    let decisions: BTreeMap<&str, _> = plan
+        .members
+        .iter()
+        .rev()
+        .map(|d| (d.name.as_str(), d))
+        .collect();
+    let all_facts: BTreeMap<&str, _> = input
+        .members
+        .iter()
+        .rev()
+        .map(|f| (f.name.as_str(), f))
+        .collect();
     for v in &views {
-        let decision = plan.members.iter().find(|d| d.name == v.name);
+        let decision = decisions.get(v.name.as_str()).copied();
         let desired = decision.map_or(0, |d| d.desired);
-        let facts = input.members.iter().find(|f| f.name == v.name);
+        let facts = all_facts.get(v.name.as_str()).copied();
         let lost_claim = facts.is_some_and(|f| matches!(f.claim, Claim::Lost(_)));
         let command = if lost_claim {
             Some(Command::Clear)

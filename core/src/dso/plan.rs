@@ -235,7 +235,14 @@ fn fill_tiers(to_place: u64, floors: &[u64], caps: &[Option<u64>]) -> (Vec<u64>,
 pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
     let s = input.settings;
     let listed = listed_members(s, input.members);
-    let observation = |name: &str| input.members.iter().find(|m| m.name == name);
+    // Indexed once: a plan over thousands of members looks each one up several times.
+    let observations: std::collections::BTreeMap<&str, _> = input
+        .members
+        .iter()
+        .rev()
+        .map(|m| (m.name.as_str(), m))
+        .collect();
+    let observation = |name: &str| observations.get(name).copied();
     let mut decisions: Vec<MemberDecision> = listed
         .iter()
         .map(|m| {
