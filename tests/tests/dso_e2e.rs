@@ -54,6 +54,18 @@ async fn distributed_scaled_objects_end_to_end() {
         .wait_split("nginx", &["member-1", "member-2"], &[4, 6], "4:6 of 10")
         .await;
     assert_eq!(fleet.replicas("member-3", "nginx"), Some(1), "not listed");
+    // Every reconciliation is timed (kedge_hub_reconcile_duration_seconds).
+    let metrics = ops_get(fleet.ports, "/metrics").await.expect("/metrics");
+    let count = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                r#"kedge_hub_reconcile_duration_seconds_count{controller="distributedscaledobject"} "#,
+            )
+        })
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no DSO reconcile durations in:\n{metrics}"));
+    assert!(count >= 1, "{count}");
 
     // The child ScaledObject targets the DSO itself and is owned by it.
     let so = fleet

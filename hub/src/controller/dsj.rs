@@ -178,7 +178,7 @@ fn ns_name(dsj: &DistributedScaledJob) -> Result<(String, String)> {
 /// Reconciles one DSJ.
 #[instrument(skip(ctx, obj), fields(dsj = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled(CONTROLLER);
+    let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let (namespace, _) = ns_name(&obj)?;
     let api: Api<DistributedScaledJob> = Api::namespaced(ctx.client.clone(), &namespace);
     finalizer(&api, FINALIZER, obj, |event| async {

@@ -11,7 +11,7 @@ use kedge_core::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS,
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
 use kedge_core::crd::member::NamespaceMapping;
 use kedge_core::crd::{DistributedScaledObject, GROUP, MemberCluster, VERSION};
-use kedge_core::dso::member::{Claim, members_of, target};
+use kedge_core::dso::member::{Claim, Targets, members_of};
 use kedge_core::dso::outcome::{Command, DsoInput, EventKind, outcome};
 use kedge_core::{tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
@@ -45,7 +45,7 @@ pub fn owner_key(namespace: &str, name: &str) -> String {
 /// Reconciles one DSO.
 #[instrument(skip(ctx, obj), fields(dso = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconciled(CONTROLLER);
+    let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let (namespace, _) = ns_name(&obj)?;
     let api: Api<DistributedScaledObject> = Api::namespaced(ctx.client.clone(), &namespace);
     finalizer(&api, FINALIZER, obj, |event| async {
@@ -108,13 +108,13 @@ async fn registered(
 /// the DSO's own namespace; when they cannot be read the reconcile fails and changes nothing.
 async fn namespace_refusals(
     ctx: &Context,
-    dso: &DistributedScaledObject,
+    targets: &Targets<'_>,
     namespace: &str,
     members: &BTreeSet<String>,
 ) -> Result<BTreeMap<String, String>> {
     let placements: Vec<(String, String)> = members
         .iter()
-        .map(|m| (m.clone(), target(&dso.spec, namespace, m).namespace))
+        .map(|m| (m.clone(), targets.of(m).namespace))
         .filter(|(_, target)| target != namespace)
         .collect();
     if placements.is_empty() {
@@ -180,14 +180,15 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         .map(|s| s.name.clone())
         .collect();
     let names = members_of(&dso.spec, &registered, &connected);
-    let not_allowed = namespace_refusals(ctx, dso, &namespace, &names).await?;
+    let targets = Targets::new(&dso.spec, &namespace);
+    let not_allowed = namespace_refusals(ctx, &targets, &namespace, &names).await?;
     let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos());
     let facts: Vec<_> = names
         .iter()
         .map(|member| {
             observe::facts(
                 member,
-                target(&dso.spec, &namespace, member),
+                targets.of(member),
                 snapshots.get(member),
                 claims.get(member).cloned().unwrap_or(Claim::Sole),
                 ctx.tracked(&owner, member),
@@ -217,7 +218,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     debug!(plan = ?decided.plan, commands = ?decided.commands, "decided");
 
     for (member, command) in &decided.commands {
-        let workload = target(&dso.spec, &namespace, member);
+        let workload = targets.of(member);
         let replicas = match command {
             Command::Clear => {
                 ctx.fleet.clear_workloads(member, &owner);

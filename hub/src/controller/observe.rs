@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use kedge_core::crd::DistributedScaledObject;
 use kedge_core::dso::member::{
-    Claim, MemberFacts, MemberPhase, Session, claim, members_of, target,
+    Claim, MemberFacts, MemberPhase, Session, Targets, claim, members_of,
 };
 use kedge_protocol::{CommandTarget, WorkloadRef};
 use kube::ResourceExt;
@@ -72,24 +72,34 @@ pub fn claims(
     };
     let me = key(dso);
     let namespace = dso.namespace().unwrap_or_default();
+    let namespaces: Vec<String> = all
+        .iter()
+        .map(|o| o.namespace().unwrap_or_default())
+        .collect();
+    // Each DSO's targets indexed once: claims are computed for every member of the DSO.
     let others: Vec<_> = all
         .iter()
-        .filter(|o| o.metadata.deletion_timestamp.is_none() && key(o) != me)
-        .map(|o| {
-            let ns = o.namespace().unwrap_or_default();
-            (key(o), ns, members_of(&o.spec, registered, connected), o)
+        .zip(&namespaces)
+        .filter(|(o, _)| o.metadata.deletion_timestamp.is_none() && key(o) != me)
+        .map(|(o, ns)| {
+            (
+                key(o),
+                members_of(&o.spec, registered, connected),
+                Targets::new(&o.spec, ns),
+            )
         })
         .collect();
+    let mine = Targets::new(&dso.spec, &namespace);
     names
         .iter()
         .map(|member| {
-            let mine = target(&dso.spec, &namespace, member);
+            let mine = mine.of(member);
             let mut contenders = vec![me.clone()];
             contenders.extend(
                 others
                     .iter()
-                    .filter(|(_, ns, members, o)| {
-                        members.contains(member) && target(&o.spec, ns, member) == mine
+                    .filter(|(_, members, targets)| {
+                        members.contains(member) && targets.of(member) == mine
                     })
                     .map(|(k, ..)| k.clone()),
             );

@@ -296,6 +296,24 @@ pub async fn ready(ports: HubPorts) -> Option<bool> {
     Some(code == "200")
 }
 
+/// The body of `GET PATH` on the hub's ops endpoint, if it answers 200.
+pub async fn ops_get(ports: HubPorts, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", ports.ops))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
+        .await
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    (head.split_whitespace().nth(1)? == "200").then(|| body.to_owned())
+}
+
 /// The state of one member, if the hub knows it.
 pub fn state_of<'a>(sessions: &'a [Value], member: &str) -> Option<&'a Value> {
     sessions.iter().find(|s| s["member"] == member)
