@@ -3,7 +3,7 @@
 //! (workloads, capacity, command failures). Sessions publish reports and acks here and
 //! stream desired state from here; controllers read snapshots and write desired replicas.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -139,6 +139,8 @@ pub struct Fleet {
     registry: Arc<SessionRegistry>,
     members: Mutex<BTreeMap<String, MemberEntry>>,
     changes: watch::Sender<u64>,
+    /// Members changed since the DSO controller last took them ([`Fleet::take_changed`]).
+    changed: Mutex<BTreeSet<String>>,
     /// First revision of this hub process: wall-clock milliseconds at start, so revisions keep
     /// increasing across hub restarts.
     base_revision: u64,
@@ -152,6 +154,7 @@ impl Fleet {
             registry,
             members: Mutex::new(BTreeMap::new()),
             changes: watch::channel(0).0,
+            changed: Mutex::new(BTreeSet::new()),
             base_revision,
         }
     }
@@ -193,9 +196,39 @@ impl Fleet {
             })
     }
 
-    /// Tells controllers that something they read changed (reports, acks, session state).
-    pub fn notify(&self) {
+    /// Tells controllers that something they read of `member` changed (reports, acks,
+    /// session state).
+    pub fn notify(&self, member: &str) {
+        {
+            let mut changed = self
+                .changed
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if !changed.contains(member) {
+                changed.insert(member.to_owned());
+            }
+        }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The members changed since the last call (a set: at most one entry per member).
+    pub fn take_changed(&self) -> BTreeSet<String> {
+        std::mem::take(
+            &mut *self
+                .changed
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    /// Owners that hold desired workloads on any of `members`.
+    pub fn owners_on(&self, members: &BTreeSet<String>) -> BTreeSet<String> {
+        let entries = self.lock();
+        members
+            .iter()
+            .filter_map(|m| entries.get(m))
+            .flat_map(|e| e.workloads.keys().cloned())
+            .collect()
     }
 
     /// A receiver that changes whenever [`Fleet::notify`] is called.
@@ -454,7 +487,7 @@ impl Fleet {
             }
             entry.last_report = Some(SystemTime::now());
         }
-        self.notify();
+        self.notify(member);
         recorded
     }
 
@@ -470,7 +503,7 @@ impl Fleet {
                 .filter_map(|r| r.failure.map(|f| (r.target, f)))
                 .collect();
         }
-        self.notify();
+        self.notify(member);
     }
 
     /// One member, if it ever connected or was given desired state.
@@ -482,6 +515,24 @@ impl Fleet {
             return None;
         }
         Some(snapshot(member, session, entry))
+    }
+
+    /// The members of `names` known to the sessions or the desired state, by name (for a
+    /// controller that needs a few members out of many: nothing else is copied).
+    pub fn members_named<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a String>,
+    ) -> BTreeMap<String, MemberSnapshot> {
+        let sessions: Vec<(&String, Option<MemberSession>)> = names
+            .into_iter()
+            .map(|name| (name, self.registry.get(name)))
+            .collect();
+        let members = self.lock();
+        sessions
+            .into_iter()
+            .filter(|(name, session)| session.is_some() || members.contains_key(*name))
+            .map(|(name, session)| (name.clone(), snapshot(name, session, members.get(name))))
+            .collect()
     }
 
     /// Every member known to the sessions or the desired state, by name.

@@ -350,9 +350,7 @@ async fn sweep(fleet: Arc<Fleet>, shutdown: CancellationToken) {
                 for member in &unreachable {
                     let reason = registry.get(member).map(|s| s.reason).unwrap_or_default();
                     warn!(%member, %reason, "member unreachable");
-                }
-                if !unreachable.is_empty() {
-                    fleet.notify();
+                    fleet.notify(member);
                 }
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! Time is a parameter (`now`), so liveness rules are tested without sleeping.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -372,6 +372,11 @@ impl SessionRegistry {
     /// Every member, sorted by name.
     pub fn snapshot(&self) -> Vec<MemberSession> {
         self.lock().values().map(|e| e.view.clone()).collect()
+    }
+
+    /// Names of the members with a session record (connected or not).
+    pub fn names(&self) -> BTreeSet<String> {
+        self.lock().keys().cloned().collect()
     }
 
     /// One member.

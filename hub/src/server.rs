@@ -634,7 +634,7 @@ impl Session<'_> {
             .registry
             .duplicate(&member, self.remote, Instant::now());
         if let Some(message) = duplicate {
-            self.ctx.fleet.notify();
+            self.ctx.fleet.notify(&member);
             self.refuse_as(
                 &mut control,
                 RefusalCode::Revoked,
@@ -665,7 +665,7 @@ impl Session<'_> {
             SystemTime::now(),
         );
         self.ctx.fleet.session_started(&member, &session_id);
-        self.ctx.fleet.notify();
+        self.ctx.fleet.notify(&member);
         let interval = registry.liveness().interval;
         let welcome = HubMessage::Welcome(Welcome {
             protocol_version: hello.protocol_version,
@@ -684,7 +684,7 @@ impl Session<'_> {
             }
         };
         registry.disconnected(&member, &session_id, &reason);
-        self.ctx.fleet.notify();
+        self.ctx.fleet.notify(&member);
         info!(%session_id, %reason, "session ended");
     }
 

@@ -80,6 +80,35 @@ async fn distributed_scaled_objects_end_to_end() {
         so["metadata"]["ownerReferences"][0]["kind"],
         "DistributedScaledObject"
     );
+    // The hub applies the child only when it differs from the plan (it reads it from a
+    // cache), yet a child deleted or edited by someone else is put back.
+    fleet
+        .kubectl(&[
+            "patch",
+            "scaledobject.keda.sh/nginx",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"maxReplicaCount":3}}"#,
+        ])
+        .await;
+    wait_for(LIMIT, "the edited child ScaledObject restored", || async {
+        let so = fleet.hub_object("keda.sh/v1alpha1", "ScaledObject", "nginx")?;
+        (so["spec"]["maxReplicaCount"] == 20).then_some(())
+    })
+    .await;
+    let uid = so["metadata"]["uid"].clone();
+    fleet
+        .kubectl(&["delete", "scaledobject.keda.sh/nginx"])
+        .await;
+    wait_for(
+        LIMIT,
+        "the deleted child ScaledObject created again",
+        || async {
+            let so = fleet.hub_object("keda.sh/v1alpha1", "ScaledObject", "nginx")?;
+            (so["metadata"]["uid"] != uid && so["spec"]["maxReplicaCount"] == 20).then_some(())
+        },
+    )
+    .await;
 
     // Status as in the reference, once pods are ready.
     // Settled: 10 in total and every member at what it is asked for (a member whose first

@@ -10,12 +10,12 @@ use std::time::SystemTime;
 use kedge_core::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, LABEL_DSO};
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
 use kedge_core::crd::member::NamespaceMapping;
-use kedge_core::crd::{DistributedScaledObject, GROUP, MemberCluster, VERSION};
+use kedge_core::crd::{DistributedScaledObject, GROUP, VERSION};
 use kedge_core::dso::member::{Claim, Targets, members_of};
 use kedge_core::dso::outcome::{Command, DsoInput, EventKind, outcome};
 use kedge_core::{tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -83,15 +83,9 @@ async fn registered(
     ctx: &Context,
     previous: &DistributedScaledObjectStatus,
 ) -> (BTreeSet<String>, Option<String>) {
-    match super::bounded(
-        "list MemberClusters",
-        Api::<MemberCluster>::all(ctx.client.clone()).list_metadata(&ListParams::default()),
-    )
-    .await
-    {
+    match ctx.member_clusters().await {
         Ok(list) => (
-            list.items
-                .iter()
+            list.iter()
                 .filter_map(|m| m.metadata.name.clone())
                 .collect(),
             None,
@@ -120,15 +114,12 @@ async fn namespace_refusals(
     if placements.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let grants: BTreeMap<String, Vec<NamespaceMapping>> = super::bounded(
-        "list MemberClusters",
-        Api::<MemberCluster>::all(ctx.client.clone()).list(&ListParams::default()),
-    )
-    .await?
-    .items
-    .into_iter()
-    .filter_map(|m| Some((m.metadata.name?, m.spec.namespace_mappings)))
-    .collect();
+    let grants: BTreeMap<String, Vec<NamespaceMapping>> = ctx
+        .member_clusters()
+        .await?
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.clone()?, m.spec.namespace_mappings.clone())))
+        .collect();
     Ok(tenancy::refusals(
         namespace,
         placements.iter().map(|(m, n)| (m.as_str(), n.as_str())),
@@ -162,24 +153,22 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         }
     }
 
-    let snapshots: BTreeMap<String, crate::fleet::MemberSnapshot> = ctx
-        .fleet
-        .members()
-        .into_iter()
-        .map(|m| (m.name.clone(), m))
-        .collect();
     let (registered, listing_failed) = if dso.spec.member_clusters.is_empty() {
         registered(ctx, &previous).await
     } else {
         (BTreeSet::new(), None)
     };
     errors.extend(listing_failed);
-    let connected: BTreeSet<String> = snapshots
-        .values()
-        .filter(|s| s.session.is_some())
-        .map(|s| s.name.clone())
-        .collect();
+    let connected = ctx.fleet.registry().names();
     let names = members_of(&dso.spec, &registered, &connected);
+    let elsewhere: Vec<String> = ctx
+        .fleet
+        .holders(&owner)
+        .into_iter()
+        .filter(|m| !names.contains(m))
+        .collect();
+    // Only this DSO's members (and those still holding its commands) are copied.
+    let snapshots = ctx.fleet.members_named(names.iter().chain(&elsewhere));
     let targets = Targets::new(&dso.spec, &namespace);
     let not_allowed = namespace_refusals(ctx, &targets, &namespace, &names).await?;
     let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos());
@@ -194,12 +183,6 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
                 ctx.tracked(&owner, member),
             )
         })
-        .collect();
-    let elsewhere: Vec<String> = ctx
-        .fleet
-        .holders(&owner)
-        .into_iter()
-        .filter(|m| !names.contains(m))
         .collect();
     let selector = format!("{LABEL_DSO}={name}");
     let decided = outcome(&DsoInput {
@@ -309,6 +292,45 @@ pub fn scaled_object(dso: &DistributedScaledObject, namespace: &str, name: &str)
     }))
 }
 
+/// Whether the ScaledObject `current` already is what `wanted` (from [`scaled_object`]) asks:
+/// the same spec, label, pause annotations and controlling owner. Anything else in it is
+/// someone else's.
+fn in_place(current: &DynamicObject, wanted: &Value) -> bool {
+    let meta = &current.metadata;
+    let wanted_meta = &wanted["metadata"];
+    let label_in_place = wanted_meta["labels"].as_object().is_some_and(|labels| {
+        labels.iter().all(|(k, v)| {
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .map(String::as_str)
+                == v.as_str()
+        })
+    });
+    let pause_in_place = [ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS]
+        .iter()
+        .all(|key| {
+            meta.annotations
+                .as_ref()
+                .and_then(|a| a.get(*key))
+                .map(String::as_str)
+                == wanted_meta["annotations"][*key].as_str()
+        });
+    let owner_in_place = wanted_meta["ownerReferences"][0]["uid"]
+        .as_str()
+        .is_some_and(|uid| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid && o.controller == Some(true))
+        });
+    meta.deletion_timestamp.is_none()
+        && label_in_place
+        && pause_in_place
+        && owner_in_place
+        && current.data.get("spec") == Some(&wanted["spec"])
+}
+
 async fn apply_scaled_object(
     dso: &DistributedScaledObject,
     ctx: &Context,
@@ -316,6 +338,12 @@ async fn apply_scaled_object(
     name: &str,
 ) -> Result<()> {
     let object = scaled_object(dso, namespace, name)?;
+    if ctx
+        .cached_scaled_object(namespace, name)
+        .is_some_and(|current| in_place(&current, &object))
+    {
+        return Ok(());
+    }
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
     super::bounded(
@@ -365,5 +393,48 @@ mod tests {
         assert_eq!(so["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert_eq!(so["metadata"]["ownerReferences"][0]["controller"], true);
         assert_eq!(so["metadata"]["labels"][LABEL_DSO], "nginx");
+    }
+
+    #[test]
+    fn a_child_scaled_object_already_in_place_is_not_applied_again() {
+        let dso: DistributedScaledObject = serde_json::from_value(json!({
+            "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+            "metadata": {"name": "nginx", "namespace": "default", "uid": "u-1"},
+            "spec": {"scaledObjectSpec": {
+                "scaleTargetRef": {"name": "nginx"}, "maxReplicaCount": 10,
+                "triggers": [{"type": "kubernetes-resource", "metadata": {"targetValue": "5"}}]
+            }}
+        }))
+        .unwrap();
+        let wanted = scaled_object(&dso, "default", "nginx").unwrap();
+        let stored = |edit: &dyn Fn(&mut Value)| -> DynamicObject {
+            let mut object = wanted.clone();
+            object["metadata"]["resourceVersion"] = json!("7");
+            object["metadata"]["annotations"]["someone.else/note"] = json!("x");
+            edit(&mut object);
+            serde_json::from_value(object).unwrap()
+        };
+        assert!(in_place(&stored(&|_| {}), &wanted));
+        // Anything kedge manages that differs is applied again.
+        assert!(!in_place(
+            &stored(&|o| o["spec"]["maxReplicaCount"] = json!(3)),
+            &wanted
+        ));
+        assert!(!in_place(
+            &stored(&|o| o["metadata"]["annotations"][ANNOTATION_PAUSED] = json!("true")),
+            &wanted
+        ));
+        assert!(!in_place(
+            &stored(&|o| o["metadata"]["labels"] = json!({})),
+            &wanted
+        ));
+        assert!(!in_place(
+            &stored(&|o| o["metadata"]["ownerReferences"] = json!([])),
+            &wanted
+        ));
+        assert!(!in_place(
+            &stored(&|o| o["metadata"]["deletionTimestamp"] = json!("2026-11-23T08:00:00Z")),
+            &wanted
+        ));
     }
 }

@@ -15,7 +15,7 @@ use kedge_core::crd::member::MemberCapacity;
 use kedge_core::crd::{GROUP, MemberCluster, MemberClusterStatus, VERSION};
 use kedge_core::time::from_unix_ms;
 use kedge_protocol::ClusterCapacity;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
@@ -31,6 +31,10 @@ pub const CONTROLLER: &str = "membercluster";
 const RESYNC: Duration = Duration::from_secs(5);
 /// Shortest wait between two passes.
 const THROTTLE: Duration = Duration::from_millis(500);
+/// When only `lastHeartbeatTime` moved, it is written at most this often (as a Node's status
+/// is): writing every heartbeat would be 2,000 writes a second at 10,000 members with 5 s
+/// heartbeats. Liveness itself is the hub's, not this field's.
+pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
 
 /// Reason of the Ready condition when the agent is connected.
 pub const REASON_CONNECTED: &str = "AgentConnected";
@@ -116,6 +120,29 @@ pub fn status(
     })
 }
 
+/// Whether `wanted` is worth writing over `current`: anything but the heartbeat time changed,
+/// or the written heartbeat time is [`HEARTBEAT_REFRESH`] old.
+pub fn worth_writing(current: Option<&MemberClusterStatus>, wanted: &MemberClusterStatus) -> bool {
+    let Some(current) = current else {
+        return true;
+    };
+    if current == wanted {
+        return false;
+    }
+    let mut same_beat = wanted.clone();
+    same_beat.last_heartbeat_time = current.last_heartbeat_time.clone();
+    if &same_beat != current {
+        return true;
+    }
+    match (&current.last_heartbeat_time, &wanted.last_heartbeat_time) {
+        (Some(written), Some(now)) => {
+            let age_ms = now.0.as_millisecond() - written.0.as_millisecond();
+            age_ms.unsigned_abs() >= HEARTBEAT_REFRESH.as_millis() as u64
+        }
+        _ => true,
+    }
+}
+
 /// The status of a registered member that has not connected since the hub started.
 pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
     let mut status = old.cloned().unwrap_or_default();
@@ -178,13 +205,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 #[instrument(skip_all)]
 async fn sync(ctx: &Context) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.client.clone());
-    let registered: BTreeMap<String, MemberCluster> =
-        bounded("list MemberClusters", api.list(&ListParams::default()))
-            .await?
-            .items
-            .into_iter()
-            .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
-            .collect();
+    let registered: BTreeMap<String, Arc<MemberCluster>> = ctx
+        .member_clusters()
+        .await?
+        .into_iter()
+        .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
+        .collect();
     let snapshots = ctx.fleet.members();
     let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
     for snapshot in &snapshots {
@@ -208,8 +234,7 @@ async fn sync(ctx: &Context) -> Result<()> {
     }
     for (name, status) in wanted {
         let current = registered.get(&name).and_then(|m| m.status.as_ref());
-        // The list is read fresh each pass: write only what differs.
-        if current == Some(&status) {
+        if !worth_writing(current, &status) {
             continue;
         }
         let patch = json!({
@@ -301,8 +326,39 @@ mod tests {
         );
 
         assert_eq!(absent_status(None).state.as_deref(), Some(STATE_PENDING));
+        assert!(worth_writing(None, &up));
+        assert!(!worth_writing(Some(&up), &up));
+        assert!(worth_writing(Some(&up), &down));
         let absent = absent_status(Some(&up));
         assert_eq!(absent.state.as_deref(), Some(STATE_UNREACHABLE));
         assert_eq!(absent.agent_version.as_deref(), Some("0.1.0"));
+    }
+
+    #[test]
+    fn a_heartbeat_alone_is_written_every_thirty_seconds() {
+        let written = status(&snapshot(SessionState::Connected), None).unwrap();
+        let mut later = snapshot(SessionState::Connected);
+        let beat = |s: &mut MemberSnapshot, ms: i64| {
+            if let Some(session) = s.session.as_mut() {
+                session.last_heartbeat_unix_ms = ms;
+            }
+        };
+        beat(&mut later, 5_000 + 29_999);
+        assert!(!worth_writing(
+            Some(&written),
+            &status(&later, Some(&written)).unwrap()
+        ));
+        beat(&mut later, 5_000 + 30_000);
+        assert!(worth_writing(
+            Some(&written),
+            &status(&later, Some(&written)).unwrap()
+        ));
+        // Anything else that changes is written at once, the heartbeat with it.
+        beat(&mut later, 5_000 + 1_000);
+        later.capacity.as_mut().unwrap().requested_cpu_millis += 100;
+        assert!(worth_writing(
+            Some(&written),
+            &status(&later, Some(&written)).unwrap()
+        ));
     }
 }

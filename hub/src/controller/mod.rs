@@ -8,7 +8,7 @@ pub mod external_metrics;
 pub mod member;
 pub mod observe;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -18,15 +18,15 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
-use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject, MemberCluster};
 use kedge_core::dso::member::MemberPhase;
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::utils::PredicateConfig;
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, Resource};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -153,6 +153,10 @@ pub struct Context {
     /// Every DSJ, as the DSJ controller's reflector sees them (for taints shared by the DSJs
     /// of a namespace).
     dsjs: Option<Store<DistributedScaledJob>>,
+    /// ScaledObjects of the hub cluster as the DSO controller's watch sees them.
+    child_scaled_objects: Option<Store<DynamicObject>>,
+    /// Every MemberCluster, from a reflector (none in unit tests: read from the API then).
+    member_clusters: Option<Store<MemberCluster>>,
     /// Since when each (DSO, member) has been in its phase.
     phases: Mutex<MemberPhases>,
     /// The DSO status this process wrote last, by owner.
@@ -208,6 +212,8 @@ impl Context {
             scaled_objects: scaled_object_resource(),
             dsos,
             dsjs: None,
+            member_clusters: None,
+            child_scaled_objects: None,
             phases: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
@@ -230,6 +236,30 @@ impl Context {
     /// Every DSJ the DSJ controller knows.
     pub fn dsjs(&self) -> Vec<Arc<DistributedScaledJob>> {
         self.dsjs.as_ref().map(Store::state).unwrap_or_default()
+    }
+
+    /// Every MemberCluster, from the reflector cache once it has listed them (the API is
+    /// read only before that, or without a cache).
+    pub async fn member_clusters(&self) -> Result<Vec<Arc<MemberCluster>>> {
+        if let Some(store) = &self.member_clusters
+            && tokio::time::timeout(API_TIMEOUT, store.wait_until_ready())
+                .await
+                .is_ok_and(|ready| ready.is_ok())
+        {
+            return Ok(store.state());
+        }
+        let list = bounded(
+            "list MemberClusters",
+            Api::<MemberCluster>::all(self.client.clone()).list(&kube::api::ListParams::default()),
+        )
+        .await?;
+        Ok(list.items.into_iter().map(Arc::new).collect())
+    }
+
+    /// The ScaledObject `namespace/name` as last seen by the DSO controller's watch.
+    pub fn cached_scaled_object(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let key = ObjectRef::new_with(name, scaled_object_resource()).within(namespace);
+        self.child_scaled_objects.as_ref()?.get(&key)
     }
 
     /// The phase `member` was last seen in for `owner`, and since when.
@@ -359,6 +389,20 @@ async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
         .map_err(|e| Error::KubeConfig(e.to_string()))
 }
 
+/// What a DSO is planned from, of the object itself: its spec (through the generation,
+/// which `/scale` moves too), annotations (pause), finalizers and deletion. Not its status.
+fn planned_from(dso: &DistributedScaledObject) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &dso.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.uid.hash(&mut hasher);
+    meta.generation.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// The other DSOs whose workload has the same kind and name as `changed`'s (a superset of
 /// those that target the same workload in some member).
 fn sharing_a_target(
@@ -379,14 +423,47 @@ fn sharing_a_target(
         .collect()
 }
 
-/// A stream that yields once per burst of fleet changes.
-fn fleet_changes(rx: watch::Receiver<u64>) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(rx, |mut rx| async move {
+/// A stream of the DSOs to re-plan after fleet changes: once per burst, the DSOs that
+/// involve a changed member (listed in `memberClusters`, every member for an empty list, or
+/// holding desired state there). A report from one member re-plans only its DSOs.
+fn fleet_changes(
+    fleet: Arc<Fleet>,
+    store: Store<DistributedScaledObject>,
+) -> impl futures::Stream<Item = ObjectRef<DistributedScaledObject>> + Send + 'static {
+    let rx = fleet.subscribe();
+    futures::stream::unfold((rx, fleet, store), |(mut rx, fleet, store)| async move {
         rx.changed().await.ok()?;
         tokio::time::sleep(FLEET_THROTTLE).await;
         rx.borrow_and_update();
-        Some(((), rx))
+        let changed = fleet.take_changed();
+        let involved = involving(&store.state(), &changed, &fleet.owners_on(&changed));
+        Some((futures::stream::iter(involved), (rx, fleet, store)))
     })
+    .flatten()
+}
+
+/// The DSOs of `all` that involve one of `changed` members; `holding`: owners with desired
+/// state on one of them.
+fn involving(
+    all: &[Arc<DistributedScaledObject>],
+    changed: &BTreeSet<String>,
+    holding: &BTreeSet<String>,
+) -> Vec<ObjectRef<DistributedScaledObject>> {
+    if changed.is_empty() {
+        return Vec::new();
+    }
+    all.iter()
+        .filter(|d| {
+            let listed = &d.spec.member_clusters;
+            listed.is_empty()
+                || listed.iter().any(|m| changed.contains(&m.name))
+                || holding.contains(&dso::owner_key(
+                    d.metadata.namespace.as_deref().unwrap_or_default(),
+                    d.metadata.name.as_deref().unwrap_or_default(),
+                ))
+        })
+        .map(|d| ObjectRef::from_obj(d.as_ref()))
+        .collect()
 }
 
 /// A client of the hub cluster. Without a reachable configuration it retries with backoff
@@ -418,11 +495,26 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let dsos = Api::<DistributedScaledObject>::all(client.clone());
-    let dso_controller = Controller::new(dsos.clone(), watcher::Config::default()).owns_with(
+    // A DSO's own status writes change nothing it plans from: they do not trigger it again.
+    let (dso_store, dso_writer) = reflector::store();
+    let dso_changes = watcher::watcher(dsos.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(dso_writer)
+        .applied_objects()
+        .predicate_filter(planned_from, PredicateConfig::default());
+    // The child ScaledObjects through a cache too: one that is already as planned is not
+    // applied again, and one changed or deleted by someone else triggers its DSO.
+    let so_writer = reflector::store::Writer::new(scaled_object_resource());
+    let scaled_objects = so_writer.as_reader();
+    let so_changes = watcher::watcher(
         Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
-        scaled_object_resource(),
         watcher::Config::default(),
-    );
+    )
+    .default_backoff()
+    .reflect(so_writer)
+    .touched_objects();
+    let dso_controller = Controller::for_stream(dso_changes, dso_store)
+        .owns_stream_with(so_changes, scaled_object_resource());
     let store = config.dso.then(|| dso_controller.store());
     let dsj_controller = config.dsj.then(|| {
         Controller::new(
@@ -437,6 +529,31 @@ pub async fn run(
     });
     let mut ctx = Context::new(client.clone(), fleet.clone(), metrics, store.clone());
     ctx.dsjs = dsj_controller.as_ref().map(Controller::store);
+    ctx.child_scaled_objects = Some(scaled_objects);
+    // One cache of MemberClusters for every controller: nothing lists them per reconcile.
+    let (member_clusters, writer) = reflector::store();
+    ctx.member_clusters = Some(member_clusters);
+    let cache = reflector::reflector(
+        writer,
+        watcher::watcher(
+            Api::<MemberCluster>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|event| {
+        if let Err(error) = event {
+            warn!(%error, "watching MemberClusters failed; the cache keeps the last list");
+        }
+        futures::future::ready(())
+    });
+    let cache_stop = shutdown.clone();
+    let cache = tokio::spawn(async move {
+        tokio::select! {
+            _ = cache_stop.cancelled() => {}
+            _ = cache => {}
+        }
+    });
     let ctx = Arc::new(ctx);
     let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
     let dso_run = async {
@@ -450,7 +567,7 @@ pub async fn run(
         info!("DistributedScaledObject controller started");
         let stop = shutdown.clone();
         controller
-            .reconcile_all_on(fleet_changes(fleet.subscribe()))
+            .reconcile_on(fleet_changes(fleet.clone(), store))
             .graceful_shutdown_on(async move { stop.cancelled().await })
             .run(dso::reconcile, dso::error_policy, ctx.clone())
             .for_each(|_| futures::future::ready(()))
@@ -477,5 +594,79 @@ pub async fn run(
     }
     if shutdown.is_cancelled() {
         let _ = members.await;
+    }
+    cache.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dso(name: &str, members: &[&str]) -> Arc<DistributedScaledObject> {
+        let members: Vec<_> = members
+            .iter()
+            .map(|m| serde_json::json!({"name": m}))
+            .collect();
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+                "metadata": {"name": name, "namespace": "team"},
+                "spec": {"memberClusters": members, "scaledObjectSpec": {
+                    "scaleTargetRef": {"name": name}, "triggers": []}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn names(refs: Vec<ObjectRef<DistributedScaledObject>>) -> Vec<String> {
+        refs.into_iter().map(|r| r.name).collect()
+    }
+
+    #[test]
+    fn a_status_write_does_not_re_plan_a_dso_but_spec_and_pause_do() {
+        let before = dso("a", &["m1"]);
+        let mut status_only = (*before).clone();
+        status_only.status = Some(Default::default());
+        status_only.metadata.resource_version = Some("2".into());
+        assert_eq!(planned_from(&before), planned_from(&status_only));
+        let mut scaled = (*before).clone();
+        scaled.metadata.generation = Some(2);
+        assert_ne!(planned_from(&before), planned_from(&scaled));
+        let mut paused = (*before).clone();
+        paused.metadata.annotations = Some(BTreeMap::from([(
+            "autoscaling.keda.sh/paused".to_owned(),
+            "true".to_owned(),
+        )]));
+        assert_ne!(planned_from(&before), planned_from(&paused));
+        let mut deleted = (*before).clone();
+        deleted.metadata.deletion_timestamp = Some(kedge_core::time::to_time(SystemTime::now()));
+        assert_ne!(planned_from(&before), planned_from(&deleted));
+    }
+
+    #[test]
+    fn a_member_change_re_plans_only_the_dsos_involving_it() {
+        let all = [
+            dso("a", &["m1", "m2"]),
+            dso("b", &["m3"]),
+            dso("everywhere", &[]),
+            dso("moved-away", &["m4"]),
+        ];
+        let changed = |m: &[&str]| m.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+        let nobody = BTreeSet::new();
+        assert_eq!(
+            names(involving(&all, &changed(&["m2"]), &nobody)),
+            ["a", "everywhere"]
+        );
+        assert_eq!(
+            names(involving(&all, &changed(&["m3", "m9"]), &nobody)),
+            ["b", "everywhere"]
+        );
+        // A member no longer listed that still holds a DSO's commands re-plans that DSO.
+        let holding = BTreeSet::from(["team/moved-away".to_owned()]);
+        assert_eq!(
+            names(involving(&all, &changed(&["m1"]), &holding)),
+            ["a", "everywhere", "moved-away"]
+        );
+        assert!(involving(&all, &BTreeSet::new(), &holding).is_empty());
     }
 }
