@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency charts
+.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet charts
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
@@ -52,6 +52,13 @@ charts: helm-env
 bench-latency:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-sim --bench scale_latency
+
+## One hub and many virtual agents (real QUIC, mTLS and protocol, in one process): connect
+## time, hub memory per member, /scale fan-out latency (README "Fleet scale").
+## FLEET_BENCH_MEMBERS=100,1000,10000 sets the member counts.
+bench-fleet:
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) bench -p kedge-sim --bench fleet_scale
 
 ## Queue change to Jobs running in the members, end to end (docs/dsj.md "Latency").
 bench-dsj-latency:

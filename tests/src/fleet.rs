@@ -414,7 +414,7 @@ pub const AGENT_NAMESPACE: &str = "kedge-system";
 
 /// What installing the hub chart puts in the hub cluster: the CRDs (with KEDA's
 /// ScaledObject) and the hub's namespace.
-async fn install_crds(client: kube::Client) -> Result<()> {
+pub async fn install_crds(client: kube::Client) -> Result<()> {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": HUB_NAMESPACE}}))

@@ -1,0 +1,757 @@
+//! One hub, many members, measured at the hub: the real release `kedge-hub` (file-mode
+//! certificates, its controllers on a simulated hub cluster) and N *virtual agents* in this
+//! process. Each virtual agent is a real session: its own QUIC connection on loopback with
+//! mutual TLS and its own client certificate from the bench's CA, the real protocol (Hello,
+//! heartbeats, a full report of one Deployment and the cluster's capacity, an Ack and a
+//! report for every desired state). They keep replica counts in memory instead of a member
+//! cluster, so that thousands fit on one machine and the figures are the hub's, not the
+//! scheduling of thousands of agent processes.
+//!
+//! For each member count of `FLEET_BENCH_MEMBERS` (default `100,1000`):
+//! - time until every virtual agent has been welcomed;
+//! - the hub's RSS before any member and with every member connected (bytes per member);
+//! - fan-out: one DistributedScaledObject over every member (weight 1); `FLEET_BENCH_ROUNDS`
+//!   (default 10) changes of its `/scale` between N and 2N replicas; for each change, the
+//!   time from the `/scale` write on the hub until each virtual agent holds its new count
+//!   (1 or 2): p50 / p95 / p99 / max over every (round, member);
+//! - the hub's RSS and CPU with the DSO at rest;
+//! - a reconnect storm: the hub is stopped with SIGTERM (as a rollout stops it) and a new
+//!   one started on the same address; the time until every virtual agent has a new session
+//!   and has been sent its desired state again, the new hub's peak RSS and CPU meanwhile, and
+//!   how many replica counts changed (the bench fails unless none).
+//!
+//! `cargo bench -p kedge-sim --bench fleet_scale` (build the binaries first: `cargo build
+//! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
+//! Markdown table.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{env_or, machine, memory, millicores};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kedge_core::crd::{DistributedScaledObject, MemberCluster};
+use kedge_net::pki::{CertificateAuthority, Validity};
+use kedge_net::tls::{TlsMaterial, TransportTuning, client_config};
+use kedge_protocol::*;
+use kedge_sim::fleet::{HUB_CLUSTER, HUB_NAMESPACE, install_crds};
+use kedge_sim::{Sim, SimConfig};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+const NS: &str = "default";
+const WORKLOAD: &str = "app";
+/// Heartbeat the hub asks for: the chart's default.
+const HEARTBEAT: &str = "5s";
+/// Longest any one step may take before the bench fails.
+const STEP_LIMIT: Duration = Duration::from_secs(300);
+/// Handshakes in flight at once (the hub's per-source budget is raised to match).
+const CONNECTING: usize = 64;
+/// The agent's reconnect backoff (`--reconnect-initial`, `--reconnect-max` defaults).
+const RECONNECT_INITIAL: Duration = Duration::from_millis(500);
+const RECONNECT_MAX: Duration = Duration::from_secs(30);
+/// The agent's TLS handshake timeout with a single hub address.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every virtual agent has been told, shared with the bench.
+#[derive(Default)]
+struct Fleet {
+    welcomed: AtomicUsize,
+    /// Per member: the replica count it holds, and when it was told.
+    held: Vec<Mutex<(i32, Option<Instant>)>>,
+    /// Per member: sessions established, and the last session in which the hub sent a
+    /// desired state (re-synced).
+    sessions: Vec<AtomicUsize>,
+    synced: Vec<AtomicUsize>,
+    /// Sessions that ended (the hub closed them): 0 until the bench restarts the hub.
+    ended: AtomicUsize,
+    /// Handshakes or sessions that failed and were retried.
+    retries: AtomicUsize,
+    /// While set, a desired state with another count than the member holds is an error.
+    frozen: AtomicBool,
+    /// Desired states that changed a count while frozen.
+    wrong: AtomicUsize,
+}
+
+fn workload() -> WorkloadRef {
+    WorkloadRef {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: NS.into(),
+        name: WORKLOAD.into(),
+    }
+}
+
+fn status(replicas: i32) -> WorkloadStatus {
+    WorkloadStatus {
+        exists: true,
+        spec_replicas: replicas,
+        ready_replicas: replicas,
+        available_replicas: replicas,
+        pod_cpu_millis: 10,
+        pod_memory_bytes: 16 << 20,
+        ..WorkloadStatus::absent(workload())
+    }
+}
+
+/// Room for far more than the bench asks of a member.
+fn capacity() -> ClusterCapacity {
+    ClusterCapacity {
+        nodes: 3,
+        ready_nodes: 3,
+        allocatable_cpu_millis: 24_000,
+        allocatable_memory_bytes: 96 << 30,
+        requested_cpu_millis: 0,
+        requested_memory_bytes: 0,
+    }
+}
+
+/// One virtual agent: as the agent does, connects (a failed handshake or a lost session is
+/// retried after a jittered backoff, counted), says Hello, reports everything, and follows
+/// desired state; again after the hub goes away.
+async fn virtual_agent(
+    endpoint: quinn::Endpoint,
+    config: quinn::ClientConfig,
+    hub: SocketAddr,
+    index: usize,
+    fleet: Arc<Fleet>,
+    connecting: Arc<Semaphore>,
+) {
+    let mut backoff = RECONNECT_INITIAL;
+    let mut last_applied = 0;
+    loop {
+        let permit = connecting.clone().acquire_owned().await.unwrap();
+        let (connection, control, welcome) =
+            match session(&endpoint, &config, hub, last_applied).await {
+                Ok(established) => established,
+                Err(why) => {
+                    drop(permit);
+                    fleet.retries.fetch_add(1, Ordering::AcqRel);
+                    if fleet.retries.load(Ordering::Acquire) <= 5 {
+                        eprintln!("member {index}: {why}; retrying");
+                    }
+                    tokio::time::sleep(backoff + rand_jitter(index, backoff)).await;
+                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                    continue;
+                }
+            };
+        drop(permit);
+        backoff = RECONNECT_INITIAL;
+        let number = fleet.sessions[index].fetch_add(1, Ordering::AcqRel) + 1;
+        if number == 1 {
+            fleet.welcomed.fetch_add(1, Ordering::AcqRel);
+        }
+        last_applied = follow(connection, control, welcome, index, number, &fleet).await;
+        fleet.ended.fetch_add(1, Ordering::AcqRel);
+        tokio::time::sleep(rand_jitter(index, RECONNECT_INITIAL)).await;
+    }
+}
+
+/// One session: heartbeats, a full report, then acks and reports for every desired state;
+/// returns the last revision applied when the session ends.
+async fn follow(
+    connection: quinn::Connection,
+    mut control: Control,
+    welcome: Welcome,
+    index: usize,
+    session: usize,
+    fleet: &Fleet,
+) -> u64 {
+    let mut applied = 0;
+    // Heartbeats on their own stream; no answer for three intervals ends the session.
+    let Ok((send, recv)) = connection.open_bi().await else {
+        return applied;
+    };
+    let interval = Duration::from_millis(welcome.heartbeat_interval_ms);
+    let beating = connection.clone();
+    let heartbeats = tokio::spawn(async move {
+        let mut beats: FramedStream<
+            quinn::RecvStream,
+            quinn::SendStream,
+            HubMessage,
+            AgentMessage,
+        > = FramedStream::new(recv, send);
+        let mut tick = tokio::time::interval(interval);
+        for seq in 1.. {
+            tick.tick().await;
+            let beat = Heartbeat {
+                seq,
+                sent_unix_ms: unix_ms(std::time::SystemTime::now()),
+            };
+            if beats.send(&AgentMessage::Heartbeat(beat)).await.is_err() {
+                break;
+            }
+            let answer = tokio::time::timeout(interval * 3, beats.recv()).await;
+            if !matches!(answer, Ok(Ok(Some(HubMessage::HeartbeatAck(_))))) {
+                break;
+            }
+        }
+        beating.close(0u32.into(), b"no heartbeat answer");
+    });
+    let held = fleet.held[index].lock().unwrap().0;
+    let full = StatusReport {
+        full: true,
+        workloads: vec![status(held)],
+        capacity: Some(capacity()),
+        ..Default::default()
+    };
+    if control.send(&AgentMessage::Report(full)).await.is_ok() {
+        while let Ok(Some(message)) = control.recv().await {
+            let HubMessage::DesiredState(state) = message else {
+                continue;
+            };
+            fleet.synced[index].store(session, Ordering::Release);
+            let replicas = state
+                .workloads
+                .iter()
+                .find(|w| w.workload.name == WORKLOAD)
+                .and_then(|w| w.replicas);
+            if let Some(replicas) = replicas {
+                let mut held = fleet.held[index].lock().unwrap();
+                if held.0 != replicas {
+                    if fleet.frozen.load(Ordering::Acquire) {
+                        fleet.wrong.fetch_add(1, Ordering::AcqRel);
+                    }
+                    *held = (replicas, Some(Instant::now()));
+                }
+            }
+            applied = state.revision;
+            let ack = Ack {
+                revision: state.revision,
+                results: Vec::new(),
+            };
+            if control.send(&AgentMessage::Ack(ack)).await.is_err() {
+                break;
+            }
+            if let Some(replicas) = replicas {
+                let report = StatusReport {
+                    workloads: vec![status(replicas)],
+                    ..Default::default()
+                };
+                if control.send(&AgentMessage::Report(report)).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    heartbeats.abort();
+    connection.close(0u32.into(), b"session over");
+    applied
+}
+
+type Control = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
+
+/// A handshake, Hello and Welcome; why not, as text.
+async fn session(
+    endpoint: &quinn::Endpoint,
+    config: &quinn::ClientConfig,
+    hub: SocketAddr,
+    last_applied_revision: u64,
+) -> Result<(quinn::Connection, Control, Welcome), String> {
+    let connecting = endpoint
+        .connect_with(config.clone(), hub, "localhost")
+        .map_err(|e| format!("connect: {e}"))?;
+    let connection = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting)
+        .await
+        .map_err(|_| format!("handshake: no answer in {HANDSHAKE_TIMEOUT:?}"))?
+        .map_err(|e| format!("handshake: {e}"))?;
+    let (send, recv) = connection
+        .open_bi()
+        .await
+        .map_err(|e| format!("control stream: {e}"))?;
+    let mut control: Control = FramedStream::new(recv, send);
+    control
+        .send(&AgentMessage::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_version: "virtual".into(),
+            kubernetes_version: "v1.33.0-virtual".into(),
+            last_applied_revision,
+            namespaces: vec![NS.into()],
+        }))
+        .await
+        .map_err(|e| format!("Hello: {e}"))?;
+    match control.recv().await {
+        Ok(Some(HubMessage::Welcome(w))) => Ok((connection, control, w)),
+        other => Err(format!("expected Welcome, got {other:?}")),
+    }
+}
+
+/// Up to half of `backoff`, spread over members (no two retry in step).
+fn rand_jitter(index: usize, backoff: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    let spread = (index as u64)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(nanos);
+    backoff.mul_f64((spread % 1000) as f64 / 2000.0)
+}
+
+fn free_port_udp() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn free_port_tcp() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn bin_dir() -> std::path::PathBuf {
+    let mut dir = std::env::current_exe().unwrap();
+    dir.pop();
+    // Benches run from target/<profile>/deps; the binaries are one level up.
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// Starts the release hub in file-certificate mode, able to hold `members` sessions.
+fn start_hub(dir: &Path, log: &str, members: usize, quic: u16, ops: u16) -> tokio::process::Child {
+    let log = std::fs::File::create(dir.join(log)).unwrap();
+    let limit = (members + 64).to_string();
+    // KEDGE_HUB_BIN: another build of the hub (`--profile profiling` keeps symbols for perf).
+    let bin =
+        std::env::var_os("KEDGE_HUB_BIN").map_or_else(|| bin_dir().join("kedge-hub"), Into::into);
+    tokio::process::Command::new(bin)
+        .args(["--listen", &format!("127.0.0.1:{quic}")])
+        .args(["--ops-listen", &format!("127.0.0.1:{ops}")])
+        .args(["--namespace", HUB_NAMESPACE])
+        .args(["--heartbeat-interval", HEARTBEAT])
+        .args(["--max-connections", &limit])
+        .args(["--max-handshakes", &(CONNECTING * 2).to_string()])
+        .args(["--max-handshakes-per-source", &(CONNECTING * 2).to_string()])
+        .arg("--tls-cert")
+        .arg(dir.join("hub.pem"))
+        .arg("--tls-key")
+        .arg(dir.join("hub-key.pem"))
+        .arg("--tls-ca")
+        .arg(dir.join("ca.pem"))
+        .arg("--kubeconfig")
+        .arg(dir.join(format!("{HUB_CLUSTER}.kubeconfig")))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cannot start kedge-hub: build the release binaries first")
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < STEP_LIMIT,
+            "{what}: not after {STEP_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+/// What one member count measured.
+struct Row {
+    members: usize,
+    connected: Duration,
+    rss_empty: u64,
+    rss_connected: u64,
+    rss_rest: u64,
+    cpu_rest: u64,
+    samples: Vec<Duration>,
+    ended: usize,
+    retries: usize,
+    /// DSO reconciliations over the run: how many, mean duration.
+    reconciles: (u64, Duration),
+    storm: Storm,
+}
+
+/// The hub restarted under every member.
+struct Storm {
+    /// SIGTERM until the old hub exited.
+    stop: Duration,
+    /// New hub started until every agent has a new session, and its desired state.
+    reconnected: Duration,
+    resynced: Duration,
+    /// Connection attempts that failed meanwhile (and were retried after a backoff).
+    retries: usize,
+    /// The new hub's peak RSS and CPU time until then.
+    peak_rss: u64,
+    cpu: Duration,
+    /// Desired states that changed a replica count meanwhile (must be 0).
+    wrong: usize,
+}
+
+async fn measure(members: usize, rounds: usize) -> Row {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        &[HUB_CLUSTER.to_owned()],
+        SimConfig::default(),
+        Some(dir.path()),
+    )
+    .await
+    .unwrap();
+    let hub_client = sim.cluster(HUB_CLUSTER).unwrap().client().unwrap();
+    install_crds(hub_client.clone()).await.unwrap();
+
+    // The bench's CA, the hub's certificate and one client certificate per member.
+    let validity = Validity::issued(time::OffsetDateTime::now_utc(), time::Duration::days(1));
+    let ca = CertificateAuthority::generate("kedge fleet bench CA", validity).unwrap();
+    let server = ca.issue_server(&["localhost".into()], validity).unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca.cert_pem()).unwrap();
+    std::fs::write(dir.path().join("hub.pem"), &server.cert_pem).unwrap();
+    std::fs::write(dir.path().join("hub-key.pem"), &server.key_pem).unwrap();
+    let setup = Instant::now();
+    let names: Vec<String> = (1..=members).map(|i| format!("member-{i}")).collect();
+    let mut configs = Vec::with_capacity(members);
+    for name in &names {
+        let cert = ca.issue_member(name, validity).unwrap();
+        let material = TlsMaterial::from_pem(&cert.cert_pem, &cert.key_pem, ca.cert_pem()).unwrap();
+        configs.push(client_config(material, TransportTuning::default(), ALPN).unwrap());
+    }
+    eprintln!("{members} members: certificates in {:.1?}", setup.elapsed());
+    // Only members with a MemberCluster get a session.
+    let member_clusters: Api<MemberCluster> = Api::all(hub_client.clone());
+    for name in &names {
+        let mc: MemberCluster = serde_json::from_value(json!({
+            "apiVersion": "kedge.dev/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": name}, "spec": {}
+        }))
+        .unwrap();
+        member_clusters
+            .create(&PostParams::default(), &mc)
+            .await
+            .unwrap();
+    }
+
+    eprintln!(
+        "{members} members: MemberClusters in {:.1?}",
+        setup.elapsed()
+    );
+    let (quic, ops) = (free_port_udp(), free_port_tcp());
+    let hub = start_hub(dir.path(), "hub.log", members, quic, ops);
+    let pid = hub.id().unwrap();
+    // Ready once its controllers have synced (it then holds its Lease).
+    let ready = format!("http://127.0.0.1:{ops}/readyz");
+    wait_until_ready(&ready).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_empty = memory(pid).rss;
+
+    let fleet = Arc::new(Fleet {
+        held: (0..members).map(|_| Mutex::new((0, None))).collect(),
+        sessions: (0..members).map(|_| AtomicUsize::new(0)).collect(),
+        synced: (0..members).map(|_| AtomicUsize::new(0)).collect(),
+        ..Fleet::default()
+    });
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let connecting = Arc::new(Semaphore::new(CONNECTING));
+    let hub_addr: SocketAddr = format!("127.0.0.1:{quic}").parse().unwrap();
+    let started = Instant::now();
+    let mut agents = Vec::with_capacity(members);
+    for (index, config) in configs.into_iter().enumerate() {
+        agents.push(tokio::spawn(virtual_agent(
+            endpoint.clone(),
+            config,
+            hub_addr,
+            index,
+            fleet.clone(),
+            connecting.clone(),
+        )));
+    }
+    wait_until("every virtual agent welcomed", || {
+        fleet.welcomed.load(Ordering::Acquire) == members
+    })
+    .await;
+    let connected = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_connected = memory(pid).rss;
+
+    // One DSO over every member; KEDA polls once (total 1), the bench sets the rest.
+    let metric: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "bench-metric", "namespace": NS}, "data": {"value": "5"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(hub_client.clone(), NS)
+        .create(&PostParams::default(), &metric)
+        .await
+        .unwrap();
+    let member_list: Vec<_> = names
+        .iter()
+        .map(|m| json!({"name": m, "weight": 1}))
+        .collect();
+    let dso: DistributedScaledObject = serde_json::from_value(json!({
+        "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+        "metadata": {"name": WORKLOAD, "namespace": NS},
+        "spec": {"memberClusters": member_list, "scaledObjectSpec": {
+            "scaleTargetRef": {"kind": "Deployment", "name": WORKLOAD},
+            "pollingInterval": 3600, "minReplicaCount": 1, "maxReplicaCount": 100000,
+            "triggers": [{"type": "kubernetes-resource", "metadata": {
+                "resourceKind": "ConfigMap", "resourceName": "bench-metric",
+                "key": "value", "targetValue": "5"}}]}}
+    }))
+    .unwrap();
+    let dsos: Api<DistributedScaledObject> = Api::namespaced(hub_client, NS);
+    dsos.create(&PostParams::default(), &dso).await.unwrap();
+    let total = |f: &Fleet| -> i32 { f.held.iter().map(|h| h.lock().unwrap().0).sum() };
+    wait_until("KEDA's first total (1) held by the members", || {
+        total(&fleet) == 1
+    })
+    .await;
+
+    let mut samples = Vec::with_capacity(rounds * members);
+    for round in 0..rounds {
+        let per_member = 1 + (round % 2) as i32;
+        let target = per_member * members as i32;
+        let written = Instant::now();
+        dsos.patch_scale(
+            WORKLOAD,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": target}})),
+        )
+        .await
+        .unwrap();
+        wait_until(
+            &format!("round {round}: every member holds {per_member}"),
+            || fleet.held.iter().all(|h| h.lock().unwrap().0 == per_member),
+        )
+        .await;
+        for h in &fleet.held {
+            let told = h.lock().unwrap().1.expect("told");
+            samples.push(told.saturating_duration_since(written));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_rest = memory(pid).rss;
+    let cpu_rest = millicores(pid, Duration::from_secs(10)).await;
+    let reconciles = dso_reconciles(ops).await;
+    let ended = fleet.ended.load(Ordering::Acquire);
+    let retries = fleet.retries.load(Ordering::Acquire);
+
+    // Reconnect storm: the hub is stopped as a rollout stops it (SIGTERM) and a new one
+    // starts on the same address; every agent reconnects and must be sent its state again
+    // with no replica count changed.
+    fleet.frozen.store(true, Ordering::Release);
+    let before: Vec<usize> = fleet
+        .sessions
+        .iter()
+        .map(|s| s.load(Ordering::Acquire))
+        .collect();
+    let stopped = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let mut hub = hub;
+    tokio::time::timeout(STEP_LIMIT, hub.wait())
+        .await
+        .expect("the hub did not stop on SIGTERM")
+        .unwrap();
+    let stop_took = stopped.elapsed();
+    let started_again = Instant::now();
+    let hub = start_hub(dir.path(), "hub-restarted.log", members, quic, ops);
+    let new_pid = hub.id().unwrap();
+    let mut peak_rss = 0;
+    let retries_before = fleet.retries.load(Ordering::Acquire);
+    let mut reconnected = None;
+    let resynced = |f: &Fleet| {
+        (0..members).all(|i| {
+            let sessions = f.sessions[i].load(Ordering::Acquire);
+            sessions > before[i] && f.synced[i].load(Ordering::Acquire) == sessions
+        })
+    };
+    while !resynced(&fleet) {
+        assert!(
+            started_again.elapsed() < STEP_LIMIT,
+            "reconnect storm: not every agent re-synced after {STEP_LIMIT:?}"
+        );
+        peak_rss = peak_rss.max(memory(new_pid).rss);
+        if reconnected.is_none()
+            && (0..members).all(|i| fleet.sessions[i].load(Ordering::Acquire) > before[i])
+        {
+            reconnected = Some(started_again.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let storm = Storm {
+        stop: stop_took,
+        resynced: started_again.elapsed(),
+        reconnected: reconnected.unwrap_or_else(|| started_again.elapsed()),
+        retries: fleet.retries.load(Ordering::Acquire) - retries_before,
+        peak_rss: peak_rss.max(memory(new_pid).rss),
+        cpu: common::cpu_time(new_pid),
+        wrong: fleet.wrong.load(Ordering::Acquire),
+    };
+
+    drop(hub);
+    for agent in agents {
+        agent.abort();
+    }
+    endpoint.close(0u32.into(), b"bench done");
+    sim.shutdown().await;
+    if std::env::var_os("FLEET_BENCH_KEEP").is_some() {
+        eprintln!(
+            "{members} members: hub logs kept in {}",
+            dir.keep().display()
+        );
+    }
+    Row {
+        members,
+        connected,
+        rss_empty,
+        rss_connected,
+        rss_rest,
+        cpu_rest,
+        samples,
+        ended,
+        retries,
+        reconciles,
+        storm,
+    }
+}
+
+/// The body of a GET that answered 2xx.
+async fn http_get(url: &str) -> Option<String> {
+    use http_body_util::BodyExt;
+    let uri: hyper::Uri = url.parse().ok()?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<hyper::body::Bytes>>();
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(uri))
+        .await
+        .ok()?
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    Some(String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn wait_until_ready(url: &str) {
+    let start = Instant::now();
+    while http_get(url).await.is_none() {
+        assert!(start.elapsed() < STEP_LIMIT, "the hub never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The hub's DSO reconciliations so far: how many, and their mean duration.
+async fn dso_reconciles(ops: u16) -> (u64, Duration) {
+    let metrics = http_get(&format!("http://127.0.0.1:{ops}/metrics"))
+        .await
+        .expect("the hub's /metrics");
+    let value = |suffix: &str| {
+        let prefix = format!(
+            r#"kedge_hub_reconcile_duration_seconds_{suffix}{{controller="distributedscaledobject"}} "#
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let (count, sum) = (value("count"), value("sum"));
+    let mean = if count > 0.0 { sum / count } else { 0.0 };
+    (count as u64, Duration::from_secs_f64(mean))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let counts: Vec<usize> = std::env::var("FLEET_BENCH_MEMBERS")
+        .unwrap_or_else(|_| "100,1000".into())
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("FLEET_BENCH_MEMBERS: {c:?} is not a count"))
+        })
+        .collect();
+    let rounds: usize = env_or("FLEET_BENCH_ROUNDS", 10);
+    println!(
+        "| members | all welcomed (retries) | hub RSS empty → connected (per member) | with the DSO at rest | CPU at rest | /scale → every member told: p50 | p95 | p99 | max | DSO reconciles (mean) | sessions lost |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut rows = Vec::new();
+    for &members in &counts {
+        let mut r = measure(members, rounds).await;
+        print_row(&mut r);
+        rows.push(r);
+    }
+    println!();
+    println!(
+        "| members | hub restart: SIGTERM → exited | new hub → every agent reconnected (failed attempts) | → every agent re-synced | peak RSS | CPU (mean) | replica counts changed |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let s = &r.storm;
+        println!(
+            "| {} | {:.2} s | {:.2} s ({}) | {:.2} s | {:.1} MiB | {:.2} s ({}m) | {} |",
+            r.members,
+            s.stop.as_secs_f64(),
+            s.reconnected.as_secs_f64(),
+            s.retries,
+            s.resynced.as_secs_f64(),
+            s.peak_rss as f64 / 1024.0,
+            s.cpu.as_secs_f64(),
+            (s.cpu.as_secs_f64() * 1000.0 / s.resynced.as_secs_f64().max(0.001)) as u64,
+            s.wrong,
+        );
+    }
+    println!();
+    println!(
+        "Machine: {}; {rounds} rounds; heartbeat {HEARTBEAT}; virtual agents in the bench's process.",
+        machine()
+    );
+    for r in &rows {
+        assert_eq!(r.ended, 0, "{} members: the hub closed sessions", r.members);
+        assert_eq!(
+            r.storm.wrong, 0,
+            "{} members: a hub restart changed replica counts",
+            r.members
+        );
+    }
+}
+
+fn print_row(r: &mut Row) {
+    let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+    r.samples.sort();
+    let pct = |p: f64| {
+        r.samples
+            .get(((r.samples.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "| {} | {:.1} s ({}) | {} → {} ({:.1} KiB) | {} | {}m | {} | {} | {} | {} | {} ({}) | {} |",
+        r.members,
+        r.connected.as_secs_f64(),
+        r.retries,
+        mib(r.rss_empty),
+        mib(r.rss_connected),
+        r.rss_connected.saturating_sub(r.rss_empty) as f64 / r.members as f64,
+        mib(r.rss_rest),
+        r.cpu_rest,
+        ms(pct(0.5)),
+        ms(pct(0.95)),
+        ms(pct(0.99)),
+        ms(pct(1.0)),
+        r.reconciles.0,
+        ms(r.reconciles.1),
+        r.ended,
+    );
+}
