@@ -671,15 +671,7 @@ async fn dso_reconciles(ops: u16) -> (u64, Duration) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let counts: Vec<usize> = std::env::var("FLEET_BENCH_MEMBERS")
-        .unwrap_or_else(|_| "100,1000".into())
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("FLEET_BENCH_MEMBERS: {c:?} is not a count"))
-        })
-        .collect();
+    let counts = common::counts("FLEET_BENCH_MEMBERS", "100,1000");
     let rounds: usize = env_or("FLEET_BENCH_ROUNDS", 10);
     println!(
         "| members | all welcomed (retries) | hub RSS empty → connected (per member) | with the DSO at rest | CPU at rest | /scale → every member told: p50 | p95 | p99 | max | DSO reconciles (mean) | sessions lost |"

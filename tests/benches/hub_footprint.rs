@@ -221,15 +221,7 @@ async fn measure(members: usize, dsos: usize, rounds: usize, window: Duration) -
 #[tokio::main]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let counts: Vec<usize> = std::env::var("HUB_BENCH_MEMBERS")
-        .unwrap_or_else(|_| "0,100".into())
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("HUB_BENCH_MEMBERS: {c:?} is not a count"))
-        })
-        .collect();
+    let counts = common::counts("HUB_BENCH_MEMBERS", "0,100");
     let dsos: usize = env_or("HUB_BENCH_DSOS", 10);
     let rounds: usize = env_or("HUB_BENCH_ROUNDS", 10);
     let window = Duration::from_secs(env_or("HUB_BENCH_WINDOW_SECONDS", 10));

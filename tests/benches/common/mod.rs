@@ -93,3 +93,16 @@ pub(crate) fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{model}, {cores} cores, {}", std::env::consts::ARCH)
 }
+
+/// The comma-separated counts in `$name`, or `default`; a bad entry stops the bench.
+pub(crate) fn counts(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {c:?} is not a count"))
+        })
+        .collect()
+}
