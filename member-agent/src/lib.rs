@@ -224,6 +224,8 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         .build();
     let mut rotation = Rotation::new(hubs.len());
     let mut endpoint: Option<quinn::Endpoint> = None;
+    // Dials that failed in a row: the handshake timeout grows with them.
+    let mut failed_dials: u32 = 0;
     loop {
         let hub = &hubs[rotation.current()];
         let client_config = match (&files_config, &managed) {
@@ -244,6 +246,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             hub: hub.clone(),
             server_name: args.server_name(hub),
             alternatives: hubs.len() > 1,
+            failed_before: failed_dials,
         };
         let attempt = session::connect_and_serve(
             &dial,
@@ -265,8 +268,10 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             }) => {
                 warn!(%hub, %reason, "session with the hub lost; reconnecting");
                 if established {
+                    failed_dials = 0;
                     Attempt::SessionEnded
                 } else {
+                    failed_dials = failed_dials.saturating_add(1);
                     Attempt::Failed
                 }
             }
@@ -275,14 +280,18 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
                 message,
             }) => {
                 info!(%hub, %message, "hub unavailable; trying the next address");
+                // It answered: the handshake timeout is not what failed.
+                failed_dials = 0;
                 Attempt::Unavailable
             }
             Err(e @ Error::Refused { .. }) => {
                 warn!(%hub, error = %e, "hub refused the session; will retry");
+                failed_dials = 0;
                 Attempt::Failed
             }
             Err(e) => {
                 warn!(%hub, error = %e, "cannot reach the hub; will retry");
+                failed_dials = failed_dials.saturating_add(1);
                 Attempt::Failed
             }
         };

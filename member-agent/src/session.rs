@@ -26,11 +26,16 @@ type Stream = FramedStream<RecvStream, SendStream, HubMessage, AgentMessage>;
 /// How long the hub may take to complete the handshake or answer `Hello`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long the TLS handshake with one of several hubs may take. A dead hub's UDP port never
-/// answers (QUIC does not see ICMP errors), so this is what a dead address costs before the
-/// next is tried; a live hub completes the handshake in a round trip, and 3s still covers two
-/// retransmissions of a lost first packet.
+/// How long the TLS handshake with one of several hubs, or the first dial after a success,
+/// may take. A dead or restarting hub's UDP port never answers (QUIC does not see ICMP
+/// errors), and QUIC backs off its retransmissions of a lost first packet (1 s, 2 s, 4 s,
+/// ...), so a short first timeout and a new attempt are what bring an agent back quickly
+/// after a hub restart; a live hub completes the handshake in a round trip, and 3 s still
+/// covers two retransmissions of a lost first packet.
 const DIAL_TIMEOUT_WITH_ALTERNATIVES: Duration = Duration::from_secs(3);
+/// With a single hub, the timeout after one failed dial (slow links get more time from then
+/// on, up to [`HANDSHAKE_TIMEOUT`]).
+const DIAL_TIMEOUT_SECOND: Duration = Duration::from_secs(6);
 
 /// The shortest heartbeat interval the agent honours, whatever the hub asks.
 const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(50);
@@ -112,14 +117,18 @@ pub(crate) struct Dial {
     pub(crate) server_name: String,
     /// Whether other addresses could be tried instead (a shorter handshake timeout).
     pub(crate) alternatives: bool,
+    /// Dials that failed in a row before this one.
+    pub(crate) failed_before: u32,
 }
 
 impl Dial {
+    /// 3 s with alternatives; with a single hub 3 s, then 6 s, then 10 s after as many
+    /// failed dials in a row.
     fn handshake_timeout(&self) -> Duration {
-        if self.alternatives {
-            DIAL_TIMEOUT_WITH_ALTERNATIVES
-        } else {
-            HANDSHAKE_TIMEOUT
+        match (self.alternatives, self.failed_before) {
+            (true, _) | (false, 0) => DIAL_TIMEOUT_WITH_ALTERNATIVES,
+            (false, 1) => DIAL_TIMEOUT_SECOND,
+            (false, _) => HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -470,6 +479,30 @@ async fn heartbeat_loop(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_single_hub_gets_a_short_first_dial_and_more_time_after_failures() {
+        let dial = |alternatives, failed_before| {
+            super::Dial {
+                hub: "hub:7443".into(),
+                server_name: "hub".into(),
+                alternatives,
+                failed_before,
+            }
+            .handshake_timeout()
+            .as_secs()
+        };
+        assert_eq!(
+            [
+                dial(false, 0),
+                dial(false, 1),
+                dial(false, 2),
+                dial(false, 9)
+            ],
+            [3, 6, 10, 10]
+        );
+        assert_eq!([dial(true, 0), dial(true, 5)], [3, 3]);
+    }
+
     use super::*;
 
     #[test]

@@ -47,6 +47,19 @@ pub fn decode<M: DeserializeOwned>(payload: &[u8]) -> Result<M> {
 /// frame's header before the body arrives and hides that it is mid-frame: then neither an
 /// oversized announcement can be reported with its size, nor a stream that ends after a
 /// header be told apart from a clean end.
+/// What a stream's read buffer starts with: a heartbeat or an ack fits.
+const INITIAL_READ_BYTES: usize = 256;
+/// A buffer left larger than this by a big frame is given back once it is empty.
+const KEEP_IDLE_BYTES: usize = 16 * 1024;
+
+/// Gives back an empty buffer's memory when a large frame left it bigger than
+/// [`KEEP_IDLE_BYTES`].
+fn shrink_idle(buffer: &mut BytesMut, initial: usize) {
+    if buffer.is_empty() && buffer.capacity() > KEEP_IDLE_BYTES {
+        *buffer = BytesMut::with_capacity(initial);
+    }
+}
+
 #[derive(Debug)]
 struct FrameCodec {
     max: usize,
@@ -128,16 +141,22 @@ where
     /// Frames a stream with a custom frame-size limit (tests use small ones).
     pub fn with_max_frame(reader: R, writer: W, max: usize) -> Self {
         let max = max.min(MAX_FRAME_BYTES);
+        let mut writer = FramedWrite::new(writer, FrameCodec { max });
+        // tokio-util starts each buffer at 8 KiB: 32 KiB per session for two idle streams, on
+        // a hub holding thousands of sessions. They start small and grow with the frames.
+        *writer.write_buffer_mut() = BytesMut::new();
         Self {
-            reader: FramedRead::new(reader, FrameCodec { max }),
-            writer: FramedWrite::new(writer, FrameCodec { max }),
+            reader: FramedRead::with_capacity(reader, FrameCodec { max }, INITIAL_READ_BYTES),
+            writer,
             _messages: PhantomData,
         }
     }
 
     /// Reads the next message; `Ok(None)` when the peer finished the stream cleanly.
     pub async fn recv(&mut self) -> Result<Option<In>> {
-        match self.reader.next().await {
+        let frame = self.reader.next().await;
+        shrink_idle(self.reader.read_buffer_mut(), INITIAL_READ_BYTES);
+        match frame {
             None => Ok(None),
             Some(frame) => decode(&frame?).map(Some),
         }
@@ -146,7 +165,9 @@ where
     /// Encodes and writes one message, flushing it to the transport.
     pub async fn send(&mut self, message: &Out) -> Result<()> {
         let payload = encode(message)?;
-        self.writer.send(payload).await
+        let sent = self.writer.send(payload).await;
+        shrink_idle(self.writer.write_buffer_mut(), 0);
+        sent
     }
 
     /// Finishes the write half (for QUIC: sends FIN) after flushing what was queued.
@@ -163,5 +184,40 @@ where
     /// The read half, e.g. to stop a QUIC stream with an error code.
     pub fn reader_mut(&mut self) -> &mut R {
         self.reader.get_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Pipe = FramedStream<
+        tokio::io::ReadHalf<tokio::io::DuplexStream>,
+        tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        Vec<u8>,
+        Vec<u8>,
+    >;
+
+    fn pipe(stream: tokio::io::DuplexStream) -> Pipe {
+        let (r, w) = tokio::io::split(stream);
+        FramedStream::new(r, w)
+    }
+
+    #[tokio::test]
+    async fn idle_streams_hold_small_buffers_and_give_back_what_a_big_frame_took() {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let (mut a, mut b) = (pipe(a), pipe(b));
+        assert!(a.reader.read_buffer().capacity() <= INITIAL_READ_BYTES);
+        assert_eq!(a.writer.write_buffer().capacity(), 0);
+
+        let big = vec![7u8; 200_000];
+        a.send(&big).await.unwrap();
+        assert!(a.writer.write_buffer().capacity() <= KEEP_IDLE_BYTES);
+        assert_eq!(b.recv().await.unwrap(), Some(big));
+        assert!(b.reader.read_buffer().capacity() <= KEEP_IDLE_BYTES);
+
+        // Small frames keep working after the shrink.
+        a.send(&vec![1, 2, 3]).await.unwrap();
+        assert_eq!(b.recv().await.unwrap(), Some(vec![1, 2, 3]));
     }
 }

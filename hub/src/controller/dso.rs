@@ -237,15 +237,23 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         ctx.publish(dso, kind, event.reason, event.action, event.note)
             .await;
     }
-    if decided.status != observed
-        && let Err(e) = write_status(ctx, &namespace, &name, &decided.status).await
-    {
-        // Shown in `Degraded` once a write goes through again.
-        ctx.record_error(&owner, format!("writing status: {e}"));
-        return Err(e);
+    let mut requeue = decided.requeue;
+    if decided.status != observed {
+        match ctx.status_wait(&owner) {
+            // Written at the next reconciliation, which comes by then.
+            Some(wait) => requeue = requeue.min(wait),
+            None => {
+                if let Err(e) = write_status(ctx, &namespace, &name, &decided.status).await {
+                    // Shown in `Degraded` once a write goes through again.
+                    ctx.record_error(&owner, format!("writing status: {e}"));
+                    return Err(e);
+                }
+                ctx.status_written(&owner);
+            }
+        }
     }
     ctx.remember(&owner, decided.status);
-    Ok(Action::requeue(decided.requeue))
+    Ok(Action::requeue(requeue))
 }
 
 async fn write_status(

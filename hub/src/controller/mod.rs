@@ -39,6 +39,8 @@ pub const FIELD_MANAGER: &str = "kedge-hub";
 
 /// Longest wait for one call to the hub cluster's API.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// Shortest time between two status writes of one DSO.
+pub const STATUS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Runs one API call under [`API_TIMEOUT`].
 pub async fn bounded<T>(
@@ -159,8 +161,10 @@ pub struct Context {
     member_clusters: Option<Store<MemberCluster>>,
     /// Since when each (DSO, member) has been in its phase.
     phases: Mutex<MemberPhases>,
-    /// The DSO status this process wrote last, by owner.
+    /// The DSO status this process decided last, by owner (written, or due to be).
     written: Mutex<HashMap<String, DistributedScaledObjectStatus>>,
+    /// When each DSO's status was last written.
+    status_writes: Mutex<HashMap<String, tokio::time::Instant>>,
     /// Failures of the last reconciliation by owner, for its next `Degraded` condition.
     errors: Mutex<HashMap<String, Vec<String>>>,
     /// When the controllers started.
@@ -216,6 +220,7 @@ impl Context {
             child_scaled_objects: None,
             phases: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
+            status_writes: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
             started: tokio::time::Instant::now(),
             dsj_sent: dsj::Sent::default(),
@@ -296,15 +301,32 @@ impl Context {
     pub fn forget(&self, owner: &str) {
         lock(&self.phases).retain(|(o, _), _| o != owner);
         lock(&self.written).remove(owner);
+        lock(&self.status_writes).remove(owner);
         lock(&self.errors).remove(owner);
     }
 
-    /// The status last written for `owner` by this process.
+    /// How long `owner`'s status must wait before it is written again (`None`: now). One
+    /// write per [`STATUS_WRITE_INTERVAL`] at most: while a thousand members report a change
+    /// one after the other, their DSO's status is written once or twice, not a thousand
+    /// times over.
+    pub fn status_wait(&self, owner: &str) -> Option<Duration> {
+        let last = *lock(&self.status_writes).get(owner)?;
+        STATUS_WRITE_INTERVAL
+            .checked_sub(last.elapsed())
+            .filter(|d| !d.is_zero())
+    }
+
+    /// Records that `owner`'s status was just written.
+    pub fn status_written(&self, owner: &str) {
+        lock(&self.status_writes).insert(owner.to_owned(), tokio::time::Instant::now());
+    }
+
+    /// The status last decided for `owner` by this process.
     pub fn written(&self, owner: &str) -> Option<DistributedScaledObjectStatus> {
         lock(&self.written).get(owner).cloned()
     }
 
-    /// Records the status just written (or found already in place) for `owner`.
+    /// Records the status decided for `owner` (written, in place, or due to be written).
     pub fn remember(&self, owner: &str, status: DistributedScaledObjectStatus) {
         lock(&self.written).insert(owner.to_owned(), status);
     }
