@@ -239,7 +239,14 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     }
     let mut requeue = decided.requeue;
     if decided.status != observed {
-        match ctx.status_wait(&owner) {
+        // A state or condition that changed is written at once; replica counts alone that
+        // moved again within the second wait for its end.
+        let wait = if counts_only(&observed, &decided.status) {
+            ctx.status_wait(&owner)
+        } else {
+            None
+        };
+        match wait {
             // Written at the next reconciliation, which comes by then.
             Some(wait) => requeue = requeue.min(wait),
             None => {
@@ -254,6 +261,22 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     }
     ctx.remember(&owner, decided.status);
     Ok(Action::requeue(requeue))
+}
+
+/// Whether `a` and `b` differ at most in replica counts (and the time of the last scaling
+/// progress, which moves with them).
+fn counts_only(a: &DistributedScaledObjectStatus, b: &DistributedScaledObjectStatus) -> bool {
+    let without_counts = |s: &DistributedScaledObjectStatus| {
+        let mut s = s.clone();
+        s.total_current_replicas = 0;
+        for m in s.member_cluster_statuses.values_mut() {
+            m.current_replicas = 0;
+            m.desired_replicas = 0;
+            m.last_scaling_progress_time = None;
+        }
+        s
+    };
+    without_counts(a) == without_counts(b)
 }
 
 async fn write_status(
@@ -401,6 +424,31 @@ mod tests {
         assert_eq!(so["metadata"]["ownerReferences"][0]["uid"], "u-1");
         assert_eq!(so["metadata"]["ownerReferences"][0]["controller"], true);
         assert_eq!(so["metadata"]["labels"][LABEL_DSO], "nginx");
+    }
+
+    #[test]
+    fn only_replica_counts_wait_for_the_next_status_write() {
+        let status: DistributedScaledObjectStatus = serde_json::from_value(json!({
+            "totalCurrentReplicas": 4, "membersHealthyCount": 2, "membersTotalCount": 2,
+            "memberClusterStatuses": {
+                "m1": {"currentReplicas": 2, "desiredReplicas": 2, "state": "Ready"},
+                "m2": {"currentReplicas": 2, "desiredReplicas": 2, "state": "Ready"}}
+        }))
+        .unwrap();
+        let mut counts = status.clone();
+        counts.total_current_replicas = 6;
+        counts
+            .member_cluster_statuses
+            .get_mut("m1")
+            .unwrap()
+            .desired_replicas = 4;
+        assert!(counts_only(&status, &counts));
+        let mut state = counts.clone();
+        state.member_cluster_statuses.get_mut("m2").unwrap().state = Some("Unreachable".into());
+        assert!(!counts_only(&status, &state));
+        let mut healthy = status.clone();
+        healthy.members_healthy_count = 1;
+        assert!(!counts_only(&status, &healthy));
     }
 
     #[test]
