@@ -329,6 +329,8 @@ impl Elector {
             tokio::select! {
                 _ = release.cancelled() => {
                     if acting_until.is_some() {
+                        // No longer the leader before a standby can take the lease.
+                        tx.send_replace(Role::Standby { holder: None });
                         self.step_down().await;
                     }
                     return;
