@@ -10,7 +10,8 @@
 //! For each member count of `FLEET_BENCH_MEMBERS` (default `100,1000`):
 //! - time until every virtual agent has been welcomed;
 //! - the hub's RSS before any member and with every member connected (bytes per member);
-//! - fan-out: one DistributedScaledObject over every member (weight 1); `FLEET_BENCH_ROUNDS`
+//! - fan-out: one DistributedScaledObject over every member (weight 1; listed up to 1,000
+//!   members, an empty `memberClusters` beyond); `FLEET_BENCH_ROUNDS`
 //!   (default 10) changes of its `/scale` between N and 2N replicas; for each change, the
 //!   time from the `/scale` write on the hub until each virtual agent holds its new count
 //!   (1 or 2): p50 / p95 / p99 / max over every (round, member);
@@ -506,10 +507,16 @@ async fn measure(members: usize, rounds: usize) -> Row {
         .create(&PostParams::default(), &metric)
         .await
         .unwrap();
-    let member_list: Vec<_> = names
-        .iter()
-        .map(|m| json!({"name": m, "weight": 1}))
-        .collect();
+    // A DSO lists at most 1,000 members; beyond that it names none, which means every
+    // registered member (weight 1 each either way).
+    let member_list: Vec<_> = if members <= kedge_core::validate::MAX_MEMBERS {
+        names
+            .iter()
+            .map(|m| json!({"name": m, "weight": 1}))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let dso: DistributedScaledObject = serde_json::from_value(json!({
         "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
         "metadata": {"name": WORKLOAD, "namespace": NS},
