@@ -133,6 +133,14 @@ pub struct Recorded {
     pub jobs_over_limit: usize,
 }
 
+/// Every update under these locks is a set of plain field stores; a poisoned lock holds no
+/// torn state.
+fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The fleet state.
 #[derive(Debug)]
 pub struct Fleet {
@@ -165,10 +173,7 @@ impl Fleet {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, MemberEntry>> {
-        // Every update is a set of plain field stores; a poisoned lock holds no torn state.
-        self.members
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        guard(&self.members)
     }
 
     fn entry<'a>(
@@ -200,10 +205,7 @@ impl Fleet {
     /// session state).
     pub fn notify(&self, member: &str) {
         {
-            let mut changed = self
-                .changed
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut changed = guard(&self.changed);
             if !changed.contains(member) {
                 changed.insert(member.to_owned());
             }
@@ -213,12 +215,7 @@ impl Fleet {
 
     /// The members changed since the last call (a set: at most one entry per member).
     pub fn take_changed(&self) -> BTreeSet<String> {
-        std::mem::take(
-            &mut *self
-                .changed
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner()),
-        )
+        std::mem::take(&mut *guard(&self.changed))
     }
 
     /// Owners that hold desired workloads on any of `members`.

@@ -49,14 +49,7 @@ async fn the_agent_applies_refuses_reports_and_restores() {
     let pki = Pki::create(dir.path(), &["edge"]).await;
     let clusters = start_clusters(dir.path(), &["edge"]).await;
     let client = clusters.cluster("edge").unwrap().client().unwrap();
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, "apps").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "apps");
     deployments
         .create(&PostParams::default(), &deployment("web", 1))
@@ -361,13 +354,7 @@ async fn quick_changes_from_the_hub_are_not_taken_for_edits_in_the_member() {
     let pki = Pki::create(dir.path(), &["edge"]).await;
     let clusters = start_clusters(dir.path(), &["edge"]).await;
     let client = clusters.cluster("edge").unwrap().client().unwrap();
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "apps"}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_namespace(&client, "apps").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "apps");
     let names: Vec<String> = (0..WORKLOADS).map(|i| format!("w{i:02}")).collect();
     for name in &names {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kedge_core::crd::{MemberCluster, MemberClusterSpec};
 use kedge_net::tls::{self, TlsMaterial, TransportTuning};
 use kedge_protocol::{
@@ -15,8 +15,10 @@ use kedge_protocol::{
     PROTOCOL_VERSION,
 };
 use kedge_sim::{Sim, SimConfig};
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client};
+
+use super::create_namespace;
 
 use super::*;
 
@@ -262,20 +264,6 @@ pub async fn kube_client(kubeconfig: &Path) -> Client {
     kedge_net::kube_client::client(Some(kubeconfig))
         .await
         .unwrap()
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
 }
 
 async fn apply_crds(kubeconfig: &Path) {

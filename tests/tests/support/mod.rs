@@ -389,3 +389,13 @@ pub fn local_args(
         })
         .collect()
 }
+
+/// Creates namespace `name` in the cluster of `client`.
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
