@@ -281,6 +281,26 @@ async fn install_agents(sim: &Sim, dir: &Path, chart: &str, ports: HubPorts) -> 
     agents
 }
 
+/// The installed hub and agents as a [`Fleet`], with the DSO `web` of 4 replicas split 2:2
+/// across the two members.
+async fn dso_across_the_members(sim: Sim, dir: &Path, ports: HubPorts) -> Fleet {
+    let fleet = Fleet {
+        members: MEMBERS.iter().map(|m| m.to_string()).collect(),
+        dir: dir.to_owned(),
+        pki: Pki {
+            dir: dir.to_owned(),
+        },
+        sim,
+        ports,
+    };
+    support::dso::apply(&fleet, &dso_yaml("web", "", "absent"), "web.yaml").await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=4"]).await;
+    fleet
+        .wait_split("web", &MEMBERS, &[2, 2], "the DSO's 4 replicas split 2:2")
+        .await;
+    fleet
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -310,18 +330,7 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
     }
 
     // --- A DSO across the two members.
-    let fleet = Fleet {
-        members: MEMBERS.iter().map(|m| m.to_string()).collect(),
-        dir: dir.clone(),
-        pki: Pki { dir: dir.clone() },
-        sim,
-        ports,
-    };
-    support::dso::apply(&fleet, &dso_yaml("web", "", "absent"), "web.yaml").await;
-    fleet.kubectl(&["scale", "dso/web", "--replicas=4"]).await;
-    fleet
-        .wait_split("web", &MEMBERS, &[2, 2], "the DSO's 4 replicas split 2:2")
-        .await;
+    let fleet = dso_across_the_members(sim, &dir, ports).await;
 
     // --- helm upgrade with a changed value: the Deployment changes; DSOs, members and the
     // CA stay. The hub restarts with the new flags (a rollout); agents reconnect and the
@@ -456,18 +465,7 @@ async fn helm_upgrade_from_the_previous_chart_release_keeps_members_dsos_ca_and_
         let kc = dir.join(format!("{member}.kubeconfig"));
         identities.push(get_json(&kc, &["-n", NS, "secret", "kedge-agent-identity"]).await);
     }
-    let fleet = Fleet {
-        members: MEMBERS.iter().map(|m| m.to_string()).collect(),
-        dir: dir.clone(),
-        pki: Pki { dir: dir.clone() },
-        sim,
-        ports,
-    };
-    support::dso::apply(&fleet, &dso_yaml("web", "", "absent"), "web.yaml").await;
-    fleet.kubectl(&["scale", "dso/web", "--replicas=4"]).await;
-    fleet
-        .wait_split("web", &MEMBERS, &[2, 2], "the DSO's 4 replicas split 2:2")
-        .await;
+    let fleet = dso_across_the_members(sim, &dir, ports).await;
 
     // --- helm upgrade kedge-hub to this chart, keeping the release's values.
     let upgraded = helm(
