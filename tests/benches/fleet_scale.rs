@@ -28,6 +28,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "fleet_scale/push.rs"]
+mod push;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::Path;
@@ -391,6 +393,18 @@ struct Row {
     /// DSO reconciliations over the run: how many, mean duration.
     reconciles: (u64, Duration),
     storm: Storm,
+    push: Push,
+}
+
+/// The push-style baseline at the same member count.
+struct Push {
+    /// The push controller's RSS before any member client, and with a connection to each.
+    rss_empty: u64,
+    rss_connected: u64,
+    cpu_rest: u64,
+    /// The first fan-out, which connects to every member.
+    first: Duration,
+    samples: Vec<Duration>,
 }
 
 /// The hub restarted under every member.
@@ -541,13 +555,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
         let written = Instant::now();
-        dsos.patch_scale(
-            WORKLOAD,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"replicas": target}})),
-        )
-        .await
-        .unwrap();
+        set_total(&dsos, target).await;
         wait_until(
             &format!("round {round}: every member holds {per_member}"),
             || fleet.held.iter().all(|h| h.lock().unwrap().0 == per_member),
@@ -626,6 +634,15 @@ async fn measure(members: usize, rounds: usize) -> Row {
     for endpoint in &endpoints {
         endpoint.close(0u32.into(), b"bench done");
     }
+    let push = push_baseline(
+        &dsos,
+        dir.path(),
+        sim.cluster(HUB_CLUSTER).unwrap().url(),
+        (&ca, &server),
+        members,
+        rounds,
+    )
+    .await;
     sim.shutdown().await;
     if std::env::var_os("FLEET_BENCH_KEEP").is_some() {
         eprintln!(
@@ -645,7 +662,90 @@ async fn measure(members: usize, rounds: usize) -> Row {
         retries,
         reconciles,
         storm,
+        push,
     }
+}
+
+/// The same fan-out done push-style (see [`push`]): the push controller's memory and CPU,
+/// the first fan-out (which opens every member's connection), then `rounds` changes timed
+/// from the `/scale` write on the hub to each member's API server holding the new count.
+async fn push_baseline(
+    dsos: &Api<DistributedScaledObject>,
+    dir: &Path,
+    hub_url: String,
+    (ca, server): (&CertificateAuthority, &kedge_net::pki::IssuedCert),
+    members: usize,
+    rounds: usize,
+) -> Push {
+    use rustls_pki_types::pem::PemObject;
+    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).unwrap();
+    let tls = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let held: push::Held = Arc::new((0..members).map(|_| Mutex::new((0, None))).collect());
+    let urls = push::start_members(members, Arc::new(tls), held.clone()).await;
+    let config = push::PushConfig {
+        hub_url,
+        members: urls,
+        ca_pem: ca.cert_pem().to_owned(),
+    };
+    let mut pusher = push::start_pusher(dir, &config);
+    let pid = pusher.id().unwrap();
+    let mut lines = push::lines(&mut pusher);
+    push::expect_line(&mut lines, "started").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_empty = memory(pid).rss;
+    push::expect_line(&mut lines, "clients").await;
+    let every = |n: i32| {
+        let held = held.clone();
+        move || held.iter().all(|h| h.lock().unwrap().0 == n)
+    };
+    // The first fan-out opens a connection (TCP and TLS) to every member.
+    let written = Instant::now();
+    set_total(dsos, 3 * members as i32).await;
+    wait_until("push: every member holds 3", every(3)).await;
+    let first = written.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_connected = memory(pid).rss;
+    let mut samples = Vec::with_capacity(rounds * members);
+    for round in 0..rounds {
+        let per_member = 1 + (round % 2) as i32;
+        let written = Instant::now();
+        set_total(dsos, per_member * members as i32).await;
+        wait_until(
+            &format!("push round {round}: every member holds {per_member}"),
+            every(per_member),
+        )
+        .await;
+        for h in held.iter() {
+            let told = h.lock().unwrap().1.expect("told");
+            samples.push(told.saturating_duration_since(written));
+        }
+    }
+    let cpu_rest = millicores(pid, Duration::from_secs(10)).await;
+    drop(pusher);
+    Push {
+        rss_empty,
+        rss_connected,
+        cpu_rest,
+        first,
+        samples,
+    }
+}
+
+/// Writes the DSO's fleet-wide total through `/scale`, as KEDA's HPA or `kubectl scale` do.
+async fn set_total(dsos: &Api<DistributedScaledObject>, total: i32) {
+    dsos.patch_scale(
+        WORKLOAD,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"replicas": total}})),
+    )
+    .await
+    .unwrap();
 }
 
 /// The body of a GET that answered 2xx.
@@ -696,6 +796,10 @@ async fn dso_reconciles(ops: u16) -> (u64, Duration) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Some(config) = std::env::var_os(push::PUSHER_ENV) {
+        push::run_pusher(&config.to_string_lossy()).await;
+        return;
+    }
     let counts = common::counts("FLEET_BENCH_MEMBERS", "100,1000");
     let rounds: usize = env_or("FLEET_BENCH_ROUNDS", 10);
     println!(
@@ -730,6 +834,28 @@ async fn main() {
     }
     println!();
     println!(
+        "| members | push-style baseline: controller RSS empty → a client per member (per member) | CPU at rest | first fan-out (connects) | /scale → every member's API server: p50 | p95 | p99 | max |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &mut rows {
+        let p = &mut r.push;
+        p.samples.sort();
+        println!(
+            "| {} | {} → {} ({:.1} KiB) | {}m | {} | {} | {} | {} | {} |",
+            r.members,
+            mib(p.rss_empty),
+            mib(p.rss_connected),
+            p.rss_connected.saturating_sub(p.rss_empty) as f64 / r.members as f64,
+            p.cpu_rest,
+            ms(p.first),
+            ms(percentile(&p.samples, 0.5)),
+            ms(percentile(&p.samples, 0.95)),
+            ms(percentile(&p.samples, 0.99)),
+            ms(percentile(&p.samples, 1.0)),
+        );
+    }
+    println!();
+    println!(
         "Machine: {}; {rounds} rounds; heartbeat {HEARTBEAT}; virtual agents in the bench's process.",
         machine()
     );
@@ -743,16 +869,25 @@ async fn main() {
     }
 }
 
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// The `p` quantile of sorted `samples` (nearest rank).
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    samples
+        .get(((samples.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
 fn print_row(r: &mut Row) {
-    let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
-    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
     r.samples.sort();
-    let pct = |p: f64| {
-        r.samples
-            .get(((r.samples.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or_default()
-    };
+    let pct = |p: f64| percentile(&r.samples, p);
     println!(
         "| {} | {:.1} s ({}) | {} → {} ({:.1} KiB) | {} | {}m | {} | {} | {} | {} | {} ({}) | {} |",
         r.members,
