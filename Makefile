@@ -1,7 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
-.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet charts
+.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet e2e-fleet charts
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
 demo:
@@ -59,6 +59,13 @@ bench-latency:
 bench-fleet:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-sim --bench fleet_scale
+
+## The fleet-scale end-to-end test with 1,000 members (the suite runs it with 20): the real
+## hub, one real agent process per member, kedge-sim, the real kubectl; prints each step's time.
+## KEDGE_E2E_MEMBERS sets the count.
+e2e-fleet:
+	$(CARGO) build --release --workspace --bins
+	KEDGE_E2E_MEMBERS=$${KEDGE_E2E_MEMBERS:-1000} $(CARGO) test --release -p kedge-sim --test fleet_members_e2e -- --nocapture
 
 ## Queue change to Jobs running in the members, end to end (docs/dsj.md "Latency").
 bench-dsj-latency:
