@@ -4,6 +4,7 @@
 //! stream desired state from here; controllers read snapshots and write desired replicas.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -149,21 +150,50 @@ pub struct Fleet {
     changes: watch::Sender<u64>,
     /// Members changed since the DSO controller last took them ([`Fleet::take_changed`]).
     changed: Mutex<BTreeSet<String>>,
-    /// First revision of this hub process: wall-clock milliseconds at start, so revisions keep
-    /// increasing across hub restarts.
-    base_revision: u64,
+    /// First revision of the current leadership term ([`term_base`]): revisions keep
+    /// increasing across hub restarts, and no two terms give out the same number.
+    base_revision: AtomicU64,
+}
+
+/// Revisions a term may give out to one member before it could reach the next term's (a
+/// term that starts a millisecond later): about a million.
+const TERM_SHIFT: u32 = 20;
+
+/// The first revision of a term starting at `now`: wall-clock milliseconds × 2^20. A revision
+/// therefore names one desired state of one hub's term, so an agent's "last applied revision"
+/// equal to a member's current one means it holds exactly that state (see
+/// [`Fleet::session_started`]), whatever other hubs or terms told it in between.
+fn term_base(now: SystemTime) -> u64 {
+    u64::try_from(kedge_protocol::unix_ms(now))
+        .unwrap_or(1)
+        .max(1)
+        << TERM_SHIFT
 }
 
 impl Fleet {
     /// An empty fleet over the session registry.
     pub fn new(registry: Arc<SessionRegistry>) -> Self {
-        let base_revision = u64::try_from(kedge_protocol::unix_ms(SystemTime::now())).unwrap_or(1);
         Self {
             registry,
             members: Mutex::new(BTreeMap::new()),
             changes: watch::channel(0).0,
             changed: Mutex::new(BTreeSet::new()),
-            base_revision,
+            base_revision: AtomicU64::new(term_base(SystemTime::now())),
+        }
+    }
+
+    /// This hub starts leading (again): every member's revision moves to a new term's base,
+    /// above any this process gave out, so that nothing a standby or another hub told an
+    /// agent meanwhile can pass for this hub's current state.
+    pub fn new_term(&self) {
+        let mut members = self.lock();
+        let highest = members.values().map(|e| e.revision).max().unwrap_or(0);
+        let base = term_base(SystemTime::now())
+            .max(highest.saturating_add(1))
+            .max(self.base_revision.load(Ordering::Acquire).saturating_add(1));
+        self.base_revision.store(base, Ordering::Release);
+        for entry in members.values_mut() {
+            entry.revision = base;
         }
     }
 
@@ -189,7 +219,7 @@ impl Fleet {
                 reported_jobs: BTreeMap::new(),
                 jobs_complete: false,
                 jobs_filling: false,
-                revision: self.base_revision,
+                revision: self.base_revision.load(Ordering::Acquire),
                 desired: watch::channel(None).0,
                 session: None,
                 session_reported: false,
@@ -234,8 +264,11 @@ impl Fleet {
     }
 
     /// A new session of `member` started: nothing is sent to it until its first full report
-    /// has arrived and a controller planned from it.
-    pub fn session_started(&self, member: &str, session_id: &str) {
+    /// has arrived and a controller planned from it. True when the agent already holds the
+    /// member's current desired state: `agent_holds` (its `Hello`'s last applied revision) is
+    /// the current revision and the agent acknowledged it, in an earlier session with this hub
+    /// in this term. The session then sends nothing until the state changes.
+    pub fn session_started(&self, member: &str, session_id: &str, agent_holds: u64) -> bool {
         let mut members = self.lock();
         let entry = self.entry(&mut members, member);
         entry.session = Some(session_id.to_owned());
@@ -243,6 +276,7 @@ impl Fleet {
         entry.jobs_complete = false;
         entry.jobs_filling = false;
         entry.desired.send_replace(None);
+        agent_holds == entry.revision && entry.acked_revision == entry.revision
     }
 
     /// Sets the Job commands of `owner` for `member`, decided from the member's complete
@@ -628,7 +662,7 @@ mod tests {
     #[test]
     fn nothing_is_released_to_a_session_before_its_first_full_report() {
         let f = fleet();
-        f.session_started("m1", "s1");
+        f.session_started("m1", "s1", 0);
         let mut rx = f.desired_state("m1");
         assert!(rx.borrow_and_update().is_none());
         // A controller planning before the report changes nothing.
@@ -643,14 +677,62 @@ mod tests {
         let state = rx.borrow_and_update().clone().expect("released");
         assert!(state.workloads.is_empty());
         // A new session starts closed again.
-        f.session_started("m1", "s2");
+        f.session_started("m1", "s2", 0);
         assert!(rx.borrow_and_update().is_none());
+    }
+
+    #[test]
+    fn an_agent_holding_the_acknowledged_current_revision_is_in_sync_until_a_new_term() {
+        let f = fleet();
+        assert!(!f.session_started("m1", "s1", 0));
+        f.record_report("m1", "s1", full(vec![]));
+        let mut rx = f.desired_state("m1");
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        let r = rx.borrow_and_update().clone().unwrap().revision;
+        // Applied but not acknowledged (the ack was lost with the session): sent again.
+        assert!(!f.session_started("m1", "s2", r));
+        f.record_report("m1", "s2", full(vec![]));
+        f.set_workloads("m1", "s2", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        f.record_ack(
+            "m1",
+            Ack {
+                revision: r,
+                results: vec![],
+            },
+        );
+        // Acknowledged: a new session of the same agent needs nothing…
+        assert!(f.session_started("m1", "s3", r));
+        // …unless it says it holds another revision…
+        assert!(!f.session_started("m1", "s4", r - 1));
+        assert!(!f.session_started("m1", "s5", r + 1));
+        // …or the state changed since…
+        f.record_report("m1", "s5", full(vec![]));
+        f.set_workloads("m1", "s5", "ns/a", vec![replicas("a", 3, "ns/a")]);
+        assert!(!f.session_started("m1", "s6", r));
+        // …or this hub leads again after a standby time: nothing from before counts.
+        let now = f.member("m1").unwrap().revision;
+        f.record_ack(
+            "m1",
+            Ack {
+                revision: now,
+                results: vec![],
+            },
+        );
+        assert!(f.session_started("m1", "s7", now));
+        f.new_term();
+        let next = f.member("m1").unwrap().revision;
+        assert!(next > now, "{next} > {now}");
+        assert!(!f.session_started("m1", "s8", now));
+        // Terms a millisecond apart cannot give out the same revision to ~a million changes.
+        let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_800_000_000_000);
+        let later = t + std::time::Duration::from_millis(1);
+        assert_eq!(term_base(later) - term_base(t), 1 << TERM_SHIFT);
     }
 
     #[test]
     fn desired_state_merges_owners_and_bumps_revisions_only_on_change() {
         let f = fleet();
-        f.session_started("m1", "s1");
+        f.session_started("m1", "s1", 0);
         f.record_report("m1", "s1", full(vec![]));
         let mut rx = f.desired_state("m1");
         f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
@@ -675,7 +757,7 @@ mod tests {
     #[test]
     fn reports_are_bounded_to_what_was_asked() {
         let f = fleet();
-        f.session_started("m1", "s1");
+        f.session_started("m1", "s1", 0);
         // Before anything was asked (a hub restart): kept, up to the limit.
         let many: Vec<WorkloadStatus> = (0..MAX_UNSOLICITED_WORKLOADS + 10)
             .map(|i| healthy(&format!("w{i}")))
@@ -705,7 +787,7 @@ mod tests {
     #[test]
     fn a_later_healthy_report_clears_a_failure() {
         let f = fleet();
-        f.session_started("m1", "s1");
+        f.session_started("m1", "s1", 0);
         f.record_report("m1", "s1", full(vec![]));
         f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 1, "ns/a")]);
         let mut changes = f.subscribe();

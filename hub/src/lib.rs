@@ -283,6 +283,7 @@ async fn lead(
     let elector = lease::Elector::new(client.clone(), lease).start(role_tx, release.clone());
     let controllers_stop = stop.child_token();
     let mut controllers: Option<Essential> = None;
+    let mut leading = false;
     let outcome = loop {
         tokio::select! {
             _ = stop.cancelled() => break Ok(()),
@@ -299,6 +300,11 @@ async fn lead(
                 let current = role.borrow_and_update().clone();
                 match current {
                     Role::Leader { .. } => {
+                        if !leading {
+                            // Revisions of an earlier term name nothing agents can trust now.
+                            fleet.new_term();
+                            leading = true;
+                        }
                         readiness.set(true);
                         metrics.set_leader(true);
                         controllers.get_or_insert_with(|| {
@@ -312,6 +318,7 @@ async fn lead(
                         });
                     }
                     Role::Standby { .. } => {
+                        leading = false;
                         readiness.set(false);
                         metrics.set_leader(false);
                     }

@@ -82,6 +82,7 @@ pub struct HubMetrics {
     frames_rejected: Family<ReasonLabel, Counter>,
     messages_received: Family<KindLabel, Counter>,
     report_entries_dropped: Family<ReasonLabel, Counter>,
+    resyncs: Family<KindLabel, Counter>,
     reports_throttled: Counter,
     retries: Counter,
     heartbeats: Counter,
@@ -133,6 +134,11 @@ impl HubMetrics {
             "report_entries_dropped",
             "Workload entries of agent reports dropped: not asked for, or over the per-member limit",
             self.report_entries_dropped.clone(),
+        );
+        r.register(
+            "resyncs",
+            "Sessions' first desired state: `sent`, or `in_sync` when the agent held that revision already (applied and acknowledged in an earlier session with this hub) and nothing was sent",
+            self.resyncs.clone(),
         );
         r.register(
             "reports_throttled",
@@ -229,6 +235,16 @@ impl HubMetrics {
 
     pub(crate) fn frame_rejected(&self, why: &str) {
         self.frames_rejected.get_or_create(&reason(why)).inc();
+    }
+
+    /// A session's first desired state: sent, or not needed (`in_sync`).
+    pub(crate) fn resync(&self, in_sync: bool) {
+        let kind = if in_sync { "in_sync" } else { "sent" };
+        self.resyncs
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc();
     }
 
     pub(crate) fn message_received(&self, kind: &str) {

@@ -664,7 +664,10 @@ impl Session<'_> {
             Instant::now(),
             SystemTime::now(),
         );
-        self.ctx.fleet.session_started(&member, &session_id);
+        let in_sync =
+            self.ctx
+                .fleet
+                .session_started(&member, &session_id, hello.last_applied_revision);
         self.ctx.fleet.notify(&member);
         let interval = registry.liveness().interval;
         let welcome = HubMessage::Welcome(Welcome {
@@ -680,7 +683,8 @@ impl Session<'_> {
                 info!(%session_id, agent_version = %hello.agent_version,
                     kubernetes_version = %hello.kubernetes_version,
                     last_applied_revision = hello.last_applied_revision, "session established");
-                self.serve(&mut control, &ended, &session_id).await
+                let holds = in_sync.then_some(hello.last_applied_revision);
+                self.serve(&mut control, &ended, &session_id, holds).await
             }
         };
         registry.disconnected(&member, &session_id, &reason);
@@ -688,12 +692,17 @@ impl Session<'_> {
         info!(%session_id, %reason, "session ended");
     }
 
+    /// Serves an established session. `holds`: the revision the agent already holds (see
+    /// [`Fleet::session_started`]); the session's first desired state is not sent when it is
+    /// that revision.
     async fn serve(
         &self,
         control: &mut Control,
         ended: &CancellationToken,
         session_id: &str,
+        holds: Option<u64>,
     ) -> String {
+        let mut first_state = true;
         let mut heartbeats: Option<tokio::task::JoinHandle<()>> = None;
         let member = &self.identity.member;
         // Level-triggered: the full desired state once the controllers planned from this
@@ -725,6 +734,14 @@ impl Session<'_> {
                     let Some(state) = desired.borrow_and_update().clone() else {
                         continue;
                     };
+                    if std::mem::take(&mut first_state) {
+                        let in_sync = holds == Some(state.revision);
+                        self.ctx.metrics.resync(in_sync);
+                        if in_sync {
+                            debug!(revision = state.revision, "the agent holds this desired state already; not sent again");
+                            continue;
+                        }
+                    }
                     debug!(revision = state.revision, workloads = state.workloads.len(), "sending desired state");
                     let message = HubMessage::DesiredState((*state).clone());
                     if let Err(reason) = self.send(control, &message, "control").await {
