@@ -240,8 +240,11 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let mut requeue = decided.requeue;
     if decided.status != observed {
         // A state or condition that changed is written at once; replica counts alone that
-        // moved again within the second wait for its end.
-        let wait = if counts_only(&observed, &decided.status) {
+        // moved again within the second wait for its end. Compared with the status decided
+        // last (written, or due with counts only), not with the cached object, which may
+        // not show this process's last write yet: against that older status every
+        // reconciliation after a rescale looked like a change of conditions.
+        let wait = if counts_only(&previous, &decided.status) {
             ctx.status_wait(&owner)
         } else {
             None
