@@ -280,7 +280,7 @@ mod tests {
                 sessions: 1,
                 duplicate_from: String::new(),
             }),
-            workloads: BTreeMap::new(),
+            workloads: Default::default(),
             capacity: Some(ClusterCapacity {
                 nodes: 3,
                 ready_nodes: 3,
