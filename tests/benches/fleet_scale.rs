@@ -12,14 +12,22 @@
 //! - the hub's RSS before any member and with every member connected (bytes per member);
 //! - fan-out: one DistributedScaledObject over every member (weight 1; listed up to 1,000
 //!   members, an empty `memberClusters` beyond); `FLEET_BENCH_ROUNDS`
-//!   (default 10) changes of its `/scale` between N and 2N replicas; for each change, the
+//!   (default 10) changes of its `/scale` between N and 2N replicas, each once the hub has
+//!   settled (no DSO reconciliation for 1.2 s); for each change, the
 //!   time from the `/scale` write on the hub until each virtual agent holds its new count
 //!   (1 or 2): p50 / p95 / p99 / max over every (round, member);
 //! - the hub's RSS and CPU with the DSO at rest;
+//! - a flap: the sessions of half the members cut at once while the hub and the other half
+//!   run on; the time until each is back and re-synced, how many re-syncs needed nothing
+//!   (the agent held its state) or sent it again, and how many sessions of the other half
+//!   were lost (the bench fails unless none);
 //! - a reconnect storm: the hub is stopped with SIGTERM (as a rollout stops it) and a new
 //!   one started on the same address; the time until every virtual agent has a new session
 //!   and has been sent its desired state again, the new hub's peak RSS and CPU meanwhile, and
-//!   how many replica counts changed (the bench fails unless none).
+//!   how many replica counts changed (the bench fails unless none);
+//! - the push-style baseline at the same member count (see `push`): a controller process with
+//!   a Kubernetes client per member patches each member's `/scale`; its memory, CPU, first
+//!   fan-out and the same `/scale` → member latency percentiles.
 //!
 //! `cargo bench -p kedge-sim --bench fleet_scale` (build the binaries first: `cargo build
 //! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
@@ -89,6 +97,9 @@ struct Fleet {
     frozen: AtomicBool,
     /// Desired states that changed a count while frozen.
     wrong: AtomicUsize,
+    /// Bumped to make every even-numbered virtual agent close its session and reconnect
+    /// (half the fleet's connections cut at once, the hub and the other half running on).
+    flap: tokio::sync::watch::Sender<u64>,
 }
 
 fn workload() -> WorkloadRef {
@@ -210,6 +221,9 @@ async fn follow(
         }
         beating.close(0u32.into(), b"no heartbeat answer");
     });
+    let mut flap = fleet.flap.subscribe();
+    flap.mark_unchanged();
+    let flapping = index % 2 == 0;
     let held = fleet.held[index].lock().unwrap().0;
     let full = StatusReport {
         full: true,
@@ -218,9 +232,16 @@ async fn follow(
         ..Default::default()
     };
     if control.send(&AgentMessage::Report(full)).await.is_ok() {
-        while let Ok(Some(message)) = control.recv().await {
-            let HubMessage::DesiredState(state) = message else {
-                continue;
+        loop {
+            let message = tokio::select! {
+                message = control.recv() => message,
+                _ = flap.changed(), if flapping => break,
+            };
+            let Ok(Some(HubMessage::DesiredState(state))) = message else {
+                if matches!(message, Ok(Some(_))) {
+                    continue;
+                }
+                break;
             };
             fleet.synced[index].store(session, Ordering::Release);
             let replicas = state
@@ -393,7 +414,22 @@ struct Row {
     /// DSO reconciliations over the run: how many, mean duration.
     reconciles: (u64, Duration),
     storm: Storm,
+    flap: Flap,
     push: Push,
+}
+
+/// Half the fleet's sessions cut and back, the hub running on.
+struct Flap {
+    cut: usize,
+    /// Cut until every cut agent had a new session.
+    reconnected: Duration,
+    /// Cut until the hub re-synced each of them (its first full report planned).
+    resynced: Duration,
+    /// Of those re-syncs: nothing needed (the agent held its state), or the state sent.
+    in_sync: u64,
+    sent: u64,
+    /// Agents of the other half whose session ended meanwhile (must be 0).
+    lost: usize,
 }
 
 /// The push-style baseline at the same member count.
@@ -552,6 +588,9 @@ async fn measure(members: usize, rounds: usize) -> Row {
 
     let mut samples = Vec::with_capacity(rounds * members);
     for round in 0..rounds {
+        // Each change starts from a settled hub, as KEDA's changes do (it polls every 30 s
+        // by default): not while the last change's reports are still being planned.
+        settle(ops).await;
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
         let written = Instant::now();
@@ -573,10 +612,17 @@ async fn measure(members: usize, rounds: usize) -> Row {
     let ended = fleet.ended.load(Ordering::Acquire);
     let retries = fleet.retries.load(Ordering::Acquire);
 
+    // From here on no replica count may change.
+    fleet.frozen.store(true, Ordering::Release);
+
+    // Half the fleet's connections cut at once while the hub and the other half run on: the
+    // half reconnects, the hub accepts them (handshakes bounded by --max-handshakes) without
+    // losing an established session, and each reconnected agent already holds its state.
+    let flap = flap(&fleet, ops, members).await;
+
     // Reconnect storm: the hub is stopped as a rollout stops it (SIGTERM) and a new one
     // starts on the same address; every agent reconnects and must be sent its state again
     // with no replica count changed.
-    fleet.frozen.store(true, Ordering::Release);
     let before: Vec<usize> = fleet
         .sessions
         .iter()
@@ -662,7 +708,67 @@ async fn measure(members: usize, rounds: usize) -> Row {
         retries,
         reconciles,
         storm,
+        flap,
         push,
+    }
+}
+
+/// `kedge_hub_resyncs_total{kind}` of the hub at `ops`.
+async fn resyncs(ops: u16, kind: &str) -> u64 {
+    let metrics = http_get(&format!("http://127.0.0.1:{ops}/metrics"))
+        .await
+        .expect("the hub's /metrics");
+    let prefix = format!(r#"kedge_hub_resyncs_total{{kind="{kind}"}} "#);
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Cuts the sessions of every even-numbered virtual agent at once (see [`Fleet::flap`]) and
+/// waits until each has a new session that the hub re-synced.
+async fn flap(fleet: &Fleet, ops: u16, members: usize) -> Flap {
+    let before: Vec<usize> = fleet
+        .sessions
+        .iter()
+        .map(|s| s.load(Ordering::Acquire))
+        .collect();
+    let (in_sync, sent) = (resyncs(ops, "in_sync").await, resyncs(ops, "sent").await);
+    let cut = members.div_ceil(2) as u64;
+    let started = Instant::now();
+    fleet.flap.send_modify(|n| *n += 1);
+    let back = |f: &Fleet| {
+        (0..members)
+            .step_by(2)
+            .all(|i| f.sessions[i].load(Ordering::Acquire) > before[i])
+    };
+    wait_until("half the fleet reconnected", || back(fleet)).await;
+    let reconnected = started.elapsed();
+    loop {
+        let done = resyncs(ops, "in_sync").await + resyncs(ops, "sent").await - in_sync - sent;
+        if done >= cut {
+            break;
+        }
+        assert!(
+            started.elapsed() < STEP_LIMIT,
+            "flap: {done} of {cut} reconnected sessions re-synced after {STEP_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resynced = started.elapsed();
+    // The other half kept its sessions.
+    let lost = (1..members)
+        .step_by(2)
+        .filter(|&i| fleet.sessions[i].load(Ordering::Acquire) != before[i])
+        .count();
+    Flap {
+        cut: cut as usize,
+        reconnected,
+        resynced,
+        in_sync: resyncs(ops, "in_sync").await - in_sync,
+        sent: resyncs(ops, "sent").await - sent,
+        lost,
     }
 }
 
@@ -713,6 +819,7 @@ async fn push_baseline(
     let rss_connected = memory(pid).rss;
     let mut samples = Vec::with_capacity(rounds * members);
     for round in 0..rounds {
+        tokio::time::sleep(QUIET).await;
         let per_member = 1 + (round % 2) as i32;
         let written = Instant::now();
         set_total(dsos, per_member * members as i32).await;
@@ -770,6 +877,25 @@ async fn wait_until_ready(url: &str) {
     while http_get(url).await.is_none() {
         assert!(start.elapsed() < STEP_LIMIT, "the hub never became ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How long the hub's DSO reconciliations must stay still for the hub to count as settled.
+const QUIET: Duration = Duration::from_millis(1200);
+
+/// Waits until the hub has made no DSO reconciliation for [`QUIET`] (a deferred status
+/// write comes within a second).
+async fn settle(ops: u16) {
+    let start = Instant::now();
+    let mut count = dso_reconciles(ops).await.0;
+    loop {
+        tokio::time::sleep(QUIET).await;
+        let now = dso_reconciles(ops).await.0;
+        if now == count {
+            return;
+        }
+        assert!(start.elapsed() < STEP_LIMIT, "the hub never settled");
+        count = now;
     }
 }
 
@@ -834,6 +960,24 @@ async fn main() {
     }
     println!();
     println!(
+        "| members | half the connections cut at once | → all reconnected | → all re-synced (in sync / sent again) | other half's sessions lost |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        let f = &r.flap;
+        println!(
+            "| {} | {} | {:.2} s | {:.2} s ({} / {}) | {} |",
+            r.members,
+            f.cut,
+            f.reconnected.as_secs_f64(),
+            f.resynced.as_secs_f64(),
+            f.in_sync,
+            f.sent,
+            f.lost,
+        );
+    }
+    println!();
+    println!(
         "| members | push-style baseline: controller RSS empty → a client per member (per member) | CPU at rest | first fan-out (connects) | /scale → every member's API server: p50 | p95 | p99 | max |"
     );
     println!("|---|---|---|---|---|---|---|---|");
@@ -861,6 +1005,11 @@ async fn main() {
     );
     for r in &rows {
         assert_eq!(r.ended, 0, "{} members: the hub closed sessions", r.members);
+        assert_eq!(
+            r.flap.lost, 0,
+            "{} members: agents lost their sessions while others reconnected",
+            r.members
+        );
         assert_eq!(
             r.storm.wrong, 0,
             "{} members: a hub restart changed replica counts",
