@@ -805,6 +805,12 @@ async fn push_baseline(
     push::expect_line(&mut lines, "started").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_empty = memory(pid).rss;
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut go = pusher.stdin.take().unwrap();
+        go.write_all(b"go\n").await.unwrap();
+        go.flush().await.unwrap();
+    }
     push::expect_line(&mut lines, "clients").await;
     let every = |n: i32| {
         let held = held.clone();

@@ -137,14 +137,15 @@ async fn answer(request: Request<Incoming>, held: &Held, index: usize) -> Respon
     )
 }
 
-/// Starts this bench binary as the push controller; it prints `clients` once it holds a
-/// client per member, and `pushed N` after each fan-out.
+/// Starts this bench binary as the push controller. It prints `started`, creates its member
+/// clients once it reads a line on its stdin (so that its memory can be read before), prints
+/// `clients`, and `pushed N` after each fan-out.
 pub(crate) fn start_pusher(dir: &Path, config: &PushConfig) -> tokio::process::Child {
     let path: PathBuf = dir.join("pusher.json");
     std::fs::write(&path, serde_json::to_vec(config).unwrap()).unwrap();
     tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(PUSHER_ENV, &path)
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -176,8 +177,12 @@ pub(crate) async fn run_pusher(config_path: &str) {
     let ca_der = rustls_pki_types::pem::PemObject::from_pem_slice(config.ca_pem.as_bytes())
         .map(|c: rustls_pki_types::CertificateDer<'static>| c.to_vec())
         .unwrap();
-    // Before any member client: the bench reads this process's memory here.
+    // Before any member client: the bench reads this process's memory, then says go.
     println!("started");
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .unwrap()
+        .unwrap();
     let members: Vec<Api<Deployment>> = config
         .members
         .iter()
