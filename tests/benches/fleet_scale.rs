@@ -21,7 +21,7 @@
 //!   and has been sent its desired state again, the new hub's peak RSS and CPU meanwhile, and
 //!   how many replica counts changed (the bench fails unless none).
 //!
-//! `cargo bench -p kedge-sim --bench fleet_scale` (build the binaries first: `cargo build
+//! `cargo bench -p kedge-e2e --bench fleet_scale` (build the binaries first: `cargo build
 //! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
 //! Markdown table.
 
