@@ -33,8 +33,8 @@ lint:
 footprint:
 	bash scripts/footprint.sh
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) bench -p kedge-sim --bench agent_jobs_rss
-	$(CARGO) bench -p kedge-sim --bench hub_footprint
+	$(CARGO) bench -p kedge-e2e --bench agent_jobs_rss
+	$(CARGO) bench -p kedge-e2e --bench hub_footprint
 
 ## Regenerate deploy/crds from the Rust types (a test fails when they drift) and copy them
 ## into the hub chart (tests/tests/charts.rs fails when its copy differs).
@@ -51,14 +51,14 @@ charts: helm-env
 ## /scale change to replicas in every member, end to end (README "Scaling latency").
 bench-latency:
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) bench -p kedge-sim --bench scale_latency
+	$(CARGO) bench -p kedge-e2e --bench scale_latency
 
 ## One hub and many virtual agents (real QUIC, mTLS and protocol, in one process): connect
 ## time, hub memory per member, /scale fan-out latency (README "Fleet scale").
 ## FLEET_BENCH_MEMBERS=100,1000,10000 sets the member counts.
 bench-fleet:
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) bench -p kedge-sim --bench fleet_scale
+	$(CARGO) bench -p kedge-e2e --bench fleet_scale
 
 ## The fleet-scale end-to-end test with 1,000 members (the suite runs it with 20): the real
 ## hub, one real agent process per member, kedge-sim, the real kubectl; prints each step's time.
@@ -70,4 +70,4 @@ e2e-fleet:
 ## Queue change to Jobs running in the members, end to end (docs/dsj.md "Latency").
 bench-dsj-latency:
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) bench -p kedge-sim --bench dsj_latency
+	$(CARGO) bench -p kedge-e2e --bench dsj_latency

@@ -6,7 +6,7 @@
 //! after the agent's full report of every Job to the new one. Exits non-zero when the RSS
 //! with the Jobs reaches 20 MiB.
 //!
-//! `cargo bench -p kedge-sim --bench agent_jobs_rss` (build the binaries first:
+//! `cargo bench -p kedge-e2e --bench agent_jobs_rss` (build the binaries first:
 //! `cargo build --release --workspace --bins`; the bench uses the binaries of its own
 //! profile). `AGENT_RSS_JOBS` (default 1000) sets the number of Jobs,
 //! `AGENT_RSS_SETTLE_SECONDS` (default 15) the settle time before each reading,

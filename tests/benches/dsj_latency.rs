@@ -5,7 +5,7 @@
 //! and Job controller starting their pods. `pollingInterval: 1`, so up to a second of each
 //! sample is the wait for the next poll (KEDA's and the hub's), as in a real cluster.
 //!
-//! `cargo bench -p kedge-sim --bench dsj_latency` (build the binaries first:
+//! `cargo bench -p kedge-e2e --bench dsj_latency` (build the binaries first:
 //! `cargo build --release --workspace --bins`). `DSJ_BENCH_ROUNDS` (default 10) sets the
 //! number of queue changes measured. Prints a Markdown table.
 

@@ -29,7 +29,7 @@
 //!   a Kubernetes client per member patches each member's `/scale`; its memory, CPU, first
 //!   fan-out and the same `/scale` → member latency percentiles.
 //!
-//! `cargo bench -p kedge-sim --bench fleet_scale` (build the binaries first: `cargo build
+//! `cargo bench -p kedge-e2e --bench fleet_scale` (build the binaries first: `cargo build
 //! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
 //! Markdown table.
 

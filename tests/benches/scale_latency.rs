@@ -2,7 +2,7 @@
 //! being set in every member cluster, end to end: the real kedge-hub and kedge-agents over
 //! QUIC on loopback, simulated clusters.
 //!
-//! `cargo bench -p kedge-sim --bench scale_latency` (build the binaries first:
+//! `cargo bench -p kedge-e2e --bench scale_latency` (build the binaries first:
 //! `cargo build --release --workspace --bins`; the bench uses the binaries of its own
 //! profile). `SCALE_BENCH_ROUNDS` (default 30) sets the number of changes measured.
 //! Prints a Markdown table.

@@ -1,7 +1,7 @@
 //! Scale benchmark: N virtual clusters and W concurrent watches; reports the
 //! server process's memory and the write → watch-event latency.
 //!
-//! `cargo bench -p kedge-sim --bench sim_scale` (env: `SIM_BENCH_CLUSTERS`,
+//! `cargo bench -p kedge-e2e --bench sim_scale` (env: `SIM_BENCH_CLUSTERS`,
 //! `SIM_BENCH_WATCHES`, `SIM_BENCH_ROUNDS`). The watch clients run in a child
 //! process (this same binary with `--client`) so the measured memory is the
 //! simulator's alone and both processes stay under the file-descriptor limit.

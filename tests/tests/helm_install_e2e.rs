@@ -197,7 +197,7 @@ async fn clusters(dir: &Path) -> Sim {
     // KEDA is installed in the hub cluster beforehand (its ScaledObject CRD).
     let keda = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/scaledobject-crd.yaml"
+        "/../sim/assets/scaledobject-crd.yaml"
     );
     kubectl(&dir.join("hub.kubeconfig"), &["apply", "-f", keda]).await;
     sim

@@ -18,7 +18,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::json;
 
-const CRD: &str = include_str!("fixtures/scaledobject-crd.yaml");
+const CRD: &str = include_str!("../../sim/assets/scaledobject-crd.yaml");
 
 fn triggers() -> Vec<ScaleTriggers> {
     serde_json::from_value(json!([

@@ -1,6 +1,7 @@
 //! The `kedge-sim serve` command.
 
 mod sim_support;
+mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_writes_kubeconfigs_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("kedge-sim-cli-{}", std::process::id()));
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kedge-sim"))
+    let mut child = tokio::process::Command::new(support::bin("kedge-sim"))
         .args([
             "serve",
             "--clusters",

@@ -29,8 +29,8 @@ fn widget_resource() -> ApiResource {
     )
 }
 
-async fn install_crd(client: &kube::Client, file: &str) {
-    let text = std::fs::read_to_string(sim_support::fixture(file)).expect("fixture");
+async fn install_crd(client: &kube::Client, path: &str) {
+    let text = std::fs::read_to_string(path).expect("crd file");
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
         serde_yaml::from_str(&text).expect("crd yaml");
     let api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -160,7 +160,7 @@ async fn reflector_follows_configmaps() {
 async fn controller_writes_status_of_custom_resources() {
     let sim = sim("c1").await;
     let client = sim.clusters()[0].client().expect("client");
-    install_crd(&client, "widget-crd.yaml").await;
+    install_crd(&client, &sim_support::fixture("widget-crd.yaml")).await;
     let ar = widget_resource();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
 
@@ -372,7 +372,14 @@ async fn keda_scales_targets_and_serves_external_metrics() {
     let sim = sim("keda").await;
     let cluster = &sim.clusters()[0];
     let client = cluster.client().expect("client");
-    install_crd(&client, "scaledobject-crd.yaml").await;
+    install_crd(
+        &client,
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../sim/assets/scaledobject-crd.yaml"
+        ),
+    )
+    .await;
     let deploys: Api<Deployment> = Api::default_namespaced(client.clone());
     let d: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "nginx"},

@@ -333,7 +333,7 @@ pub async fn start_with(
     fleet.kubectl(&["apply", "-f", crds]).await;
     let keda = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/scaledobject-crd.yaml"
+        "/../sim/assets/scaledobject-crd.yaml"
     );
     fleet.kubectl(&["apply", "-f", keda]).await;
     // The hub's namespace, where its Lease lives (the Helm chart creates it).

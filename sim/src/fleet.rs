@@ -24,7 +24,7 @@ use tokio::process::{Child, Command};
 use crate::{Error, Result, Sim, SimConfig};
 
 /// KEDA's ScaledObject CRD as the hub cluster needs it (KEDA runs next to the hub).
-const KEDA_SCALEDOBJECT_CRD: &str = include_str!("../tests/fixtures/scaledobject-crd.yaml");
+const KEDA_SCALEDOBJECT_CRD: &str = include_str!("../assets/scaledobject-crd.yaml");
 
 /// Name of the hub's simulated cluster.
 pub const HUB_CLUSTER: &str = "hub";
