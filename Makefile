@@ -65,7 +65,7 @@ bench-fleet:
 ## KEDGE_E2E_MEMBERS sets the count.
 e2e-fleet:
 	$(CARGO) build --release --workspace --bins
-	KEDGE_E2E_MEMBERS=$${KEDGE_E2E_MEMBERS:-1000} $(CARGO) test --release -p kedge-sim --test fleet_members_e2e -- --nocapture
+	KEDGE_E2E_MEMBERS=$${KEDGE_E2E_MEMBERS:-1000} $(CARGO) test --release -p kedge-e2e --test fleet_members_e2e -- --nocapture
 
 ## Queue change to Jobs running in the members, end to end (docs/dsj.md "Latency").
 bench-dsj-latency:

@@ -223,7 +223,7 @@ async fn follow(
     });
     let mut flap = fleet.flap.subscribe();
     flap.mark_unchanged();
-    let flapping = index % 2 == 0;
+    let flapping = index.is_multiple_of(2);
     let held = fleet.held[index].lock().unwrap().0;
     let full = StatusReport {
         full: true,
