@@ -602,7 +602,10 @@ async fn measure(members: usize, rounds: usize) -> Row {
         .await;
         for h in &fleet.held {
             let told = h.lock().unwrap().1.expect("told");
-            samples.push(told.saturating_duration_since(written));
+            // A member already at the new count (before the first round) was not told.
+            if told >= written {
+                samples.push(told - written);
+            }
         }
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
