@@ -718,15 +718,28 @@ async fn measure(members: usize, rounds: usize) -> Row {
 
 /// `kedge_hub_resyncs_total{kind}` of the hub at `ops`.
 async fn resyncs(ops: u16, kind: &str) -> u64 {
-    let metrics = http_get(&format!("http://127.0.0.1:{ops}/metrics"))
+    let metrics = hub_metrics(ops).await;
+    sample(
+        &metrics,
+        &format!(r#"kedge_hub_resyncs_total{{kind="{kind}"}}"#),
+    ) as u64
+}
+
+/// The hub's `/metrics` page.
+async fn hub_metrics(ops: u16) -> String {
+    http_get(&format!("http://127.0.0.1:{ops}/metrics"))
         .await
-        .expect("the hub's /metrics");
-    let prefix = format!(r#"kedge_hub_resyncs_total{{kind="{kind}"}} "#);
+        .expect("the hub's /metrics")
+}
+
+/// The value of the sample `series` (name and labels) on a metrics page; 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    let prefix = format!("{series} ");
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0.0)
 }
 
 /// Cuts the sessions of every even-numbered virtual agent at once (see [`Fleet::flap`]) and
@@ -910,18 +923,14 @@ async fn settle(ops: u16) {
 
 /// The hub's DSO reconciliations so far: how many, and their mean duration.
 async fn dso_reconciles(ops: u16) -> (u64, Duration) {
-    let metrics = http_get(&format!("http://127.0.0.1:{ops}/metrics"))
-        .await
-        .expect("the hub's /metrics");
+    let metrics = hub_metrics(ops).await;
     let value = |suffix: &str| {
-        let prefix = format!(
-            r#"kedge_hub_reconcile_duration_seconds_{suffix}{{controller="distributedscaledobject"}} "#
-        );
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix.as_str()))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
+        sample(
+            &metrics,
+            &format!(
+                r#"kedge_hub_reconcile_duration_seconds_{suffix}{{controller="distributedscaledobject"}}"#
+            ),
+        )
     };
     let (count, sum) = (value("count"), value("sum"));
     let mean = if count > 0.0 { sum / count } else { 0.0 };
