@@ -319,8 +319,9 @@ impl Fleet {
     /// A new session of `member` started: nothing is sent to it until its first full report
     /// has arrived and a controller planned from it. True when the agent already holds the
     /// member's current desired state: `agent_holds` (its `Hello`'s last applied revision) is
-    /// the current revision and the agent acknowledged it, in an earlier session with this hub
-    /// in this term. The session then sends nothing until the state changes.
+    /// the current revision and the agent acknowledged it without a failed command, in an
+    /// earlier session with this hub in this term. The session then sends nothing until the
+    /// state changes.
     pub fn session_started(&self, member: &str, session_id: &str, agent_holds: u64) -> bool {
         let mut members = self.lock();
         let entry = self.entry(&mut members, member);
@@ -329,7 +330,10 @@ impl Fleet {
         entry.jobs_complete = false;
         entry.jobs_filling = false;
         entry.desired.send_replace(None);
-        agent_holds == entry.revision && entry.acked_revision == entry.revision
+        // A command that failed is sent again, so the agent retries it.
+        agent_holds == entry.revision
+            && entry.acked_revision == entry.revision
+            && entry.failures.is_empty()
     }
 
     /// Sets the Job commands of `owner` for `member`, decided from the member's complete
@@ -667,6 +671,7 @@ mod tests {
     use super::*;
     use crate::metrics::HubMetrics;
     use crate::registry::Liveness;
+    use kedge_protocol::{CommandResult, FailureCode, Retry};
     use std::time::Duration;
 
     fn fleet() -> Fleet {
@@ -753,7 +758,30 @@ mod tests {
                 results: vec![],
             },
         );
+        // Acknowledged with a failed command: sent again, so that the agent retries it.
+        f.record_ack(
+            "m1",
+            Ack {
+                revision: r,
+                results: vec![CommandResult {
+                    target: CommandTarget::Workload(workload("a")),
+                    failure: Some(Failure {
+                        retry: Retry::Transient,
+                        code: FailureCode::ApiUnavailable,
+                        message: "member API server unavailable".into(),
+                    }),
+                }],
+            },
+        );
+        assert!(!f.session_started("m1", "s3", r));
         // Acknowledged: a new session of the same agent needs nothing…
+        f.record_ack(
+            "m1",
+            Ack {
+                revision: r,
+                results: vec![],
+            },
+        );
         assert!(f.session_started("m1", "s3", r));
         // …unless it says it holds another revision…
         assert!(!f.session_started("m1", "s4", r - 1));
