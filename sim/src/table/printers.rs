@@ -120,6 +120,15 @@ pub(super) const NAME: Column = Column {
 };
 /// The columns several printers share.
 const AGE: Column = col("Age", "string", 0, AGE_DOC, Cell::Age);
+/// `READY` of Deployments and StatefulSets: ready of desired replicas.
+const READY_OF_DESIRED: Column = col(
+    "Ready",
+    "string",
+    0,
+    "Number of the pod with ready state",
+    Cell::Fn(ready_of_desired),
+);
+
 const CONTAINERS: Column = col(
     "Containers",
     "string",
@@ -200,13 +209,7 @@ static PODS: &[Column] = &[
 /// `printDeployment`.
 static DEPLOYMENTS: &[Column] = &[
     NAME,
-    col(
-        "Ready",
-        "string",
-        0,
-        "Number of the pod with ready state",
-        Cell::Fn(ready_of_desired),
-    ),
+    READY_OF_DESIRED,
     col(
         "Up-to-date",
         "string",
@@ -234,19 +237,7 @@ static DEPLOYMENTS: &[Column] = &[
 ];
 
 /// `printStatefulSet`.
-static STATEFULSETS: &[Column] = &[
-    NAME,
-    col(
-        "Ready",
-        "string",
-        0,
-        "Number of the pod with ready state",
-        Cell::Fn(ready_of_desired),
-    ),
-    AGE,
-    CONTAINERS,
-    IMAGES,
-];
+static STATEFULSETS: &[Column] = &[NAME, READY_OF_DESIRED, AGE, CONTAINERS, IMAGES];
 
 /// `printReplicaSet`.
 static REPLICASETS: &[Column] = &[
