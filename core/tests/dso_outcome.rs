@@ -275,8 +275,8 @@ fn hub_restart_with_a_late_member_never_scales_it_down() {
     );
     assert_eq!(
         command(&first, "b"),
-        Some(Command::Replicas(1)),
-        "planned around a's 9"
+        Some(Command::Hold),
+        "nothing moves on a count this hub has not seen reported"
     );
     assert_eq!(member(&first, "a").desired_replicas, 9);
     assert!(
@@ -321,6 +321,68 @@ fn hub_restart_with_a_late_member_never_scales_it_down() {
     );
     assert_eq!(command(&back, "a"), Some(Command::Replicas(9)));
     assert_eq!(command(&back, "b"), Some(Command::Replicas(1)));
+}
+
+/// Case 2: the previous status can be older than what members run (a hub stopped before it
+/// wrote its last decision: counts alone are written at most once a second). The restarted
+/// hub moves no member on it: `b` reports 2 while the status still says `a` 1 and `b` 3 of a
+/// total of 4; `b` is held at 2, not raised to 3 (nor, the other way round, lowered), until
+/// `a` reports. Then it is planned from both reports.
+#[test]
+fn a_restarted_hub_moves_no_member_on_a_stale_status() {
+    let s = settings(&[("a", 1), ("b", 1)]);
+    let stale = previous(&[
+        ("a", MemberPhase::Ready, 1, 0),
+        ("b", MemberPhase::Ready, 3, 0),
+    ]);
+    let a = MemberFacts::new("a", workload());
+    let first = run(&s, Some(4), &stale, &[a.clone(), ready("b", 2)], t(100));
+    assert_eq!(member(&first, "a").state.as_deref(), Some("NotReported"));
+    assert_eq!(command(&first, "a"), None);
+    assert_eq!(command(&first, "b"), Some(Command::Hold));
+    let condition = first
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert!(
+        condition.message.contains("until a report"),
+        "{}",
+        condition.message
+    );
+    // Still within a's grace period, the total changes: still nothing moves.
+    let tracked = with_tracked(a, MemberPhase::NotReported, 100);
+    let scaled = run(
+        &s,
+        Some(6),
+        &first.status,
+        &[tracked.clone(), ready("b", 2)],
+        t(130),
+    );
+    assert_eq!(command(&scaled, "b"), Some(Command::Hold));
+    // a reports the 2 it runs: both are planned from reports.
+    let back = run(
+        &s,
+        Some(6),
+        &scaled.status,
+        &[
+            with_tracked(ready("a", 2), MemberPhase::NotReported, 100),
+            ready("b", 2),
+        ],
+        t(131),
+    );
+    assert_eq!(command(&back, "a"), Some(Command::Replicas(3)));
+    assert_eq!(command(&back, "b"), Some(Command::Replicas(3)));
+    // Had a never come back, its grace period ends and b takes the total.
+    let late = run(
+        &s,
+        Some(6),
+        &scaled.status,
+        &[tracked, ready("b", 2)],
+        t(161),
+    );
+    assert_eq!(command(&late, "b"), Some(Command::Replicas(6)));
 }
 
 /// Case 2: a connected member whose workload was not reported on yet is held until it is.

@@ -309,6 +309,84 @@ async fn a_hub_restart_with_a_late_member_never_scales_it_down() {
     .await;
 }
 
+/// Case 2: the hub stops before it writes its last decision, so the status it finds on restart
+/// is older than what the members run (here: member-1 1 and member-2 3, while both run 2).
+/// member-2 comes back first; the new hub moves it neither up nor down on that stale count
+/// and waits for member-1's report, then plans from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_hub_moves_no_member_on_a_stale_status() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet) = two_running_web(1).await;
+    let hub = fleet.start_hub("hub-1.log");
+    let mut a1 = fleet.start_agent("member-1", None, "member-1.log");
+    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    // A grace period far longer than the test, so only the hold can explain what it sees.
+    let yaml =
+        dso_yaml("web", &two_members(1, 1), "absent").replace("gracePeriod: 3s", "gracePeriod: 5m");
+    apply(&fleet, &yaml, "web.yaml").await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=4"]).await;
+    fleet.wait_split("web", &TWO, &[2, 2], "2:2 of 4").await;
+
+    drop(hub);
+    a1.signal("KILL");
+    let _ = a1.child.wait().await;
+    let stale = json!({"status": {"memberClusterStatuses": {
+        "member-1": {"currentReplicas": 1, "desiredReplicas": 1},
+        "member-2": {"currentReplicas": 3, "desiredReplicas": 3},
+    }}});
+    fleet
+        .kubectl(&[
+            "patch",
+            "dso/web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &stale.to_string(),
+        ])
+        .await;
+    let _hub = fleet.start_hub("hub-2.log");
+    wait_for_states(fleet.ports, &["member-2"], "Connected", LIMIT).await;
+    // The new hub has member-2's report and decides (its status names the member it waits
+    // for); member-2 stays at 2 all the while.
+    let exact = |fleet: &Fleet| {
+        assert_eq!(
+            fleet.split("web", &TWO),
+            [Some(2), Some(2)],
+            "a member moved on the stale status"
+        );
+    };
+    wait_for(LIMIT, "the hub to say it waits for member-1", || async {
+        exact(&fleet);
+        let s = fleet.dso("web")["status"].clone();
+        let ready = s["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+            .unwrap_or_default();
+        ready["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("until member-1 report"))
+            .then_some(())
+    })
+    .await;
+    let until = Instant::now() + Duration::from_secs(2);
+    wait_for(LIMIT, "2 s more", || async {
+        exact(&fleet);
+        (Instant::now() >= until).then_some(())
+    })
+    .await;
+
+    // member-1 returns: planned from both reports, nothing moves; then /scale is followed.
+    let _a1 = fleet.start_agent("member-1", None, "member-1-again.log");
+    wait_for(LIMIT, "member-1 Ready", || async {
+        exact(&fleet);
+        (member_state(&fleet, "web", "member-1") == "Ready").then_some(())
+    })
+    .await;
+    fleet.kubectl(&["scale", "dso/web", "--replicas=6"]).await;
+    fleet.wait_split("web", &TWO, &[3, 3], "3:3 of 6").await;
+}
+
 /// Case 3: a DSO applied over running Deployments with KEDA not reading its metric yet: no
 /// member drops below what it runs until `/scale` is first written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

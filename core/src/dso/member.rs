@@ -303,6 +303,10 @@ pub struct MemberView {
     pub room: Option<u32>,
     /// Whether the agent can be told anything now (connected and fully reported).
     pub reachable: bool,
+    /// Whether `spec_replicas` is unknown to this hub process: no report on the workload
+    /// reached it yet, so the count is the previous status' (possibly one a hub wrote
+    /// before it stopped, and older than what the member runs).
+    pub count_unknown: bool,
     /// A transient command failure to surface while the member stays Ready.
     pub failing: Option<String>,
     /// The controller the member reports as also scaling the workload.
@@ -509,6 +513,7 @@ pub fn view(
         unschedulable,
         room,
         reachable,
+        count_unknown: report.is_none(),
         failing,
         other_controller,
     }

@@ -189,7 +189,25 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
         .map(|o| o.current_replicas)
         .fold(0, u32::saturating_add);
     let mut effective = settings.clone();
+    // A member this hub process has no report from (it has just started, and the agent has
+    // not reconnected yet) holds the count the previous status wanted there, which may be
+    // older than what it runs: a hub stopped before it wrote its last decision. Planning
+    // others around that count would move healthy members on a guess, so every member keeps
+    // what it runs until the member reports or its gracePeriod runs out.
+    let awaiting: Vec<&str> = views
+        .iter()
+        .filter(|v| {
+            v.phase == MemberPhase::NotReported
+                && v.count_unknown
+                && elapsed(v.since, now) <= settings.grace_period
+        })
+        .map(|v| v.name.as_str())
+        .collect();
     let total = match input.total {
+        Some(total) if !awaiting.is_empty() => {
+            effective.pause = Pause::Paused;
+            u32::try_from(total).unwrap_or(0)
+        }
         Some(total) => u32::try_from(total).unwrap_or(0),
         None if settings.pause != Pause::No => 0,
         // Some member's replicas are not known yet: nothing to raise from.
@@ -277,7 +295,7 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
     }
 
     let healthy = views.iter().filter(|v| v.phase.is_ready()).count();
-    let conditions = conditions(input, settings, &plan, &views, healthy, running);
+    let conditions = conditions(input, settings, &plan, &views, healthy, running, &awaiting);
     let status = DistributedScaledObjectStatus {
         total_current_replicas: members
             .values()
@@ -444,6 +462,7 @@ fn conditions(
     views: &[MemberView],
     healthy: usize,
     running: u32,
+    awaiting: &[&str],
 ) -> Vec<Condition> {
     let previous = &input.previous.conditions;
     let c = |type_: &str, ok: bool, reason: &str, message: String| {
@@ -461,11 +480,18 @@ fn conditions(
         CONDITION_READY,
         true,
         REASON_RECONCILED,
-        format!(
-            "{} replicas over {healthy} of {} members",
-            plan.total,
-            views.len()
-        ),
+        if awaiting.is_empty() {
+            format!(
+                "{} replicas over {healthy} of {} members",
+                plan.total,
+                views.len()
+            )
+        } else {
+            format!(
+                "every member keeps what it runs until {} report to this hub (or their gracePeriod ends)",
+                awaiting.join(", ")
+            )
+        },
     )];
     out.push(match settings.pause {
         Pause::No => c(
