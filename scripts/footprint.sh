@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures the agent's footprint: release binary size and resident memory of an idle agent
-# connected to a hub on loopback and to a simulated member cluster (after a settle time).
+# connected to a hub on loopback and to a simulated member cluster (after a settle time),
+# split into anonymous and file-backed pages.
 # Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +22,12 @@ settle=${SETTLE_SECONDS:-20}
 sleep "$settle"
 rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$agent/status")
 hwm_kib=$(awk '/VmHWM/ {print $2}' "/proc/$agent/status")
+# Anonymous (heap, stacks, relocated data) and file-backed (the binary's and libraries' pages).
+anon_kib=$(awk '/RssAnon/ {print $2}' "/proc/$agent/status")
+file_kib=$(awk '/RssFile/ {print $2}' "/proc/$agent/status")
 echo "| what | value |"
 echo "|---|---|"
 echo "| kedge-agent binary (release, stripped) | $(( $(stat -c %s "$B/kedge-agent") / 1024 )) KiB |"
 echo "| kedge-agent idle RSS after ${settle}s connected | ${rss_kib} KiB (peak ${hwm_kib} KiB) |"
+echo "| of which anonymous / file-backed | ${anon_kib} KiB / ${file_kib} KiB |"
 echo "| machine | $(nproc) cores, $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(rustc --version) |"

@@ -76,9 +76,16 @@ pub struct AgentArgs {
     /// Kubeconfig of the member cluster; default: in-cluster, then $KUBECONFIG, then ~/.kube/config.
     #[arg(long, env = "KEDGE_AGENT_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// How often managed workloads are observed and changes reported (at most one report each).
+    /// How often the report loop runs without a watch event (managed workloads are watched:
+    /// their changes are reported at once); at most one report each.
     #[arg(long, env = "KEDGE_AGENT_REPORT_INTERVAL", default_value = "2s", value_parser = duration_within(REPORT_INTERVAL))]
     pub report_interval: Duration,
+    /// How long a watch of managed workloads, their pods and autoscalers stays open before it
+    /// is renewed (from where it was, without a list): a permission revoked meanwhile is
+    /// noticed and reported at the latest then (the API server checks RBAC when a watch
+    /// starts).
+    #[arg(long, env = "KEDGE_AGENT_WATCH_TIMEOUT", default_value = "60s", value_parser = duration_within(WATCH_TIMEOUT))]
+    pub watch_timeout: Duration,
     /// How often cluster capacity (nodes, pod requests) is recomputed.
     #[arg(long, env = "KEDGE_AGENT_CAPACITY_INTERVAL", default_value = "10s", value_parser = duration_within(CAPACITY_INTERVAL))]
     pub capacity_interval: Duration,
@@ -87,14 +94,18 @@ pub struct AgentArgs {
     pub log_format: LogFormat,
 }
 
+/// Bounds of `--watch-timeout`: whole seconds (the API server's `timeoutSeconds`), at most
+/// kube-runtime's own default.
+pub const WATCH_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(290));
 /// Bounds of `--reconnect-initial`.
 pub const RECONNECT_INITIAL: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_secs(60));
 /// Bounds of `--reconnect-max` (and at least `--reconnect-initial`).
 pub const RECONNECT_MAX: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(3600));
-/// Bounds of `--report-interval`: faster costs the member API server a list per workload,
-/// slower leaves the hub planning from old counts.
+/// Bounds of `--report-interval`: it paces reports without a watch event (an unschedulable
+/// pod's age moves once each, capacity is read on the tick) and retries; changes seen by the
+/// watches are reported at once anyway.
 pub const REPORT_INTERVAL: (Duration, Duration) =
     (Duration::from_millis(50), Duration::from_secs(600));
 /// Bounds of `--capacity-interval`.

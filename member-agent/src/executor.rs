@@ -218,57 +218,75 @@ impl Executor {
         }
     }
 
-    /// The dynamic API of a workload's kind, after checking the policy allows the workload's
-    /// namespace and kind, and that the kind has a `/scale` subresource.
-    pub async fn workload_api(
-        &self,
-        workload: &WorkloadRef,
-    ) -> Result<Api<DynamicObject>, Failure> {
+    /// The resource of a workload's kind, after checking the policy allows the workload's
+    /// namespace and kind, and that the kind has a `/scale` subresource (discovery, once per
+    /// kind).
+    pub async fn workload_resource(&self, workload: &WorkloadRef) -> Result<ApiResource, Failure> {
         self.policy
             .check_workload(&workload.namespace, &workload.api_version, &workload.kind)?;
         let key = (workload.api_version.clone(), workload.kind.clone());
         let mut kinds = self.kinds.lock().await;
-        let resource = match kinds.get(&key) {
-            Some(resource) => resource.clone(),
-            None => {
-                let (group, version) = group_version(&workload.api_version);
-                let gvk = GroupVersionKind::gvk(group, version, &workload.kind);
-                let what = format!("resolving {}/{}", workload.api_version, workload.kind);
-                let (resource, caps) =
-                    discovery::pinned_kind(&self.client, &gvk)
-                        .await
-                        .map_err(|e| {
-                            // Discovery reports an unknown kind as its own error, not a 404.
-                            match e {
-                                kube::Error::Discovery(_) => Failure {
-                                    retry: Retry::Permanent,
-                                    code: FailureCode::NotFound,
-                                    message: format!(
-                                        "{what}: the member cluster does not serve this kind"
-                                    ),
-                                },
-                                other => classify(&other, &what),
-                            }
-                        })?;
-                if !caps
-                    .subresources
-                    .iter()
-                    .any(|(sub, _)| sub.plural == "scale")
-                {
-                    return Err(invalid(format!(
-                        "{}/{} has no /scale subresource; kedge can only scale kinds that do",
-                        workload.api_version, workload.kind
-                    )));
+        if let Some(resource) = kinds.get(&key) {
+            return Ok(resource.clone());
+        }
+        let (group, version) = group_version(&workload.api_version);
+        let gvk = GroupVersionKind::gvk(group, version, &workload.kind);
+        let what = format!("resolving {}/{}", workload.api_version, workload.kind);
+        let (resource, caps) = discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|e| {
+                // Discovery reports an unknown kind as its own error, not a 404.
+                match e {
+                    kube::Error::Discovery(_) => Failure {
+                        retry: Retry::Permanent,
+                        code: FailureCode::NotFound,
+                        message: format!("{what}: the member cluster does not serve this kind"),
+                    },
+                    other => classify(&other, &what),
                 }
-                kinds.insert(key, resource.clone());
-                resource
-            }
-        };
+            })?;
+        if !caps
+            .subresources
+            .iter()
+            .any(|(sub, _)| sub.plural == "scale")
+        {
+            return Err(invalid(format!(
+                "{}/{} has no /scale subresource; kedge can only scale kinds that do",
+                workload.api_version, workload.kind
+            )));
+        }
+        kinds.insert(key, resource.clone());
+        Ok(resource)
+    }
+
+    /// The dynamic API of a workload's kind (see [`Executor::workload_resource`]).
+    pub async fn workload_api(
+        &self,
+        workload: &WorkloadRef,
+    ) -> Result<Api<DynamicObject>, Failure> {
+        let resource = self.workload_resource(workload).await?;
         Ok(Api::namespaced_with(
             self.client.clone(),
             &workload.namespace,
             &resource,
         ))
+    }
+
+    /// A workload's replicas as its `/scale` says now; `None` when it does not exist. For
+    /// the one writer, which must not compare a command with a count a watch has not caught
+    /// up with yet.
+    pub(crate) async fn current_replicas(
+        &self,
+        _writer: &AppliedReplicas<'_>,
+        w: &WorkloadRef,
+    ) -> Result<Option<i32>, Failure> {
+        let api = self.workload_api(w).await?;
+        let what = format!("reading the scale of {} {}/{}", w.kind, w.namespace, w.name);
+        match api.get_scale(&w.name).await {
+            Ok(scale) => Ok(Some(scale.spec.and_then(|s| s.replicas).unwrap_or(0))),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(e) => Err(classify(&e, &what)),
+        }
     }
 
     /// Sets a workload's replicas through `/scale`, unless it already has them. A command

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod report;
 mod rotation;
 mod session;
+pub mod workloads;
 
 use std::sync::Arc;
 
@@ -170,8 +171,8 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let executor = Arc::new(Executor::new(client, policy.clone()));
     let mut link = link::start(
         executor.clone(),
-        args.report_interval,
-        args.capacity_interval,
+        (args.report_interval, args.capacity_interval),
+        args.watch_timeout,
         &supervisor,
     );
 

@@ -1,9 +1,9 @@
 //! What outlives a session: the latest desired state, the apply loop that converges the
-//! cluster to it, the watches of managed Jobs, and the report loop that observes and
-//! reports. Sessions come and go; these keep running (fail-static), and each new session
+//! cluster to it, the watches of managed Jobs and workloads, and the report loop that
+//! restores and reports what they see. Sessions come and go; these keep running (fail-static), and each new session
 //! gets a full report and the full desired state again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -19,8 +19,9 @@ use tracing::{debug, info, warn};
 
 use crate::executor::Executor;
 use crate::jobs::watch::{self as job_watch, SharedIndex};
-use crate::observe::{Autoscalers, observe_autoscalers, observe_capacity, observe_workload};
+use crate::observe::observe_capacity;
 use crate::report::ReportState;
+use crate::workloads::watch::Watches;
 
 /// Messages waiting for the next session; bounded, because reports and acks are
 /// level-triggered: when a report is dropped, the next one is full.
@@ -75,8 +76,8 @@ fn post(outbox: &mpsc::Sender<AgentMessage>, message: AgentMessage) -> bool {
 /// returns the session's side of the link.
 pub(crate) fn start(
     executor: Arc<Executor>,
-    report_interval: Duration,
-    capacity_interval: Duration,
+    (report_interval, capacity_interval): (Duration, Duration),
+    watch_timeout: Duration,
     supervisor: &Supervisor,
 ) -> SessionLink {
     let shutdown = supervisor.stop().clone();
@@ -113,6 +114,7 @@ pub(crate) fn start(
             executor.clone(),
             desired_rx,
             outbox_tx.clone(),
+            report_now.clone(),
             shutdown.clone(),
         ),
     );
@@ -127,7 +129,7 @@ pub(crate) fn start(
                 now: report_now.clone(),
                 online: online.clone(),
             },
-            (report_interval, capacity_interval),
+            (report_interval, capacity_interval, watch_timeout),
             shutdown,
         ),
     );
@@ -140,13 +142,16 @@ pub(crate) fn start(
     }
 }
 
-/// Applies every new desired state and acknowledges it.
+/// Applies every new desired state and acknowledges it. When the hub adds or removes
+/// workloads, wakes the report loop, which starts and stops their watches.
 async fn apply_loop(
     executor: Arc<Executor>,
     mut desired: watch::Receiver<Option<Arc<DesiredState>>>,
     outbox: mpsc::Sender<AgentMessage>,
+    report_now: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
+    let mut managed = BTreeSet::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -155,6 +160,12 @@ async fn apply_loop(
         let state = desired.borrow_and_update().clone();
         if let Some(state) = state {
             let ack = executor.apply(&state).await;
+            let workloads: BTreeSet<WorkloadRef> =
+                state.workloads.iter().map(|w| w.workload.clone()).collect();
+            if workloads != managed {
+                managed = workloads;
+                report_now.notify_one();
+            }
             // A dropped ack is not resent: the hub re-sends desired state to a new session.
             let _ = post(&outbox, AgentMessage::Ack(ack));
         }
@@ -227,15 +238,16 @@ struct Reporting {
     online: Arc<AtomicBool>,
 }
 
-/// Observes managed workloads (restoring replica counts changed outside kedge) and the
-/// cluster's capacity every report interval, reports managed Jobs as their watches change
+/// Looks at the managed workloads as their watches see them (restoring replica counts
+/// changed outside kedge) whenever a watch saw a change and every report interval, reads the
+/// cluster's capacity every capacity interval, reports managed Jobs as their watches change
 /// them, and sends what changed. Without a session it only restores replica counts.
 async fn report_loop(
     executor: Arc<Executor>,
     jobs: SharedIndex,
     outbox: mpsc::Sender<AgentMessage>,
     reporting: Reporting,
-    (report_interval, capacity_interval): (Duration, Duration),
+    (report_interval, capacity_interval, watch_timeout): (Duration, Duration, Duration),
     shutdown: CancellationToken,
 ) {
     let Reporting {
@@ -248,6 +260,11 @@ async fn report_loop(
     let mut state = ReportState::default();
     let mut capacity_due = Instant::now();
     let mut drift: HashMap<WorkloadRef, Drift> = HashMap::new();
+    let mut watches = Watches::new(executor.client().clone(), report_now.clone(), watch_timeout);
+    // The time statuses are computed at, moved on every tick: an unschedulable pod's age
+    // then changes a workload's status once per report interval, as it did when workloads
+    // were read on the tick, not at every watch event.
+    let mut as_of = unix_ms(SystemTime::now());
     loop {
         let ticked = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -260,19 +277,14 @@ async fn report_loop(
                 _ = tokio::time::sleep(COALESCE) => {}
             }
         }
+        let full = online.load(Ordering::Acquire) && full_report.swap(false, Ordering::AcqRel);
+        if ticked || full {
+            as_of = unix_ms(SystemTime::now());
+        }
+        let observed = look_at_workloads(&executor, &mut watches, &mut drift, as_of, ticked).await;
         if !online.load(Ordering::Acquire) {
-            if ticked {
-                observe_workloads(&executor, &mut drift).await;
-            }
             continue;
         }
-        let full = full_report.swap(false, Ordering::AcqRel);
-        // Watch events alone report Jobs; workloads are read on the tick and in full reports.
-        let observed = if ticked || full {
-            observe_workloads(&executor, &mut drift).await
-        } else {
-            Vec::new()
-        };
         let capacity = if full || (ticked && Instant::now() >= capacity_due) {
             capacity_due = Instant::now() + capacity_interval;
             match observe_capacity(&executor).await {
@@ -297,42 +309,31 @@ async fn report_loop(
     }
 }
 
-/// Observes every workload the agent has applied a replica command for, restoring replica
-/// counts changed outside kedge unless something else keeps changing them. Each workload is
-/// looked at and restored as the one writer of replica counts ([`Executor::applied_replicas`]),
-/// against the command last applied: never against a newer desired state not applied yet
-/// (the agent's own apply would look like an edit) nor with an older one (a restore would
-/// undo the apply).
-async fn observe_workloads(
+/// Looks at every workload the agent has applied a replica command for, as its watches see
+/// it (starting and stopping watches to match the commands; `retry` tries again the
+/// workloads that could not be watched), restoring replica counts changed outside kedge
+/// unless something else keeps changing them. Each workload is looked at and restored as the
+/// one writer of replica counts ([`Executor::applied_replicas`]), against the command last
+/// applied: never against a newer desired state not applied yet (the agent's own apply would
+/// look like an edit) nor with an older one (a restore would undo the apply). A count the
+/// watch shows different from the command is read again from `/scale` before it counts: the
+/// watch may not have caught up with the agent's own apply. A workload whose watches have not
+/// listed yet is left out until they have.
+async fn look_at_workloads(
     executor: &Executor,
+    watches: &mut Watches,
     drift: &mut HashMap<WorkloadRef, Drift>,
+    at_unix_ms: i64,
+    retry: bool,
 ) -> Vec<WorkloadStatus> {
-    let workloads: Vec<WorkloadRef> = executor.applied_replicas().await.keys().cloned().collect();
-    let mut observed = Vec::with_capacity(workloads.len());
-    let mut autoscalers: HashMap<String, Autoscalers> = HashMap::new();
-    for w in &workloads {
-        let applied = executor.applied_replicas().await;
-        // Replaced by an apply since the list was taken: the next look sees it.
-        let Some(command) = applied.get(w) else {
+    let applied = executor.applied_replicas().await;
+    watches.sync(executor, applied.keys(), retry).await;
+    let mut observed = Vec::with_capacity(applied.len());
+    for (w, command) in applied.iter() {
+        let Some(mut status) = watches.status(w, at_unix_ms) else {
             continue;
         };
-        let mut status = match observe_workload(executor, w, unix_ms(SystemTime::now())).await {
-            Ok(status) => status,
-            // Reported, so the hub sees why (RBAC, namespace policy) and holds it.
-            Err(failure) => {
-                debug!(message = %failure.message, "cannot observe workload");
-                WorkloadStatus {
-                    failure: Some(failure),
-                    ..WorkloadStatus::absent(w.clone())
-                }
-            }
-        };
         if status.exists {
-            if !autoscalers.contains_key(&w.namespace) {
-                let found = observe_autoscalers(executor, &w.namespace).await;
-                autoscalers.insert(w.namespace.clone(), found);
-            }
-            status.conflict = autoscalers.get(&w.namespace).and_then(|a| a.targeting(w));
             let drift = drift.entry(w.clone()).or_default();
             let Some(want) = command.replicas else {
                 let edits = drift.hold(status.spec_replicas, Instant::now());
@@ -340,6 +341,18 @@ async fn observe_workloads(
                 observed.push(status);
                 continue;
             };
+            if status.spec_replicas != want && status.conflict.is_none() {
+                match executor.current_replicas(&applied, w).await {
+                    Ok(Some(replicas)) => status.spec_replicas = replicas,
+                    // Deleted meanwhile: its watch says so next.
+                    Ok(None) => continue,
+                    Err(failure) => {
+                        debug!(message = %failure.message, "cannot read the replicas of a workload");
+                        observed.push(status);
+                        continue;
+                    }
+                }
+            }
             let edits = drift.observe(status.spec_replicas, want, Instant::now());
             status.conflict = status.conflict.or(edits);
             if let Some(other) = &status.conflict {
@@ -358,7 +371,7 @@ async fn observe_workloads(
         }
         observed.push(status);
     }
-    drift.retain(|w, _| workloads.contains(w));
+    drift.retain(|w, _| applied.contains_key(w));
     observed
 }
 

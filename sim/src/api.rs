@@ -348,8 +348,17 @@ fn resource(
     rest: &[&str],
 ) -> Result<Response> {
     let t = parse_target(c, group, version, rest)?;
+    let verb = crate::auth::verb(&r.method, t.name.is_some(), r.flag("watch"));
+    let what = match &t.sub {
+        Some(sub) => format!("{verb} {}/{sub}", t.def.plural),
+        None => format!("{verb} {}", t.def.plural),
+    };
+    *c.requests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(what)
+        .or_default() += 1;
     if let Some(user) = &r.user {
-        let verb = crate::auth::verb(&r.method, t.name.is_some(), r.flag("watch"));
         let attrs = crate::rbac::RequestAttributes::resource(
             verb,
             &t.def.group,

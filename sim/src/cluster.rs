@@ -158,6 +158,8 @@ pub struct ClusterShared {
     watch_cancel: Mutex<CancellationToken>,
     shutdown: CancellationToken,
     tokens: Mutex<HashMap<String, crate::rbac::UserInfo>>,
+    /// Resource requests served, by `verb resource[/subresource]` (see [`Cluster::requests`]).
+    pub(crate) requests: Mutex<HashMap<String, u64>>,
 }
 
 impl ClusterShared {
@@ -330,6 +332,17 @@ impl Cluster {
         self.inner.faults()
     }
 
+    /// How many resource requests the cluster has served for `what`: a verb and a resource,
+    /// e.g. `"get deployments/scale"`, `"watch pods"` (tests count an agent's API calls).
+    pub fn requests(&self, what: &str) -> u64 {
+        let requests = self
+            .inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        requests.get(what).copied().unwrap_or(0)
+    }
+
     /// Reads an object straight from the store (`api_version` like `apps/v1`).
     pub fn object(
         &self,
@@ -435,6 +448,7 @@ impl Sim {
                 watch_cancel: Mutex::new(shutdown.child_token()),
                 shutdown: shutdown.clone(),
                 tokens: Mutex::new(HashMap::new()),
+                requests: Mutex::new(HashMap::new()),
             });
             let router = crate::api::router(shared.clone());
             let stop = shutdown.clone();

@@ -15,7 +15,7 @@ use kedge_protocol::*;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::hub_peer::{HubPeer, Session, next};
+use support::hub_peer::{HubPeer, Session, next, next_within};
 use support::*;
 
 fn deployment(name: &str, replicas: i32) -> Deployment {
@@ -144,14 +144,19 @@ async fn the_agent_applies_refuses_reports_and_restores() {
         "a missing workload was created"
     );
 
-    // Reports: web exists with 3 replicas and its pods' requests, ghost is reported missing,
-    // coredns carries the reason the agent cannot read it.
+    // Reports (incremental: each says what changed): web exists with 3 replicas and its
+    // pods' requests, ghost is reported missing, coredns carries the reason the agent cannot
+    // read it.
+    let mut reported = std::collections::BTreeMap::new();
     next(
         &mut control,
-        "a report of web (3), ghost (missing) and coredns (refused)",
+        "reports of web (3), ghost (missing) and coredns (refused)",
         |m| match m {
             AgentMessage::Report(r) => {
-                let find = |n: &str| r.workloads.iter().find(|w| w.workload.name == n);
+                for w in r.workloads {
+                    reported.insert(w.workload.name.clone(), w);
+                }
+                let find = |n: &str| reported.get(n);
                 let web = find("web");
                 let ghost = find("ghost");
                 let coredns = find("coredns");
@@ -428,4 +433,142 @@ async fn quick_changes_from_the_hub_are_not_taken_for_edits_in_the_member() {
         let d = deployments.get(name).await.unwrap();
         assert_eq!(d.spec.unwrap().replicas, Some(want), "{name}");
     }
+}
+
+/// The agent, its cluster with Deployment `web` (1 replica) in `apps`, and a session whose
+/// first full report has arrived.
+async fn agent_with_web(
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (kedge_sim::Sim, Api<Deployment>, Proc, HubPeer, Session) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let pki = Pki::create(dir, &["edge"]).await;
+    let clusters = start_clusters(dir, &["edge"]).await;
+    let client = clusters.cluster("edge").unwrap().client().unwrap();
+    create_namespace(&client, "apps").await;
+    let deployments: Api<Deployment> = Api::namespaced(client, "apps");
+    deployments
+        .create(&PostParams::default(), &deployment("web", 1))
+        .await
+        .unwrap();
+    let hub = HubPeer::start(&pki);
+    let mut args = vec!["--namespaces", "apps"];
+    args.extend(extra);
+    let agent = start_agent_with(&pki, "edge", hub.ports(), dir.join("agent.log"), &args);
+    let mut session = hub.accept("edge").await;
+    next(&mut session.control, "a full report", |m| match m {
+        AgentMessage::Report(r) if r.full => Some(()),
+        _ => None,
+    })
+    .await;
+    (clusters, deployments, agent, hub, session)
+}
+
+fn web_at(replicas: i32) -> HubMessage {
+    HubMessage::DesiredState(DesiredState {
+        revision: 1,
+        workloads: vec![WorkloadReplicas {
+            workload: workload("apps", "web"),
+            replicas: Some(replicas),
+            owner: "apps/web-dso".into(),
+        }],
+        ..Default::default()
+    })
+}
+
+/// Managed workloads are watched: with a report interval far longer than the test, the
+/// agent reports a workload as its readiness changes and restores a hand edit at once (the
+/// report tick, 60 s, would come much later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_workload_is_reported_and_restored_before_the_report_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_clusters, deployments, agent, _hub, mut session) =
+        agent_with_web(dir.path(), &["--report-interval", "60s"]).await;
+    let control = &mut session.control;
+    control.send(&web_at(3)).await.unwrap();
+    // Ready replicas change as the simulated pods start: each change is reported.
+    next_within(
+        control,
+        Duration::from_secs(15),
+        "a report of web with 3 ready replicas",
+        |m| match m {
+            AgentMessage::Report(r) => r
+                .workloads
+                .iter()
+                .any(|w| w.workload.name == "web" && w.spec_replicas == 3 && w.ready_replicas == 3)
+                .then_some(()),
+            _ => None,
+        },
+    )
+    .await;
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    let restored = tokio::time::timeout(Duration::from_secs(15), async {
+        while deployments.get("web").await.unwrap().spec.unwrap().replicas != Some(3) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(
+        restored.is_ok(),
+        "a hand edit was not restored before the report tick:\n{}",
+        agent.log_text()
+    );
+}
+
+/// An idle agent reads no workload: with a report tick every 100 ms, nothing it manages is
+/// fetched, listed or read through `/scale` while nothing changes (its watches stay open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_reads_no_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let (clusters, _deployments, agent, _hub, mut session) = agent_with_web(
+        dir.path(),
+        &["--report-interval", "100ms", "--capacity-interval", "1h"],
+    )
+    .await;
+    let control = &mut session.control;
+    control.send(&web_at(2)).await.unwrap();
+    next(
+        control,
+        "a report of web with 2 ready replicas",
+        |m| match m {
+            AgentMessage::Report(r) => r
+                .workloads
+                .iter()
+                .any(|w| w.workload.name == "web" && w.ready_replicas == 2)
+                .then_some(()),
+            _ => None,
+        },
+    )
+    .await;
+    let cluster = clusters.cluster("edge").unwrap();
+    let reads = [
+        "get deployments",
+        "get deployments/scale",
+        "list deployments",
+        "list pods",
+        "list horizontalpodautoscalers",
+        "list scaledobjects",
+    ];
+    let count = || reads.map(|what| (what, cluster.requests(what)));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = count();
+    // Twenty report ticks.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        count(),
+        before,
+        "an idle agent read its workloads:\n{}",
+        agent.log_text()
+    );
+    assert!(
+        cluster.requests("watch deployments") > 0 && cluster.requests("watch pods") > 0,
+        "the agent does not watch its workload: {before:?}"
+    );
 }

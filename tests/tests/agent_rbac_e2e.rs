@@ -490,17 +490,23 @@ async fn the_agent_acts_only_within_its_rendered_rbac_and_policy() {
         ),
     )
     .unwrap();
-    // Allowed: reading and scaling a Deployment of `apps`.
+    // Allowed: what the agent does, listing (and watching) the Deployments of `apps` and
+    // scaling one through `/scale`. (Not `kubectl scale`: it gets the Deployment first, and
+    // the agent never gets one.)
+    let listed = kubectl_ok(&sa_kubeconfig, &["-n", "apps", "get", "deployments"]).await;
+    assert!(listed.contains("web"), "{listed}");
     kubectl_ok(
         &sa_kubeconfig,
         &[
             "-n",
             "apps",
-            "scale",
+            "patch",
             "deployment",
             "web",
-            "--replicas",
-            "4",
+            "--subresource=scale",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":4}}"#,
         ],
     )
     .await;

@@ -230,6 +230,28 @@ async fn install_hub(sim: &Sim, dir: &Path, chart: &str, ports: HubPorts) -> Pro
 /// Per member: `setup-member` prints the chart's values, `helm install kedge-agent` from
 /// `chart`, the member's Deployment `web` (1 replica), and the agent run as its Deployment
 /// says; returns once every agent is connected.
+/// Gives a member's `kedge-agent` Role the verbs this build's agent needs on what it watches
+/// (`list` and `watch`; chart 0.1.0 granted `get` on workloads and `list` on autoscalers,
+/// for an agent that read each workload on every report). Only this build's agent binary
+/// exists here, so a previous chart release runs it; an operator running a newer agent
+/// image under the older chart would grant the same.
+async fn grant_watch_verbs(member_kc: &Path) {
+    let mut role = get_json(member_kc, &["-n", "default", "role", "kedge-agent"]).await;
+    let Some(rules) = role["rules"].as_array_mut() else {
+        panic!("the kedge-agent Role has no rules: {role}")
+    };
+    for rule in rules.iter_mut() {
+        let verbs = rule["verbs"].as_array().cloned().unwrap_or_default();
+        let subresource = rule["resources"].to_string().contains('/');
+        if !subresource && (verbs == [json!("get")] || verbs == [json!("list")]) {
+            rule["verbs"] = json!(["list", "watch"]);
+        }
+    }
+    let file = member_kc.with_extension("role.json");
+    std::fs::write(&file, role.to_string()).unwrap();
+    kubectl(member_kc, &["replace", "-f", file.to_str().unwrap()]).await;
+}
+
 async fn install_agents(sim: &Sim, dir: &Path, chart: &str, ports: HubPorts) -> Vec<Proc> {
     let hub_kc = dir.join("hub.kubeconfig");
     let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
@@ -264,6 +286,9 @@ async fn install_agents(sim: &Sim, dir: &Path, chart: &str, ports: HubPorts) -> 
             installed["error"].is_null(),
             "helm install kedge-agent on {member} ({chart}): {installed}"
         );
+        if chart.ends_with(&format!("kedge-agent-{PREVIOUS_VERSION}.tgz")) {
+            grant_watch_verbs(Path::new(&member_kc)).await;
+        }
         deployment(sim, member, "web", 1).await;
         agents.push(
             run_container(

@@ -2,8 +2,9 @@
 //!
 //! The agent's ServiceAccount may do exactly what the agent does, where it does it:
 //! - cluster-wide, only `list` nodes and pods, for the capacity it reports;
-//! - in each allowed namespace, read and scale (through `/scale`) the allowed kinds, read
-//!   the autoscalers that would fight it, and create, read, watch and delete Jobs;
+//! - in each allowed namespace, watch and scale (through `/scale`) the allowed kinds,
+//!   watch pods and the autoscalers that would fight it, and create, read, watch and
+//!   delete Jobs;
 //! - in its own namespace, read and update its identity Secret and read its bootstrap
 //!   Secret.
 //!
@@ -310,14 +311,15 @@ fn workload_rules(kinds: &[AgentKind]) -> Vec<Value> {
     let mut rules = Vec::new();
     for group in groups {
         let of_group: Vec<&AgentKind> = kinds.iter().filter(|k| k.group == group).collect();
-        // Observing a workload reads the object (replicas, readiness, pod requests).
+        // Observing a workload watches the object (replicas, readiness, pod requests,
+        // selector): one watch per kind and namespace, never a get.
         rules.push(rule(
             &[group],
             &of_group
                 .iter()
                 .map(|k| k.plural.clone())
                 .collect::<Vec<_>>(),
-            &["get"],
+            &["list", "watch"],
         ));
         // Scaling reads and merge-patches /scale: never the object itself, so the agent
         // cannot change a template, an image or a command.
@@ -330,8 +332,8 @@ fn workload_rules(kinds: &[AgentKind]) -> Vec<Value> {
             &["get", "patch"],
         ));
     }
-    // Pending/unschedulable counts list a workload's pods by selector; the Job watch
-    // lists and watches the pods of kedge's Jobs by label.
+    // Pending/unschedulable counts watch the pending pods of a workload's namespace; the Job
+    // watch lists and watches the pods of kedge's Jobs by label.
     rules.push(rule(&[""], &strings(&["pods"]), &["list", "watch"]));
     // kedge's Jobs: created by deterministic name, read back on a name collision and
     // before a delete (to check kedge's label), watched by label, deleted on scale-in.
@@ -340,13 +342,18 @@ fn workload_rules(kinds: &[AgentKind]) -> Vec<Value> {
         &strings(&["jobs"]),
         &["create", "get", "list", "watch", "delete"],
     ));
-    // Another autoscaler of the same workload is reported as a conflict instead of fought.
+    // Another autoscaler of the same workload is reported as a conflict instead of fought:
+    // both kinds are watched in the namespaces of the workloads.
     rules.push(rule(
         &["autoscaling"],
         &strings(&["horizontalpodautoscalers"]),
-        &["list"],
+        &["list", "watch"],
     ));
-    rules.push(rule(&["keda.sh"], &strings(&["scaledobjects"]), &["list"]));
+    rules.push(rule(
+        &["keda.sh"],
+        &strings(&["scaledobjects"]),
+        &["list", "watch"],
+    ));
     rules
 }
 
@@ -716,8 +723,10 @@ mod tests {
             "cluster-wide: capacity only, read-only"
         );
         let workload = set(&[
-            ("apps", "deployments", "get", ""),
-            ("apps", "statefulsets", "get", ""),
+            ("apps", "deployments", "list", ""),
+            ("apps", "deployments", "watch", ""),
+            ("apps", "statefulsets", "list", ""),
+            ("apps", "statefulsets", "watch", ""),
             ("apps", "deployments/scale", "get", ""),
             ("apps", "deployments/scale", "patch", ""),
             ("apps", "statefulsets/scale", "get", ""),
@@ -730,7 +739,9 @@ mod tests {
             ("batch", "jobs", "watch", ""),
             ("batch", "jobs", "delete", ""),
             ("autoscaling", "horizontalpodautoscalers", "list", ""),
+            ("autoscaling", "horizontalpodautoscalers", "watch", ""),
             ("keda.sh", "scaledobjects", "list", ""),
+            ("keda.sh", "scaledobjects", "watch", ""),
         ]);
         let roles = of_kind(&objects, "Role");
         for r in roles.iter().filter(|r| r["metadata"]["name"] == AGENT) {
@@ -775,9 +786,9 @@ mod tests {
                     if resource == "secrets" {
                         assert_eq!(r["metadata"]["name"], IDENTITY_ROLE);
                     }
-                    // The workloads themselves are read, only /scale is written.
+                    // The workloads themselves are watched, only /scale is written.
                     if ["deployments", "statefulsets"].contains(&resource.as_str()) {
-                        assert_eq!(verb, "get");
+                        assert!(["list", "watch"].contains(&verb.as_str()), "{verb}");
                     }
                 }
             }

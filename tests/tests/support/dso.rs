@@ -141,6 +141,9 @@ impl Fleet {
             "100ms".into(),
             "--capacity-interval".into(),
             "1s".into(),
+            // A revoked RoleBinding is noticed when a watch is renewed.
+            "--watch-timeout".into(),
+            "1s".into(),
         ];
         match namespaces {
             Some(ns) => args.extend(["--namespaces".into(), ns.into()]),

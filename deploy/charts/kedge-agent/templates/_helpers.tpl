@@ -17,7 +17,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- range .Values.kinds }}
 - apiGroups: [{{ .group | quote }}]
   resources: [{{ .plural | quote }}]
-  verbs: [get]
+  verbs: [list, watch]
 - apiGroups: [{{ .group | quote }}]
   resources: [{{ printf "%s/scale" .plural | quote }}]
   verbs: [get, patch]
@@ -30,10 +30,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [create, get, list, watch, delete]
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
-  verbs: [list]
+  verbs: [list, watch]
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
-  verbs: [list]
+  verbs: [list, watch]
 {{- end -}}
 
 {{- define "kedge-agent.subjects" -}}
