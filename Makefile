@@ -33,7 +33,7 @@ lint:
 footprint:
 	bash scripts/footprint.sh
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) bench -p kedge-e2e --bench agent_jobs_rss
+	KEDGE_AGENT_BIN=$(CURDIR)/target/agent/kedge-agent $(CARGO) bench -p kedge-e2e --bench agent_jobs_rss
 	$(CARGO) bench -p kedge-e2e --bench hub_footprint
 
 ## Regenerate deploy/crds from the Rust types (a test fails when they drift) and copy them

@@ -43,7 +43,8 @@ fn run_as_user(objects: &[Value]) -> i64 {
         .expect("runAsUser")
 }
 
-fn check(binary: &str, image: &str, user: i64) {
+/// `profile`: the Cargo profile the image's build stage compiles with.
+fn check(binary: &str, image: &str, user: i64, profile: &str) {
     let text = dockerfile(binary);
     let stage = runtime_stage(&text);
     assert!(stage[0].contains("distroless"), "{binary}: {}", stage[0]);
@@ -53,11 +54,27 @@ fn check(binary: &str, image: &str, user: i64) {
     );
     let entrypoint = format!("ENTRYPOINT [\"/usr/local/bin/{binary}\"]");
     assert!(stage.contains(&entrypoint.as_str()), "{binary}: {stage:?}");
+    let flag = match profile {
+        "release" => "--release".to_owned(),
+        other => format!("--profile {other}"),
+    };
     assert!(
         text.contains(&format!(
-            "cargo build --release --locked -p {binary} --bin {binary}"
+            "cargo build {flag} --locked -p {binary} --bin {binary}"
         )),
-        "{binary}: the build stage must compile {binary}"
+        "{binary}: the build stage must compile {binary} with the {profile} profile"
+    );
+    assert!(
+        text.contains(&format!("cp target/{profile}/{binary} /{binary}")),
+        "{binary}: the image must take the binary of the {profile} profile"
+    );
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"),
+    )
+    .unwrap();
+    assert!(
+        profile == "release" || manifest.contains(&format!("[profile.{profile}]")),
+        "the workspace defines no profile {profile}"
     );
     assert!(
         text.contains(&format!("-t {image}:")),
@@ -79,11 +96,17 @@ fn the_agent_image_runs_what_its_deployment_expects() {
         "kedge-agent",
         AGENT_IMAGE,
         run_as_user(&agent_manifests(&install)),
+        "agent",
     );
 }
 
 #[test]
 fn the_hub_image_runs_what_its_deployment_expects() {
     let objects = hub_manifests(&HubDeployment::default());
-    check("kedge-hub", DEFAULT_HUB_IMAGE, run_as_user(&objects));
+    check(
+        "kedge-hub",
+        DEFAULT_HUB_IMAGE,
+        run_as_user(&objects),
+        "release",
+    );
 }

@@ -258,7 +258,13 @@ pub fn start_agent_with(
         args.push("--all-namespaces".into());
     }
     args.extend(extra.iter().map(|a| a.to_string()));
-    Proc::spawn(&bin("kedge-agent"), &args, log)
+    Proc::spawn(&agent_bin(), &args, log)
+}
+
+/// The agent binary: `KEDGE_AGENT_BIN` when set (a bench measuring the shipped `agent`
+/// profile), else the one of the test's own profile.
+pub fn agent_bin() -> PathBuf {
+    std::env::var_os("KEDGE_AGENT_BIN").map_or_else(|| bin("kedge-agent"), PathBuf::from)
 }
 
 /// The hub's sessions, read with the real `kubectl kedge sessions -o json`.
