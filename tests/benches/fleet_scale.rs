@@ -15,7 +15,9 @@
 //!   (default 10) changes of its `/scale` between N and 2N replicas, each once the hub has
 //!   settled (no DSO reconciliation for 1.2 s); for each change, the
 //!   time from the `/scale` write on the hub until each virtual agent holds its new count
-//!   (1 or 2): p50 / p95 / p99 / max over every (round, member);
+//!   (1 or 2): p50 / p95 / p99 / max over every (round, member); and where the time went:
+//!   the CPU time the hub and this process (the simulated API server and the virtual
+//!   agents) used from each write until every member held the count, against the wall time;
 //! - the hub's RSS and CPU with the DSO at rest;
 //! - a flap: the sessions of half the members cut at once while the hub and the other half
 //!   run on; the time until each is back and re-synced, how many re-syncs needed nothing
@@ -46,7 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{env_or, machine, memory, millicores};
+use common::{cpu_time, env_or, machine, memory, millicores};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kedge_core::crd::{DistributedScaledObject, MemberCluster};
 use kedge_net::pki::{CertificateAuthority, Validity};
@@ -413,6 +415,10 @@ struct Row {
     retries: usize,
     /// DSO reconciliations over the run: how many, mean duration.
     reconciles: (u64, Duration),
+    /// CPU time of the hub and of this process (the simulated API server and the virtual
+    /// agents), and wall time, summed over the rounds from the `/scale` write until every
+    /// member held the new count.
+    fanout_cpu: (Duration, Duration, Duration),
     storm: Storm,
     flap: Flap,
     push: Push,
@@ -587,12 +593,14 @@ async fn measure(members: usize, rounds: usize) -> Row {
     .await;
 
     let mut samples = Vec::with_capacity(rounds * members);
+    let mut fanout_cpu = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for round in 0..rounds {
         // Each change starts from a settled hub, as KEDA's changes do (it polls every 30 s
         // by default): not while the last change's reports are still being planned.
         settle(ops).await;
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
+        let (hub_cpu, own_cpu) = (cpu_time(pid), cpu_time(std::process::id()));
         let written = Instant::now();
         set_total(&dsos, target).await;
         wait_until(
@@ -600,6 +608,9 @@ async fn measure(members: usize, rounds: usize) -> Row {
             || fleet.held.iter().all(|h| h.lock().unwrap().0 == per_member),
         )
         .await;
+        fanout_cpu.0 += cpu_time(pid).saturating_sub(hub_cpu);
+        fanout_cpu.1 += cpu_time(std::process::id()).saturating_sub(own_cpu);
+        fanout_cpu.2 += written.elapsed();
         for h in &fleet.held {
             let told = h.lock().unwrap().1.expect("told");
             // A member already at the new count (before the first round) was not told.
@@ -710,6 +721,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
         ended,
         retries,
         reconciles,
+        fanout_cpu,
         storm,
         flap,
         push,
@@ -955,6 +967,23 @@ async fn main() {
         let mut r = measure(members, rounds).await;
         print_row(&mut r);
         rows.push(r);
+    }
+    println!();
+    println!(
+        "| members | during the /scale rounds (written → every member holds it): wall | hub CPU | harness CPU (simulated API server and virtual agents) | cores busy |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in &rows {
+        let (hub, harness, wall) = r.fanout_cpu;
+        let per_round = |d: Duration| ms(d / rounds.max(1) as u32);
+        println!(
+            "| {} | {} per round | {} | {} | {:.2} |",
+            r.members,
+            per_round(wall),
+            per_round(hub),
+            per_round(harness),
+            (hub + harness).as_secs_f64() / wall.as_secs_f64().max(0.001),
+        );
     }
     println!();
     println!(
