@@ -8,7 +8,8 @@
 //!
 //! `cargo bench -p kedge-e2e --bench agent_jobs_rss` (build the binaries first:
 //! `cargo build --release --workspace --bins`; the bench uses the binaries of its own
-//! profile). `AGENT_RSS_JOBS` (default 1000) sets the number of Jobs,
+//! profile, and the agent at `KEDGE_AGENT_BIN` when set: `make footprint` measures the
+//! shipped `agent` profile). `AGENT_RSS_JOBS` (default 1000) sets the number of Jobs,
 //! `AGENT_RSS_SETTLE_SECONDS` (default 15) the settle time before each reading,
 //! `AGENT_RSS_AGENT_ARGS` adds flags to the agent's, `AGENT_RSS_KEEP` keeps the agent's log
 //! and the certificates. Prints a Markdown table. Linux only (`/proc`).
@@ -263,7 +264,13 @@ async fn main() {
     }
 
     let secs = settle.as_secs();
-    println!("| kedge-agent resident memory (release) | value |");
+    // Which build: the shipped `agent` profile (`make footprint`) or the bench's own.
+    let binary = support::agent_bin();
+    let profile = binary
+        .parent()
+        .and_then(|d| d.file_name())
+        .map_or_else(String::new, |d| d.to_string_lossy().into_owned());
+    println!("| kedge-agent resident memory (`{profile}` build) | value |");
     println!("|---|---|");
     println!(
         "| idle, connected, no Job ({secs} s settled) | {} |",

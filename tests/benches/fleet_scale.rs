@@ -1,5 +1,6 @@
 //! One hub, many members, measured at the hub: the real release `kedge-hub` (file-mode
-//! certificates, its controllers on a simulated hub cluster) and N *virtual agents* in this
+//! certificates, its controllers on a simulated hub cluster, `kedge-sim serve` in a process
+//! of its own) and N *virtual agents* in this
 //! process. Each virtual agent is a real session: its own QUIC connection on loopback with
 //! mutual TLS and its own client certificate from the bench's CA, the real protocol (Hello,
 //! heartbeats, a full report of one Deployment and the cluster's capacity, an Ack and a
@@ -16,8 +17,8 @@
 //!   settled (no DSO reconciliation for 1.2 s); for each change, the
 //!   time from the `/scale` write on the hub until each virtual agent holds its new count
 //!   (1 or 2): p50 / p95 / p99 / max over every (round, member); and where the time went:
-//!   the CPU time the hub and this process (the simulated API server and the virtual
-//!   agents) used from each write until every member held the count, against the wall time;
+//!   the CPU time the hub, the simulated hub cluster and this process (the virtual agents)
+//!   used from each write until every member held the count, against the wall time;
 //! - the hub's RSS and CPU with the DSO at rest;
 //! - a flap: the sessions of half the members cut at once while the hub and the other half
 //!   run on; the time until each is back and re-synced, how many re-syncs needed nothing
@@ -55,10 +56,10 @@ use kedge_net::pki::{CertificateAuthority, Validity};
 use kedge_net::tls::{TlsMaterial, TransportTuning, client_config};
 use kedge_protocol::*;
 use kedge_sim::fleet::{HUB_CLUSTER, HUB_NAMESPACE, install_crds};
-use kedge_sim::{Sim, SimConfig};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Semaphore;
 
 const NS: &str = "default";
@@ -415,10 +416,10 @@ struct Row {
     retries: usize,
     /// DSO reconciliations over the run: how many, mean duration.
     reconciles: (u64, Duration),
-    /// CPU time of the hub and of this process (the simulated API server and the virtual
+    /// CPU time of the hub, of the simulated hub cluster and of this process (the virtual
     /// agents), and wall time, summed over the rounds from the `/scale` write until every
     /// member held the new count.
-    fanout_cpu: (Duration, Duration, Duration),
+    fanout_cpu: [Duration; 4],
     storm: Storm,
     flap: Flap,
     push: Push,
@@ -465,16 +466,77 @@ struct Storm {
     wrong: usize,
 }
 
+/// The simulated hub cluster in a process of its own (`kedge-sim serve`): the OS shares the
+/// cores between it, the hub and the virtual agents (in one runtime with thousands of
+/// agents it waited behind them), and its CPU time is its own.
+struct HubCluster {
+    child: tokio::process::Child,
+    pid: u32,
+    url: String,
+    client: kube::Client,
+}
+
+impl HubCluster {
+    async fn start(dir: &Path) -> Self {
+        // KEDGE_SIM_BIN: another build (`--profile profiling` keeps symbols for perf).
+        let bin = std::env::var_os("KEDGE_SIM_BIN")
+            .map_or_else(|| bin_dir().join("kedge-sim"), Into::into);
+        let mut child = tokio::process::Command::new(bin)
+            .args(["serve", "--clusters", HUB_CLUSTER, "--dir"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("sim.log")).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("cannot start kedge-sim: build the release binaries first");
+        let pid = child.id().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut cluster = None;
+        let read = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if line.starts_with("kedge-sim ready") {
+                    // Whatever it prints later is read, so that it never blocks on a pipe.
+                    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                    return;
+                }
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                if let ["cluster", name, url, kubeconfig] = fields[..]
+                    && name == HUB_CLUSTER
+                {
+                    cluster = Some((url.to_owned(), kubeconfig.to_owned()));
+                }
+            }
+            panic!("kedge-sim exited before it was ready (see sim.log)");
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("kedge-sim ready within 30 s");
+        let (url, kubeconfig) = cluster.expect("kedge-sim named the hub cluster");
+        let file = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .unwrap();
+        Self {
+            child,
+            pid,
+            url,
+            client: kube::Client::try_from(config).unwrap(),
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+}
+
 async fn measure(members: usize, rounds: usize) -> Row {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(
-        &[HUB_CLUSTER.to_owned()],
-        SimConfig::default(),
-        Some(dir.path()),
-    )
-    .await
-    .unwrap();
-    let hub_client = sim.cluster(HUB_CLUSTER).unwrap().client().unwrap();
+    let sim = HubCluster::start(dir.path()).await;
+    let hub_client = sim.client.clone();
     install_crds(hub_client.clone()).await.unwrap();
 
     // The bench's CA, the hub's certificate and one client certificate per member.
@@ -593,14 +655,16 @@ async fn measure(members: usize, rounds: usize) -> Row {
     .await;
 
     let mut samples = Vec::with_capacity(rounds * members);
-    let mut fanout_cpu = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let mut fanout_cpu = [Duration::ZERO; 4];
     for round in 0..rounds {
         // Each change starts from a settled hub, as KEDA's changes do (it polls every 30 s
         // by default): not while the last change's reports are still being planned.
         settle(ops).await;
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
-        let (hub_cpu, own_cpu) = (cpu_time(pid), cpu_time(std::process::id()));
+        let cpu = |pids: [u32; 3]| pids.map(cpu_time);
+        let pids = [pid, sim.pid, std::process::id()];
+        let before = cpu(pids);
         let written = Instant::now();
         set_total(&dsos, target).await;
         wait_until(
@@ -608,9 +672,10 @@ async fn measure(members: usize, rounds: usize) -> Row {
             || fleet.held.iter().all(|h| h.lock().unwrap().0 == per_member),
         )
         .await;
-        fanout_cpu.0 += cpu_time(pid).saturating_sub(hub_cpu);
-        fanout_cpu.1 += cpu_time(std::process::id()).saturating_sub(own_cpu);
-        fanout_cpu.2 += written.elapsed();
+        for (i, after) in cpu(pids).into_iter().enumerate() {
+            fanout_cpu[i] += after.saturating_sub(before[i]);
+        }
+        fanout_cpu[3] += written.elapsed();
         for h in &fleet.held {
             let told = h.lock().unwrap().1.expect("told");
             // A member already at the new count (before the first round) was not told.
@@ -697,13 +762,13 @@ async fn measure(members: usize, rounds: usize) -> Row {
     let push = push_baseline(
         &dsos,
         dir.path(),
-        sim.cluster(HUB_CLUSTER).unwrap().url(),
+        sim.url.clone(),
         (&ca, &server),
         members,
         rounds,
     )
     .await;
-    sim.shutdown().await;
+    sim.stop().await;
     if std::env::var_os("FLEET_BENCH_KEEP").is_some() {
         eprintln!(
             "{members} members: hub logs kept in {}",
@@ -970,19 +1035,20 @@ async fn main() {
     }
     println!();
     println!(
-        "| members | during the /scale rounds (written → every member holds it): wall | hub CPU | harness CPU (simulated API server and virtual agents) | cores busy |"
+        "| members | a /scale round (written → every member holds it), mean: wall | hub CPU | simulated hub cluster CPU | virtual agents CPU | cores busy |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for r in &rows {
-        let (hub, harness, wall) = r.fanout_cpu;
+        let [hub, sim, agents, wall] = r.fanout_cpu;
         let per_round = |d: Duration| ms(d / rounds.max(1) as u32);
         println!(
-            "| {} | {} per round | {} | {} | {:.2} |",
+            "| {} | {} | {} | {} | {} | {:.2} |",
             r.members,
             per_round(wall),
             per_round(hub),
-            per_round(harness),
-            (hub + harness).as_secs_f64() / wall.as_secs_f64().max(0.001),
+            per_round(sim),
+            per_round(agents),
+            (hub + sim + agents).as_secs_f64() / wall.as_secs_f64().max(0.001),
         );
     }
     println!();
@@ -1048,7 +1114,7 @@ async fn main() {
     }
     println!();
     println!(
-        "Machine: {}; {rounds} rounds; heartbeat {HEARTBEAT}; virtual agents in the bench's process.",
+        "Machine: {}; {rounds} rounds; heartbeat {HEARTBEAT}; virtual agents in the bench's process, the simulated hub cluster in its own.",
         machine()
     );
     for r in &rows {
