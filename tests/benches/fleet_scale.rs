@@ -759,6 +759,19 @@ async fn measure(members: usize, rounds: usize) -> Row {
     for endpoint in &endpoints {
         endpoint.close(0u32.into(), b"bench done");
     }
+    // The hub's figures so far, in case the baseline below does not finish.
+    eprintln!(
+        "{members} members: welcomed in {:.1} s; hub RSS {} → {}; rounds written → all held: {} samples, max {}; flap re-synced in {:.2} s ({} lost); restart re-synced in {:.2} s ({} counts changed)",
+        connected.as_secs_f64(),
+        mib(rss_empty),
+        mib(rss_connected),
+        samples.len(),
+        ms(samples.iter().max().copied().unwrap_or_default()),
+        flap.resynced.as_secs_f64(),
+        flap.lost,
+        storm.resynced.as_secs_f64(),
+        storm.wrong,
+    );
     let push = push_baseline(
         &dsos,
         dir.path(),

@@ -61,6 +61,15 @@ async fn two_running_web(replicas: i32) -> (tempfile::TempDir, Fleet) {
     (dir, fleet)
 }
 
+/// The hub (log `hub-1.log`) and both members' agents, connected.
+async fn hub_and_agents(fleet: &Fleet) -> (Proc, Proc, Proc) {
+    let hub = fleet.start_hub("hub-1.log");
+    let a1 = fleet.start_agent("member-1", None, "member-1.log");
+    let a2 = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    (hub, a1, a2)
+}
+
 fn two_members(w1: u32, w2: u32) -> String {
     format!(
         "  memberClusters:\n  - {{name: member-1, weight: {w1}}}\n  - {{name: member-2, weight: {w2}}}"
@@ -251,10 +260,7 @@ async fn refused_or_replaced_workloads_are_never_scaled_down() {
 async fn a_hub_restart_with_a_late_member_never_scales_it_down() {
     let _serial = SERIAL.lock().await;
     let (_dir, fleet) = two_running_web(1).await;
-    let hub = fleet.start_hub("hub-1.log");
-    let mut a1 = fleet.start_agent("member-1", None, "member-1.log");
-    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let (hub, mut a1, _a2) = hub_and_agents(&fleet).await;
     apply(
         &fleet,
         &dso_yaml("web", &two_members(9, 1), "absent"),
@@ -317,10 +323,7 @@ async fn a_hub_restart_with_a_late_member_never_scales_it_down() {
 async fn a_restarted_hub_moves_no_member_on_a_stale_status() {
     let _serial = SERIAL.lock().await;
     let (_dir, fleet) = two_running_web(1).await;
-    let hub = fleet.start_hub("hub-1.log");
-    let mut a1 = fleet.start_agent("member-1", None, "member-1.log");
-    let _a2 = fleet.start_agent("member-2", None, "member-2.log");
-    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    let (hub, mut a1, _a2) = hub_and_agents(&fleet).await;
     // A grace period far longer than the test, so only the hold can explain what it sees.
     let yaml =
         dso_yaml("web", &two_members(1, 1), "absent").replace("gracePeriod: 3s", "gracePeriod: 5m");

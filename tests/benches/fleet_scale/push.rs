@@ -214,18 +214,33 @@ pub(crate) async fn run_pusher(config_path: &str) {
         let Some(total) = total else { continue };
         let each = total / members.len() as i32;
         let patch = Patch::Merge(json!({"spec": {"replicas": each}}));
-        let pushed = futures::future::join_all(
-            members
-                .iter()
-                .map(|m| m.patch_scale(super::WORKLOAD, &patch_params, &patch)),
-        )
-        .await;
-        let failed = pushed.iter().filter(|r| r.is_err()).count();
-        if let Some(Err(e)) = pushed.iter().find(|r| r.is_err()) {
-            eprintln!(
-                "push: {failed} of {} patches failed, e.g. {e}",
-                members.len()
-            );
+        // A failed patch is retried, as a controller requeues it (at 10,000 members some
+        // connections of the first fan-out are refused by the listeners' backlogs).
+        let mut pending: Vec<&Api<_>> = members.iter().collect();
+        for attempt in 1..=10 {
+            let pushed = futures::future::join_all(
+                pending
+                    .iter()
+                    .map(|m| m.patch_scale(super::WORKLOAD, &patch_params, &patch)),
+            )
+            .await;
+            if let Some(Err(e)) = pushed.iter().find(|r| r.is_err()) {
+                eprintln!(
+                    "push: {} of {} patches failed (attempt {attempt}), e.g. {e}; retrying",
+                    pushed.iter().filter(|r| r.is_err()).count(),
+                    pending.len()
+                );
+            }
+            pending = pending
+                .into_iter()
+                .zip(&pushed)
+                .filter(|(_, r)| r.is_err())
+                .map(|(m, _)| m)
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
         }
         println!("pushed {total}");
     }
