@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kedge_core::crd::conditions::{
@@ -35,6 +36,9 @@ const THROTTLE: Duration = Duration::from_millis(500);
 /// is): writing every heartbeat would be 2,000 writes a second at 10,000 members with 5 s
 /// heartbeats. Liveness itself is the hub's, not this field's.
 pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
+/// Status writes one pass keeps in flight. After a hub restart or a reconnect storm every
+/// member's status changes at once; written one after the other, 10,000 of them took minutes.
+const WRITES_IN_FLIGHT: usize = 16;
 
 /// Reason of the Ready condition when the agent is connected.
 pub const REASON_CONNECTED: &str = "AgentConnected";
@@ -175,7 +179,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let mut backoff = Duration::ZERO;
     loop {
         ctx.metrics.reconciled(CONTROLLER);
-        match sync(&ctx).await {
+        match sync(&ctx, &shutdown).await {
             Ok(()) => backoff = Duration::ZERO,
             Err(error) => {
                 warn!(%error, "MemberCluster status not written");
@@ -202,8 +206,12 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     }
 }
 
+/// One pass: writes every status that changed, [`WRITES_IN_FLIGHT`] at a time, until the
+/// first refused write or `shutdown`. A pass cut short by shutdown leaves the rest to the next
+/// active hub, which recomputes every status from its own sessions: waiting for thousands of
+/// writes would hold the Lease (and the standby) for as long.
 #[instrument(skip_all)]
-async fn sync(ctx: &Context) -> Result<()> {
+async fn sync(ctx: &Context, shutdown: &CancellationToken) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.client.clone());
     let registered: BTreeMap<String, Arc<MemberCluster>> = ctx
         .member_clusters()
@@ -232,28 +240,39 @@ async fn sync(ctx: &Context) -> Result<()> {
             wanted.insert(name.clone(), absent_status(member.status.as_ref()));
         }
     }
-    for (name, status) in wanted {
-        let current = registered.get(&name).and_then(|m| m.status.as_ref());
-        if !worth_writing(current, &status) {
-            continue;
-        }
-        let patch = json!({
-            "apiVersion": format!("{GROUP}/{VERSION}"),
-            "kind": "MemberCluster",
-            "status": status,
-        });
-        bounded(
-            "apply MemberCluster status",
-            api.patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            ),
-        )
-        .await?;
-        ctx.metrics.status_written(CONTROLLER);
+    let writes = wanted
+        .into_iter()
+        .filter(|(name, status)| {
+            worth_writing(registered.get(name).and_then(|m| m.status.as_ref()), status)
+        })
+        .map(Ok);
+    let api = &api;
+    let written = futures::stream::iter(writes).try_for_each_concurrent(
+        WRITES_IN_FLIGHT,
+        |(name, status)| async move {
+            let patch = json!({
+                "apiVersion": format!("{GROUP}/{VERSION}"),
+                "kind": "MemberCluster",
+                "status": status,
+            });
+            bounded(
+                "apply MemberCluster status",
+                api.patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&patch),
+                ),
+            )
+            .await?;
+            ctx.metrics.status_written(CONTROLLER);
+            Ok(())
+        },
+    );
+    tokio::select! {
+        // Writes in flight are dropped: each is applied whole or not at all.
+        _ = shutdown.cancelled() => Ok(()),
+        done = written => done,
     }
-    Ok(())
 }
 
 #[cfg(test)]
