@@ -724,3 +724,56 @@ fn phases_round_trip_through_their_strings() {
     }
     assert!("Healthy".parse::<MemberPhase>().is_err());
 }
+
+/// A DSO over more members than its status may list (etcd stores at most 1.5 MiB per object):
+/// the status names `MAX_LISTED_MEMBERS` of them, every member not Ready first, while its
+/// counts cover all. A hub restarted on such a status holds the members it does not name
+/// (they were Ready) until they report, exactly as it holds named ones: planned as new
+/// members instead, the ones that reported first would take their shares.
+#[test]
+fn a_status_beyond_the_listing_bound_is_cut_and_a_restarted_hub_still_holds_every_member() {
+    use kedge_core::crd::MAX_LISTED_MEMBERS;
+    let n = MAX_LISTED_MEMBERS + 500;
+    let names: Vec<String> = (0..n).map(|i| format!("m{i:04}")).collect();
+    let weights: Vec<(&str, u32)> = names.iter().map(|m| (m.as_str(), 1)).collect();
+    let s = settings(&weights);
+    let total = i32::try_from(2 * n).unwrap();
+    let mut facts: Vec<MemberFacts> = names.iter().map(|m| ready(m, 2)).collect();
+    // m1400 has lost its workload: not Ready, so it is listed although its name comes late.
+    facts[1400].report = Some(WorkloadStatus::absent(workload()));
+    let before = run(&s, Some(total), &Default::default(), &facts, t(0));
+    let status = &before.status;
+    assert_eq!(status.member_cluster_statuses.len(), MAX_LISTED_MEMBERS);
+    assert_eq!(status.members_total_count, i32::try_from(n).unwrap());
+    assert_eq!(status.total_current_replicas, total - 2);
+    assert!(status.member_cluster_statuses.contains_key("m1400"));
+    assert!(status.member_cluster_statuses.contains_key("m0998"));
+    assert!(!status.member_cluster_statuses.contains_key("m0999"));
+    // Every member is still told its share, listed or not.
+    assert!(matches!(
+        command(&before, "m1499"),
+        Some(Command::Replicas(_))
+    ));
+
+    // A new hub: the listed members are back, the 500 others have not reconnected yet.
+    let restarted: Vec<MemberFacts> = facts
+        .iter()
+        .map(|f| {
+            if status.member_cluster_statuses.contains_key(&f.name) {
+                f.clone()
+            } else {
+                MemberFacts::new(&f.name, workload())
+            }
+        })
+        .collect();
+    let held = run(&s, Some(total), status, &restarted, t(10));
+    assert_eq!(member(&held, "m1499").state.as_deref(), Some("NotReported"));
+    assert_eq!(command(&held, "m0000"), Some(Command::Hold));
+    assert_eq!(command(&held, "m1499"), None);
+    // Once they report, every member is planned from its report: told what it was told
+    // before the restart.
+    let back = run(&s, Some(total), &held.status, &facts, t(11));
+    for name in names.iter().filter(|m| *m != "m1400") {
+        assert_eq!(command(&back, name), command(&before, name), "{name}");
+    }
+}

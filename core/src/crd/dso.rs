@@ -215,6 +215,14 @@ pub struct DistributedScaledObjectStatus {
     pub conditions: Vec<Condition>,
 }
 
+impl DistributedScaledObjectStatus {
+    /// Whether `memberClusterStatuses` was cut to [`super::MAX_LISTED_MEMBERS`]: it names
+    /// fewer members than the DSO uses (every one not Ready among them).
+    pub fn is_cut(&self) -> bool {
+        self.member_cluster_statuses.len() < usize::try_from(self.members_total_count).unwrap_or(0)
+    }
+}
+
 /// Per-member entry of `status.memberClusterStatuses`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -6,6 +6,8 @@ pub mod dso;
 pub mod keda;
 pub mod member;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
@@ -19,6 +21,31 @@ pub use member::{MemberCluster, MemberClusterSpec, MemberClusterStatus};
 pub const GROUP: &str = "kedge.dev";
 /// API version of every kedge resource.
 pub const VERSION: &str = "v1alpha1";
+
+/// Most entries a DSO's or DSJ's `status.memberClusterStatuses` lists. A custom resource is
+/// stored as JSON and etcd takes at most 1.5 MiB per object: one entry and the
+/// `managedFields` that record who owns it come to about 400 bytes, so an entry per member of
+/// a 10,000-member fleet (4 MB) could never be written. A thousand entries stay under
+/// 0.4 MiB.
+pub const MAX_LISTED_MEMBERS: usize = 1_000;
+
+/// Keeps at most [`MAX_LISTED_MEMBERS`] entries of `statuses`: every member that is not
+/// `ready` first, then the ready ones, each in name order. The counts of the status
+/// (`membersTotalCount`, `membersHealthyCount`, `totalCurrentReplicas`) still cover every
+/// member; a status listing fewer entries than `membersTotalCount` is known to be cut.
+pub fn bound_member_statuses<T>(statuses: &mut BTreeMap<String, T>, ready: impl Fn(&T) -> bool) {
+    if statuses.len() <= MAX_LISTED_MEMBERS {
+        return;
+    }
+    let (not_ready, ready): (Vec<_>, Vec<_>) = statuses.iter().partition(|(_, s)| !ready(s));
+    let keep: BTreeSet<String> = not_ready
+        .into_iter()
+        .chain(ready)
+        .take(MAX_LISTED_MEMBERS)
+        .map(|(name, _)| name.clone())
+        .collect();
+    statuses.retain(|name, _| keep.contains(name));
+}
 
 /// The CRDs to install in the hub cluster, in a stable order.
 ///
@@ -324,5 +351,29 @@ spec:
         assert!(policy.avoid_disruption);
         assert_eq!(dso.spec.member_clusters[1].weight, Some(6));
         assert_eq!(dso.spec.member_clusters[1].tier, 0);
+    }
+
+    #[test]
+    fn a_status_lists_every_member_not_ready_first_then_the_ready_ones_up_to_the_bound() {
+        let names = |m: &BTreeMap<String, bool>| m.keys().cloned().collect::<Vec<_>>();
+        // Within the bound nothing is dropped.
+        let mut few: BTreeMap<String, bool> =
+            (0..5).map(|i| (format!("m{i}"), i % 2 == 0)).collect();
+        let before = few.clone();
+        bound_member_statuses(&mut few, |ready| *ready);
+        assert_eq!(few, before);
+        // Beyond it: the 3 members not ready (whatever their names), then ready ones by name.
+        let mut many: BTreeMap<String, bool> = (0..MAX_LISTED_MEMBERS + 500)
+            .map(|i| (format!("m{i:05}"), !matches!(i, 7 | 1_200 | 1_499)))
+            .collect();
+        bound_member_statuses(&mut many, |ready| *ready);
+        assert_eq!(many.len(), MAX_LISTED_MEMBERS);
+        for lost in ["m00007", "m01200", "m01499"] {
+            assert_eq!(many.get(lost), Some(&false), "{lost}");
+        }
+        let listed = names(&many);
+        assert_eq!(listed[0], "m00000");
+        // 997 ready ones fill the rest: m00000..=m00997 without m00007.
+        assert!(many.contains_key("m00997") && !many.contains_key("m00998"));
     }
 }

@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::member::{Claim, MemberFacts, MemberPhase, MemberView, view};
 use super::plan::{DsoPlan, DsoPlanInput, MemberObservation, MemberState, Reason, plan};
+use crate::crd::bound_member_statuses;
 use crate::crd::conditions::{
     ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, CONDITION_CONFLICT, CONDITION_DEGRADED,
     CONDITION_PAUSED, CONDITION_READY, CONDITION_TOTAL_SET, REASON_AWAITING_TOTAL,
@@ -40,6 +41,8 @@ use crate::validate::{DsoSettings, Pause};
 pub const RESYNC: Duration = Duration::from_secs(30);
 /// Wait before retrying after part of a reconciliation failed.
 pub const RETRY: Duration = Duration::from_secs(5);
+/// Members a Scaled or Rebalanced Event names before it says how many more there are.
+const SPLIT_SHOWN: usize = 20;
 
 /// Event reason: the split over members changed at the same total.
 pub const EVENT_REBALANCED: &str = "Rebalanced";
@@ -166,15 +169,20 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
         (Ok(settings), _) => settings,
     };
     let now = input.now;
+    // A status cut to `MAX_LISTED_MEMBERS` lists every member that was not Ready first: a
+    // member it leaves out was Ready when it was written. After a hub restart such a member
+    // is held like a listed one until it reports, never taken for a new one.
+    let cut = input.previous.is_cut();
+    let was_ready = DsoMemberClusterStatus {
+        state: Some(MemberPhase::Ready.as_str().to_owned()),
+        ..DsoMemberClusterStatus::default()
+    };
     let views: Vec<MemberView> = input
         .members
         .iter()
         .map(|facts| {
-            view(
-                facts,
-                input.previous.member_cluster_statuses.get(&facts.name),
-                now,
-            )
+            let previous = input.previous.member_cluster_statuses.get(&facts.name);
+            view(facts, previous.or(cut.then_some(&was_ready)), now)
         })
         .collect();
     let observations: Vec<MemberObservation> = views
@@ -296,11 +304,15 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
 
     let healthy = views.iter().filter(|v| v.phase.is_ready()).count();
     let conditions = conditions(input, settings, &plan, &views, healthy, running, &awaiting);
+    let total_current_replicas = members
+        .values()
+        .map(|m| m.current_replicas.max(0))
+        .fold(0i32, i32::saturating_add);
+    bound_member_statuses(&mut members, |m| {
+        m.state.as_deref() == Some(MemberPhase::Ready.as_str())
+    });
     let status = DistributedScaledObjectStatus {
-        total_current_replicas: members
-            .values()
-            .map(|m| m.current_replicas.max(0))
-            .fold(0i32, i32::saturating_add),
+        total_current_replicas,
         member_cluster_statuses: members,
         members_healthy_count: count(healthy),
         members_total_count: count(views.len()),
@@ -639,7 +651,12 @@ fn events(
 ) -> Vec<DsoEvent> {
     let previous = input.previous;
     let mut out = Vec::new();
-    for v in views {
+    // Members the status does not list (beyond `MAX_LISTED_MEMBERS`, all Ready) get no
+    // Event of their own: the counts and conditions speak for them.
+    for v in views
+        .iter()
+        .filter(|v| status.member_cluster_statuses.contains_key(&v.name))
+    {
         let was = previous
             .member_cluster_statuses
             .get(&v.name)
@@ -720,11 +737,17 @@ fn events(
     };
     let (before, now) = (split(previous), split(status));
     if before != now {
+        // An Event's note holds 1 KiB: the first members, then how many more.
         let show = |d: &BTreeMap<String, i32>| {
-            d.iter()
+            let mut shown: Vec<String> = d
+                .iter()
+                .take(SPLIT_SHOWN)
                 .map(|(m, r)| format!("{m}={r}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+                .collect();
+            if d.len() > SPLIT_SHOWN {
+                shown.push(format!("and {} more", d.len() - SPLIT_SHOWN));
+            }
+            shown.join(", ")
         };
         let sum = |d: &BTreeMap<String, i32>| d.values().map(|v| i64::from(*v)).sum::<i64>();
         let reason = if sum(&before) == sum(&now) {

@@ -17,7 +17,9 @@ use kedge_core::crd::conditions::{
 };
 use kedge_core::crd::dsj::{DsjMemberClusterStatus, TriggerMetricStatus};
 use kedge_core::crd::keda::trigger_key;
-use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
+use kedge_core::crd::{
+    DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION, bound_member_statuses,
+};
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, TriggerState, usable};
 use kedge_core::dsj::pending::is_pending;
@@ -728,8 +730,15 @@ fn count(n: u32) -> i32 {
 fn status_of(i: &StatusInput<'_>) -> DistributedScaledJobStatus {
     let p = i.previous;
     let mut member_statuses = BTreeMap::new();
+    let observations: BTreeMap<&str, _> = i
+        .out
+        .observations
+        .iter()
+        .rev()
+        .map(|o| (o.name.as_str(), o))
+        .collect();
     for m in i.members {
-        let o = i.out.observations.iter().find(|o| o.name == m.name);
+        let o = observations.get(m.name.as_str()).copied();
         let level = taint_level(i.settings, i.state, &m.name, i.now);
         let state = match m.state {
             MemberState::Ready => "Ready",
@@ -770,6 +779,9 @@ fn status_of(i: &StatusInput<'_>) -> DistributedScaledJobStatus {
             },
         );
     }
+    bound_member_statuses(&mut member_statuses, |m| {
+        m.state.as_deref() == Some("Ready") && !m.soft_tainted && !m.hard_tainted
+    });
     let trigger_metrics_status = i
         .readings
         .iter()

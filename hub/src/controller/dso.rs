@@ -78,22 +78,25 @@ async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action>
 }
 
 /// Names of the registered members; on failure, the error and the members the DSO's
-/// status already lists (so a hub-cluster hiccup never drops a member from the plan).
+/// status already lists (so a hub-cluster hiccup never drops a member from the plan). A
+/// status cut to its listing bound does not name every member: then the reconciliation
+/// fails and changes nothing.
 async fn registered(
     ctx: &Context,
     previous: &DistributedScaledObjectStatus,
-) -> (BTreeSet<String>, Option<String>) {
+) -> Result<(BTreeSet<String>, Option<String>)> {
     match ctx.member_clusters().await {
-        Ok(list) => (
+        Ok(list) => Ok((
             list.iter()
                 .filter_map(|m| m.metadata.name.clone())
                 .collect(),
             None,
-        ),
-        Err(e) => (
+        )),
+        Err(e) if previous.is_cut() => Err(e),
+        Err(e) => Ok((
             previous.member_cluster_statuses.keys().cloned().collect(),
             Some(format!("listing MemberClusters: {e}")),
-        ),
+        )),
     }
 }
 
@@ -154,7 +157,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     }
 
     let (registered, listing_failed) = if dso.spec.member_clusters.is_empty() {
-        registered(ctx, &previous).await
+        registered(ctx, &previous).await?
     } else {
         (BTreeSet::new(), None)
     };
