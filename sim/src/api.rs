@@ -16,7 +16,9 @@ use crate::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::store::{Propagation, WriteScope};
 use crate::util::{hex_decode, hex_encode, meta_mut, meta_str, parse_query};
 
-const MAX_BODY: usize = 16 * 1024 * 1024;
+/// The largest request body kube-apiserver decodes for a write (`MaxRequestBodyBytes`):
+/// anything longer gets `413 RequestEntityTooLarge`.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The router of one cluster: every path goes through [`handle`].
 pub fn router(cluster: Arc<ClusterShared>) -> Router {
@@ -66,6 +68,18 @@ impl Req {
     }
 }
 
+/// Whether reading a body failed on [`MAX_BODY`].
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
 async fn handle(State(c): State<Arc<ClusterShared>>, req: Request) -> Response {
     let faults = c.faults();
     if faults.unavailable {
@@ -84,6 +98,11 @@ async fn handle(State(c): State<Arc<ClusterShared>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
+        Err(e) if is_length_limit(&e) => {
+            return error_response(&Error::RequestEntityTooLarge(format!(
+                "Request entity too large: limit is {MAX_BODY}"
+            )));
+        }
         Err(e) => {
             return error_response(&Error::BadRequest(format!("reading body: {e}")));
         }

@@ -32,6 +32,9 @@ pub enum Error {
     /// 415: unsupported patch or body content type.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 413: a write whose body is larger than kube-apiserver decodes (3 MiB).
+    #[error("{0}")]
+    RequestEntityTooLarge(String),
     /// 410: the requested resourceVersion is older than the retained history.
     #[error("{0}")]
     Gone(String),
@@ -71,6 +74,7 @@ impl Error {
             Error::Forbidden(_) => 403,
             Error::MethodNotAllowed(_) => 405,
             Error::UnsupportedMediaType(_) => 415,
+            Error::RequestEntityTooLarge(_) => 413,
             Error::Gone(_) => 410,
             Error::Unavailable(_) => 503,
             Error::Internal(_) | Error::Io(_) | Error::Kube(_) | Error::Fleet(_) => 500,
@@ -89,6 +93,7 @@ impl Error {
             Error::Forbidden(_) => "Forbidden",
             Error::MethodNotAllowed(_) => "MethodNotAllowed",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Error::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             Error::Gone(_) => "Expired",
             Error::Unavailable(_) => "ServiceUnavailable",
             Error::Internal(_) | Error::Io(_) | Error::Kube(_) | Error::Fleet(_) => "InternalError",

@@ -409,6 +409,7 @@ impl Store {
         if def.tracks_generation() {
             meta.insert("generation".into(), json!(1));
         }
+        check_size(&obj)?;
         let obj = Arc::new(obj);
         self.objects
             .entry(def.key.clone())
@@ -552,6 +553,7 @@ impl Store {
         if deleting && finalizers(&new).is_empty() {
             return Ok(self.remove(def, ns, name, Some(new)).unwrap_or(old));
         }
+        check_size(&new)?;
         let obj = self.store_modified(def, ns, name, new, old);
         if &*def.key == "apiextensions.k8s.io/customresourcedefinitions" {
             self.refresh_crd(name);
@@ -737,6 +739,33 @@ impl Store {
         }
         self.defs.retain(|d| d.key != def.key);
     }
+}
+
+/// The largest object etcd stores (its `--max-request-bytes` default, 1.5 MiB). A custom
+/// resource is stored as its JSON; built-in kinds are stored as protobuf, which is smaller,
+/// so for them the simulator is the stricter of the two.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// Refuses an object larger than [`MAX_OBJECT_BYTES`] as kube-apiserver relays etcd's
+/// refusal: `500 InternalError`, "etcdserver: request is too large".
+fn check_size(obj: &Value) -> Result<()> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, obj)
+        .map_err(|e| Error::Internal(format!("encoding the object: {e}")))?;
+    if count.0 > MAX_OBJECT_BYTES {
+        return Err(Error::Internal("etcdserver: request is too large".into()));
+    }
+    Ok(())
 }
 
 /// Finalizers of an object.

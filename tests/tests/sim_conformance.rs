@@ -780,3 +780,65 @@ async fn dry_run_writes_are_not_persisted() {
     assert_eq!(code, 400);
     sim.shutdown().await;
 }
+
+/// Sizes a real control plane refuses: a write body beyond kube-apiserver's 3 MiB is a 413,
+/// an object beyond etcd's 1.5 MiB a 500 "etcdserver: request is too large"; both leave the
+/// stored object as it was. A controller that lets a status grow with its fleet meets these
+/// in production long before anyone reads its code, so the simulator refuses them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_and_bodies_beyond_the_control_planes_limits_are_refused() {
+    let (sim, raw) = start(fast()).await;
+    let (code, _) = raw.post(CMS, cm("big", json!({}))).await;
+    assert_eq!(code, 201);
+    let sized = |bytes: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+            "data": {"k": "x".repeat(bytes)}})
+    };
+    // Just under etcd's limit is stored.
+    let (code, v) = raw
+        .call(
+            Method::PUT,
+            &format!("{CMS}/big"),
+            "application/json",
+            sized(1_500_000),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    // Over it: refused, and the object stays as it was.
+    let (code, v) = raw
+        .call(
+            Method::PATCH,
+            &format!("{CMS}/big"),
+            "application/merge-patch+json",
+            json!({"data": {"more": "y".repeat(200_000)}}),
+        )
+        .await;
+    assert_eq!(code, 500, "{v}");
+    assert_status(&v, 500, "InternalError");
+    assert_eq!(v["message"], "etcdserver: request is too large");
+    let (_, stored) = raw.get(&format!("{CMS}/big")).await;
+    assert!(stored["data"].get("more").is_none());
+    let (code, v) = raw
+        .post(
+            CMS,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bigger"}, "data": {"k": "x".repeat(2_000_000)}}),
+        )
+        .await;
+    assert_eq!(code, 500, "{v}");
+    let (code, _) = raw.get(&format!("{CMS}/bigger")).await;
+    assert_eq!(code, 404);
+    // A body over 3 MiB is not even read.
+    let (code, v) = raw
+        .call(
+            Method::PUT,
+            &format!("{CMS}/big"),
+            "application/json",
+            sized(3 * 1024 * 1024),
+        )
+        .await;
+    assert_eq!(code, 413, "{v}");
+    assert_status(&v, 413, "RequestEntityTooLarge");
+    assert_eq!(v["message"], "Request entity too large: limit is 3145728");
+    sim.shutdown().await;
+}
