@@ -684,6 +684,14 @@ async fn measure(members: usize, rounds: usize) -> Row {
             }
         }
     }
+    // The DSO's status follows the members' reports: it counts every member, and lists at
+    // most `MAX_LISTED_MEMBERS` of them (a status with an entry per member of a large fleet
+    // is more than etcd stores, and its writes would fail).
+    let last = (1 + ((rounds - 1) % 2) as i32) * members as i32;
+    let counted = status_counts(&dsos, last).await;
+    eprintln!(
+        "{members} members: the DSO status counted the last total {counted:.1?} after the round"
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_rest = memory(pid).rss;
     let cpu_rest = millicores(pid, Duration::from_secs(10)).await;
@@ -957,6 +965,34 @@ async fn push_baseline(
 }
 
 /// Writes the DSO's fleet-wide total through `/scale`, as KEDA's HPA or `kubectl scale` do.
+/// Waits until the DSO's status counts `total` replicas over every member; checks that it
+/// lists no more members than it may.
+async fn status_counts(dsos: &Api<DistributedScaledObject>, total: i32) -> Duration {
+    let start = Instant::now();
+    loop {
+        let status = dsos
+            .get_status(WORKLOAD)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        assert!(
+            status.member_cluster_statuses.len() <= kedge_core::crd::MAX_LISTED_MEMBERS,
+            "the status lists {} members",
+            status.member_cluster_statuses.len()
+        );
+        if status.total_current_replicas == total {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < STEP_LIMIT,
+            "the DSO status counts {} replicas, not {total}, after {STEP_LIMIT:?}",
+            status.total_current_replicas
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn set_total(dsos: &Api<DistributedScaledObject>, total: i32) {
     dsos.patch_scale(
         WORKLOAD,
