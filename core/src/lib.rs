@@ -27,6 +27,7 @@ pub mod dsj;
 pub mod dso;
 pub mod duration;
 mod error;
+pub mod events;
 pub mod quantity;
 pub mod simulate;
 pub mod tenancy;

@@ -777,3 +777,55 @@ fn a_status_beyond_the_listing_bound_is_cut_and_a_restarted_hub_still_holds_ever
         assert_eq!(command(&back, name), command(&before, name), "{name}");
     }
 }
+
+/// Members that change alike in one reconciliation share one Event past a handful: cutting
+/// off half of a large fleet makes one `MemberLost` Event naming five members and counting
+/// the rest (the DSO's reconciliation writes its Events before the next one starts; a
+/// thousand Events were seconds of API writes). A few members get one Event each.
+#[test]
+fn members_that_change_alike_share_one_event() {
+    let names: Vec<String> = (0..40).map(|i| format!("m{i:02}")).collect();
+    let weights: Vec<(&str, u32)> = names.iter().map(|m| (m.as_str(), 1)).collect();
+    let s = settings(&weights);
+    let facts: Vec<MemberFacts> = names.iter().map(|m| ready(m, 1)).collect();
+    let before = run(&s, Some(40), &Default::default(), &facts, t(0));
+    let lost = |count: usize| -> Vec<MemberFacts> {
+        facts
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut f = f.clone();
+                if i < count {
+                    f.session = Session::Unreachable {
+                        id: "s".into(),
+                        reason: "no heartbeat".into(),
+                    };
+                }
+                f
+            })
+            .collect()
+    };
+    let lost_events = |o: &DsoOutcome| -> Vec<String> {
+        o.events
+            .iter()
+            .filter(|e| e.reason == EVENT_MEMBER_LOST)
+            .map(|e| e.note.clone())
+            .collect()
+    };
+    let few = run(&s, Some(40), &before.status, &lost(3), t(1));
+    assert_eq!(lost_events(&few).len(), 3);
+    let many = run(&s, Some(40), &before.status, &lost(30), t(1));
+    let notes = lost_events(&many);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("m00: agent unreachable"),
+        "{}",
+        notes[0]
+    );
+    assert!(
+        notes[0].contains("m04: ") && !notes[0].contains("m05: "),
+        "{}",
+        notes[0]
+    );
+    assert!(notes[0].ends_with("and 25 more"), "{}", notes[0]);
+}

@@ -650,7 +650,7 @@ fn events(
     views: &[MemberView],
 ) -> Vec<DsoEvent> {
     let previous = input.previous;
-    let mut out = Vec::new();
+    let mut per_member = Vec::new();
     // Members the status does not list (beyond `MAX_LISTED_MEMBERS`, all Ready) get no
     // Event of their own: the counts and conditions speak for them.
     for v in views
@@ -686,13 +686,19 @@ fn events(
             MemberPhase::Conflict => (EventKind::Warning, EVENT_CONFLICT),
             _ => continue,
         };
-        out.push(DsoEvent {
+        per_member.push(DsoEvent {
             kind,
             reason,
             action: "Observe",
             note: format!("{}: {}", v.name, v.description),
         });
     }
+    let mut out = crate::events::fold_alike(
+        per_member,
+        |e| e.reason,
+        |e| &e.note,
+        |e, note| DsoEvent { note, ..e },
+    );
     let degraded = |s: &DistributedScaledObjectStatus| {
         s.conditions
             .iter()

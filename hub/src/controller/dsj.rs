@@ -643,9 +643,19 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
             ));
         }
     }
-    for (kind, reason, note) in events {
-        ctx.publish(&*obj, kind, reason, "Reconcile", note).await;
-    }
+    // Stuck Jobs and taints alike share one Event past a handful; written together.
+    let events = kedge_core::events::fold_alike(
+        events,
+        |e| e.1,
+        |e| &e.2,
+        |(kind, reason, _), note| (kind, reason, note),
+    );
+    futures::future::join_all(
+        events
+            .into_iter()
+            .map(|(kind, reason, note)| ctx.publish(&*obj, kind, reason, "Reconcile", note)),
+    )
+    .await;
     if status != observed {
         write_status(ctx, &namespace, &name, &status).await?;
     }

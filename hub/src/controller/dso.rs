@@ -232,14 +232,15 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         );
     }
     ctx.track(&owner, &decided.tracked);
-    for event in decided.events {
+    // A handful at most (members that changed alike share one): written together.
+    futures::future::join_all(decided.events.into_iter().map(|event| {
         let kind = match event.kind {
             EventKind::Normal => EventType::Normal,
             EventKind::Warning => EventType::Warning,
         };
         ctx.publish(dso, kind, event.reason, event.action, event.note)
-            .await;
-    }
+    }))
+    .await;
     let mut requeue = decided.requeue;
     if decided.status != observed {
         // A state or condition that changed is written at once; replica counts alone that

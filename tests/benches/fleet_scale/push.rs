@@ -48,7 +48,13 @@ pub(crate) struct PushConfig {
 /// Per member: the replica count its stand-in API server holds and when it was set.
 pub(crate) type Held = Arc<Vec<Mutex<(i32, Option<Instant>)>>>;
 
-/// Starts one stand-in API server per member on loopback; returns their URLs.
+/// Members whose stand-in API servers share one listener, each under a path of its own
+/// (`https://ADDR/mINDEX`, a cluster URL with a path as kube clients take it). A listener
+/// and an accepted connection per member were 20,000 file descriptors at 10,000 members, the
+/// limit of this machine's processes: the last connections were refused.
+const MEMBERS_PER_LISTENER: usize = 8;
+
+/// Starts the stand-in API servers of `count` members on loopback; returns their URLs.
 pub(crate) async fn start_members(
     count: usize,
     tls: Arc<rustls::ServerConfig>,
@@ -56,21 +62,26 @@ pub(crate) async fn start_members(
 ) -> Vec<String> {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut urls = Vec::with_capacity(count);
-    for index in 0..count {
+    for first in (0..count).step_by(MEMBERS_PER_LISTENER) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr: SocketAddr = listener.local_addr().unwrap();
-        urls.push(format!("https://{addr}"));
+        let members = first..(first + MEMBERS_PER_LISTENER).min(count);
+        urls.extend(
+            members
+                .clone()
+                .map(|index| format!("https://{addr}/m{index}")),
+        );
         let (acceptor, held) = (acceptor.clone(), held.clone());
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, held) = (acceptor.clone(), held.clone());
+                let (acceptor, held, members) = (acceptor.clone(), held.clone(), members.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
                     let service = hyper::service::service_fn(move |request| {
-                        let held = held.clone();
-                        async move { Ok::<_, hyper::Error>(answer(request, &held, index).await) }
+                        let (held, members) = (held.clone(), members.clone());
+                        async move { Ok::<_, hyper::Error>(answer(request, &held, members).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
@@ -82,8 +93,21 @@ pub(crate) async fn start_members(
     urls
 }
 
+/// The member a request's path names (`/mINDEX/...`) among those of its listener, and the
+/// rest of the path.
+fn member_of(path: &str, members: std::ops::Range<usize>) -> Option<(usize, &str)> {
+    let rest = path.strip_prefix("/m")?;
+    let slash = rest.find('/')?;
+    let index: usize = rest[..slash].parse().ok()?;
+    members.contains(&index).then(|| (index, &rest[slash..]))
+}
+
 /// `GET` or `PATCH` of `deployments/app/scale`, with the token; anything else is refused.
-async fn answer(request: Request<Incoming>, held: &Held, index: usize) -> Response<Full<Bytes>> {
+async fn answer(
+    request: Request<Incoming>,
+    held: &Held,
+    members: std::ops::Range<usize>,
+) -> Response<Full<Bytes>> {
     let respond = |status: StatusCode, body: serde_json::Value| {
         Response::builder()
             .status(status)
@@ -102,12 +126,15 @@ async fn answer(request: Request<Incoming>, held: &Held, index: usize) -> Respon
             json!({"kind": "Status", "code": 401}),
         );
     }
-    if request.uri().path() != SCALE_PATH {
+    let Some(index) = member_of(request.uri().path(), members)
+        .filter(|(_, rest)| *rest == SCALE_PATH)
+        .map(|(index, _)| index)
+    else {
         return respond(
             StatusCode::NOT_FOUND,
             json!({"kind": "Status", "code": 404}),
         );
-    }
+    };
     let method = request.method().clone();
     if method == Method::PATCH {
         let body = request.into_body().collect().await.map(|b| b.to_bytes());
