@@ -736,7 +736,10 @@ fn a_status_beyond_the_listing_bound_is_cut_and_a_restarted_hub_still_holds_ever
     let n = MAX_LISTED_MEMBERS + 500;
     let names: Vec<String> = (0..n).map(|i| format!("m{i:04}")).collect();
     let weights: Vec<(&str, u32)> = names.iter().map(|m| (m.as_str(), 1)).collect();
-    let s = settings(&weights);
+    let s = DsoSettings {
+        max_total: 10_000,
+        ..settings(&weights)
+    };
     let total = i32::try_from(2 * n).unwrap();
     let mut facts: Vec<MemberFacts> = names.iter().map(|m| ready(m, 2)).collect();
     // m1400 has lost its workload: not Ready, so it is listed although its name comes late.
@@ -754,6 +757,17 @@ fn a_status_beyond_the_listing_bound_is_cut_and_a_restarted_hub_still_holds_ever
         command(&before, "m1499"),
         Some(Command::Replicas(_))
     ));
+    // A member that stops being Ready enters the list (another leaves it): the split is the
+    // same, so no Scaled or Rebalanced Event says otherwise.
+    let mut one_lost = facts.clone();
+    one_lost[1300].session = Session::Unreachable {
+        id: "s".into(),
+        reason: "no heartbeat".into(),
+    };
+    let moved = run(&s, Some(total), status, &one_lost, t(1));
+    assert!(moved.status.member_cluster_statuses.contains_key("m1300"));
+    let reasons: Vec<&str> = moved.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, [EVENT_MEMBER_LOST], "{:?}", moved.events);
 
     // A new hub: the listed members are back, the 500 others have not reconnected yet.
     let restarted: Vec<MemberFacts> = facts

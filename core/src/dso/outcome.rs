@@ -735,9 +735,16 @@ fn events(
             _ => {}
         }
     }
+    // Of a status cut to its listing bound, only members listed both before and now: one
+    // that enters the list (it stopped being Ready) or leaves it is no change of the split.
+    let cut = previous.is_cut() || status.is_cut();
     let split = |s: &DistributedScaledObjectStatus| -> BTreeMap<String, i32> {
         s.member_cluster_statuses
             .iter()
+            .filter(|(m, _)| {
+                !cut || (previous.member_cluster_statuses.contains_key(*m)
+                    && status.member_cluster_statuses.contains_key(*m))
+            })
             .map(|(m, s)| (m.clone(), s.desired_replicas))
             .collect()
     };
