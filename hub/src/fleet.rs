@@ -187,6 +187,18 @@ pub struct Recorded {
     pub jobs_over_limit: usize,
 }
 
+/// Whether `new` reports what `old` did but for the replica counts of the workload.
+fn same_but_counts(old: &WorkloadStatus, new: &WorkloadStatus) -> bool {
+    let counts = |w: &WorkloadStatus| WorkloadStatus {
+        spec_replicas: 0,
+        ready_replicas: 0,
+        available_replicas: 0,
+        pending_pods: 0,
+        ..w.clone()
+    };
+    counts(old) == counts(new)
+}
+
 /// Every update under these locks is a set of plain field stores; a poisoned lock holds no
 /// torn state.
 fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -203,6 +215,11 @@ pub struct Fleet {
     changes: watch::Sender<u64>,
     /// Members changed since the DSO controller last took them ([`Fleet::take_changed`]).
     changed: Mutex<BTreeSet<String>>,
+    /// Members whose reports moved only replica counts since the DSO controller last took
+    /// them, and when the first of them did ([`Fleet::take_counts`]).
+    counts: Mutex<(BTreeSet<String>, Option<tokio::time::Instant>)>,
+    /// Wakes the DSO controller's trigger when `counts` gets its first member.
+    counts_wake: tokio::sync::Notify,
     /// First revision of the current leadership term ([`term_base`]): revisions keep
     /// increasing across hub restarts, and no two terms give out the same number.
     base_revision: AtomicU64,
@@ -231,6 +248,8 @@ impl Fleet {
             members: Mutex::new(BTreeMap::new()),
             changes: watch::channel(0).0,
             changed: Mutex::new(BTreeSet::new()),
+            counts: Mutex::new((BTreeSet::new(), None)),
+            counts_wake: tokio::sync::Notify::new(),
             base_revision: AtomicU64::new(term_base(SystemTime::now())),
         }
     }
@@ -299,6 +318,43 @@ impl Fleet {
     /// The members changed since the last call (a set: at most one entry per member).
     pub fn take_changed(&self) -> BTreeSet<String> {
         std::mem::take(&mut *guard(&self.changed))
+    }
+
+    /// Tells the DSO controller that `member` reported new replica counts and nothing else:
+    /// that can wait for the next status write (see [`Fleet::counts_due`]). When a
+    /// `/scale` change reaches 10,000 members, their reports of the new counts come back
+    /// while the hub is still sending it; re-planning each batch at once took the CPU the
+    /// rest of the fan-out needed.
+    pub fn notify_counts(&self, member: &str) {
+        let first = {
+            let mut counts = guard(&self.counts);
+            if !counts.0.contains(member) {
+                counts.0.insert(member.to_owned());
+            }
+            counts.1.get_or_insert_with(tokio::time::Instant::now);
+            counts.0.len() == 1
+        };
+        if first {
+            self.counts_wake.notify_one();
+        }
+    }
+
+    /// When the first member of those with new counts only ([`Fleet::notify_counts`])
+    /// reported, if any has since the last [`Fleet::take_counts`].
+    pub fn counts_since(&self) -> Option<tokio::time::Instant> {
+        guard(&self.counts).1
+    }
+
+    /// Waits until a member reports new counts only while none is pending.
+    pub async fn counts_reported(&self) {
+        self.counts_wake.notified().await;
+    }
+
+    /// The members with new counts only since the last call.
+    pub fn take_counts(&self) -> BTreeSet<String> {
+        let mut counts = guard(&self.counts);
+        counts.1 = None;
+        std::mem::take(&mut counts.0)
     }
 
     /// Owners that hold desired workloads on any of `members`.
@@ -484,6 +540,7 @@ impl Fleet {
     /// kept. A report of an older session is ignored.
     pub fn record_report(&self, member: &str, session_id: &str, report: StatusReport) -> Recorded {
         let mut recorded = Recorded::default();
+        let mut counts_only;
         {
             let mut members = self.lock();
             let entry = self.entry(&mut members, member);
@@ -491,6 +548,18 @@ impl Fleet {
                 return recorded;
             }
             let planned = entry.desired.borrow().is_some();
+            let failures = entry.failures.len();
+            // Only replica counts moved: the report of a command carried out, say.
+            counts_only = !report.full
+                && report.jobs.is_empty()
+                && report.removed_jobs.is_empty()
+                && report.capacity.is_none_or(|c| Some(c) == entry.capacity)
+                && report.workloads.iter().all(|w| {
+                    entry
+                        .reported
+                        .get(&w.workload)
+                        .is_some_and(|old| same_but_counts(old, w))
+                });
             if report.full {
                 entry.reported.clear();
                 entry.session_reported = true;
@@ -574,24 +643,36 @@ impl Fleet {
                 entry.capacity = report.capacity;
             }
             entry.last_report = Some(SystemTime::now());
+            // A healthy report cleared a failure: planning reads that.
+            counts_only &= entry.failures.len() == failures;
         }
-        self.notify(member);
+        if counts_only {
+            self.notify_counts(member);
+        } else {
+            self.notify(member);
+        }
         recorded
     }
 
     /// Records an agent acknowledgement: its failures replace the earlier ones.
     pub fn record_ack(&self, member: &str, ack: Ack) {
-        {
+        let failures_changed = {
             let mut members = self.lock();
             let entry = self.entry(&mut members, member);
             entry.acked_revision = entry.acked_revision.max(ack.revision);
-            entry.failures = ack
+            let failures: Vec<_> = ack
                 .results
                 .into_iter()
                 .filter_map(|r| r.failure.map(|f| (r.target, f)))
                 .collect();
+            let changed = failures != entry.failures;
+            entry.failures = failures;
+            changed
+        };
+        // Planning reads the failures of an acknowledgement, not its revision.
+        if failures_changed {
+            self.notify(member);
         }
-        self.notify(member);
     }
 
     /// One member, if it ever connected or was given desired state.
@@ -902,6 +983,60 @@ mod tests {
         // A report of an old session is ignored.
         let r = f.record_report("m1", "s0", full(vec![healthy("a")]));
         assert_eq!(r, Recorded::default());
+    }
+
+    /// A report that moves replica counts only (a command carried out) waits for the next
+    /// status write; anything else a plan reads re-plans at once.
+    #[test]
+    fn reports_of_new_counts_only_wait_and_the_rest_does_not() {
+        let f = fleet();
+        f.session_started("m1", "s1", 0);
+        f.record_report("m1", "s1", full(vec![healthy("a")]));
+        assert_eq!(f.take_changed(), BTreeSet::from(["m1".to_owned()]));
+        let counts = |n: i32| StatusReport {
+            workloads: vec![WorkloadStatus {
+                spec_replicas: n,
+                ready_replicas: n,
+                available_replicas: n,
+                ..healthy("a")
+            }],
+            ..StatusReport::default()
+        };
+        f.record_report("m1", "s1", counts(3));
+        assert!(f.take_changed().is_empty());
+        assert!(f.counts_since().is_some());
+        assert_eq!(f.take_counts(), BTreeSet::from(["m1".to_owned()]));
+        assert!(f.counts_since().is_none());
+        // A workload gone, a conflict, new capacity, a full report: at once.
+        let gone = StatusReport {
+            workloads: vec![WorkloadStatus::absent(workload("a"))],
+            ..StatusReport::default()
+        };
+        let conflict = StatusReport {
+            workloads: vec![WorkloadStatus {
+                conflict: Some("hpa/a".into()),
+                ..healthy("a")
+            }],
+            ..StatusReport::default()
+        };
+        let capacity = StatusReport {
+            capacity: Some(ClusterCapacity::default()),
+            ..counts(3)
+        };
+        for report in [gone, conflict, capacity, full(vec![healthy("a")])] {
+            f.record_report("m1", "s1", report.clone());
+            assert_eq!(f.take_changed().len(), 1, "{report:?}");
+            assert!(f.take_counts().is_empty(), "{report:?}");
+        }
+        // An acknowledgement re-plans only when its failures changed.
+        f.record_ack(
+            "m1",
+            Ack {
+                revision: 1,
+                results: Vec::new(),
+            },
+        );
+        assert!(f.take_changed().is_empty());
     }
 
     #[test]

@@ -454,12 +454,33 @@ fn fleet_changes(
 ) -> impl futures::Stream<Item = ObjectRef<DistributedScaledObject>> + Send + 'static {
     let rx = fleet.subscribe();
     futures::stream::unfold((rx, fleet, store), |(mut rx, fleet, store)| async move {
-        rx.changed().await.ok()?;
-        tokio::time::sleep(FLEET_THROTTLE).await;
-        rx.borrow_and_update();
-        let changed = fleet.take_changed();
-        let involved = involving(&store.state(), &changed, &fleet.owners_on(&changed));
-        Some((futures::stream::iter(involved), (rx, fleet, store)))
+        loop {
+            let counts_due = fleet
+                .counts_since()
+                .map(|since| since + STATUS_WRITE_INTERVAL);
+            tokio::select! {
+                changed = rx.changed() => changed.ok()?,
+                () = fleet.counts_reported(), if counts_due.is_none() => continue,
+                () = tokio::time::sleep_until(counts_due.unwrap_or_else(tokio::time::Instant::now)),
+                    if counts_due.is_some() => {}
+            }
+            tokio::time::sleep(FLEET_THROTTLE).await;
+            rx.borrow_and_update();
+            let mut changed = fleet.take_changed();
+            // Members with new counts only wait for the status write they show up in, unless
+            // their DSOs are planned now anyway.
+            let due = fleet
+                .counts_since()
+                .is_some_and(|since| since + STATUS_WRITE_INTERVAL <= tokio::time::Instant::now());
+            if due || !changed.is_empty() {
+                changed.extend(fleet.take_counts());
+            }
+            if changed.is_empty() {
+                continue;
+            }
+            let involved = involving(&store.state(), &changed, &fleet.owners_on(&changed));
+            return Some((futures::stream::iter(involved), (rx, fleet, store)));
+        }
     })
     .flatten()
 }
