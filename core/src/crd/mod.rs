@@ -34,17 +34,39 @@ pub const MAX_LISTED_MEMBERS: usize = 1_000;
 /// (`membersTotalCount`, `membersHealthyCount`, `totalCurrentReplicas`) still cover every
 /// member; a status listing fewer entries than `membersTotalCount` is known to be cut.
 pub fn bound_member_statuses<T>(statuses: &mut BTreeMap<String, T>, ready: impl Fn(&T) -> bool) {
-    if statuses.len() <= MAX_LISTED_MEMBERS {
+    let Some(keep) = listed_members(statuses.iter().map(|(name, s)| (name.as_str(), ready(s))))
+    else {
         return;
-    }
-    let (not_ready, ready): (Vec<_>, Vec<_>) = statuses.iter().partition(|(_, s)| !ready(s));
-    let keep: BTreeSet<String> = not_ready
-        .into_iter()
-        .chain(ready)
-        .take(MAX_LISTED_MEMBERS)
-        .map(|(name, _)| name.clone())
-        .collect();
+    };
+    let keep: BTreeSet<String> = keep.into_iter().map(str::to_owned).collect();
     statuses.retain(|name, _| keep.contains(name));
+}
+
+/// The members [`bound_member_statuses`] keeps of `members` (name, ready), or `None` when
+/// all of them fit: for building only the entries that will be listed.
+pub fn listed_members<'a>(
+    members: impl Iterator<Item = (&'a str, bool)>,
+) -> Option<BTreeSet<&'a str>> {
+    let (mut not_ready, mut ready): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+    for (name, is_ready) in members {
+        if is_ready {
+            ready.push(name);
+        } else {
+            not_ready.push(name);
+        }
+    }
+    if not_ready.len() + ready.len() <= MAX_LISTED_MEMBERS {
+        return None;
+    }
+    not_ready.sort_unstable();
+    ready.sort_unstable();
+    Some(
+        not_ready
+            .into_iter()
+            .chain(ready)
+            .take(MAX_LISTED_MEMBERS)
+            .collect(),
+    )
 }
 
 /// The CRDs to install in the hub cluster, in a stable order.

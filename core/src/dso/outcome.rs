@@ -23,7 +23,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::member::{Claim, MemberFacts, MemberPhase, MemberView, view};
 use super::plan::{DsoPlan, DsoPlanInput, MemberObservation, MemberState, Reason, plan};
-use crate::crd::bound_member_statuses;
 use crate::crd::conditions::{
     ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, CONDITION_CONFLICT, CONDITION_DEGRADED,
     CONDITION_PAUSED, CONDITION_READY, CONDITION_TOTAL_SET, REASON_AWAITING_TOTAL,
@@ -34,6 +33,7 @@ use crate::crd::conditions::{
     REASON_VALIDATION_FAILED, condition,
 };
 use crate::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
+use crate::crd::listed_members;
 use crate::time::{elapsed, to_time};
 use crate::validate::{DsoSettings, Pause};
 
@@ -255,6 +255,12 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
         .rev()
         .map(|f| (f.name.as_str(), f))
         .collect();
+    // Only the entries the status will list are built (see `MAX_LISTED_MEMBERS`).
+    let listed = listed_members(
+        views
+            .iter()
+            .map(|v| (v.name.as_str(), v.phase == MemberPhase::Ready)),
+    );
     for v in &views {
         let decision = decisions.get(v.name.as_str()).copied();
         let desired = decision.map_or(0, |d| d.desired);
@@ -274,6 +280,12 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
             commands.insert(v.name.clone(), c);
         }
         tracked.insert(v.name.clone(), (v.phase, v.since));
+        if listed
+            .as_ref()
+            .is_some_and(|l| !l.contains(v.name.as_str()))
+        {
+            continue;
+        }
         let previous = input.previous.member_cluster_statuses.get(&v.name);
         let excluded = lost_claim
             || v.phase == MemberPhase::Pending
@@ -304,13 +316,10 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
 
     let healthy = views.iter().filter(|v| v.phase.is_ready()).count();
     let conditions = conditions(input, settings, &plan, &views, healthy, running, &awaiting);
-    let total_current_replicas = members
-        .values()
-        .map(|m| m.current_replicas.max(0))
+    let total_current_replicas = views
+        .iter()
+        .map(|v| v.ready_replicas.max(0))
         .fold(0i32, i32::saturating_add);
-    bound_member_statuses(&mut members, |m| {
-        m.state.as_deref() == Some(MemberPhase::Ready.as_str())
-    });
     let status = DistributedScaledObjectStatus {
         total_current_replicas,
         member_cluster_statuses: members,

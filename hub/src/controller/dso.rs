@@ -188,7 +188,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         })
         .collect();
     let selector = format!("{LABEL_DSO}={name}");
-    let decided = outcome(&DsoInput {
+    let mut decided = outcome(&DsoInput {
         generation: dso.metadata.generation,
         selector: &selector,
         settings: validated.as_ref().map_err(String::as_str),
@@ -231,7 +231,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             }],
         );
     }
-    ctx.track(&owner, &decided.tracked);
+    ctx.track(&owner, std::mem::take(&mut decided.tracked));
     // A handful at most (members that changed alike share one): written together.
     futures::future::join_all(decided.events.into_iter().map(|event| {
         let kind = match event.kind {

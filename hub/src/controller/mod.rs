@@ -135,8 +135,8 @@ impl std::fmt::Debug for Recorder {
     }
 }
 
-/// (owner `ns/name`, member) → (phase, since when).
-type MemberPhases = HashMap<(String, String), (MemberPhase, SystemTime)>;
+/// Owner `ns/name` → member → (phase, since when).
+type MemberPhases = HashMap<String, BTreeMap<String, (MemberPhase, SystemTime)>>;
 
 /// What the controllers share.
 pub struct Context {
@@ -269,18 +269,12 @@ impl Context {
 
     /// The phase `member` was last seen in for `owner`, and since when.
     pub fn tracked(&self, owner: &str, member: &str) -> Option<(MemberPhase, SystemTime)> {
-        lock(&self.phases)
-            .get(&(owner.to_owned(), member.to_owned()))
-            .copied()
+        lock(&self.phases).get(owner)?.get(member).copied()
     }
 
-    /// Records the phases of `owner`'s members.
-    pub fn track(&self, owner: &str, phases: &BTreeMap<String, (MemberPhase, SystemTime)>) {
-        let mut map = lock(&self.phases);
-        map.retain(|(o, m), _| o != owner || phases.contains_key(m));
-        for (member, phase) in phases {
-            map.insert((owner.to_owned(), member.clone()), *phase);
-        }
+    /// Records the phases of `owner`'s members (those of members not listed are forgotten).
+    pub fn track(&self, owner: &str, phases: BTreeMap<String, (MemberPhase, SystemTime)>) {
+        lock(&self.phases).insert(owner.to_owned(), phases);
     }
 
     /// Keeps a failure of `owner`'s reconciliation for its next status.
@@ -299,7 +293,7 @@ impl Context {
 
     /// Forgets everything tracked for `owner`.
     pub fn forget(&self, owner: &str) {
-        lock(&self.phases).retain(|(o, _), _| o != owner);
+        lock(&self.phases).remove(owner);
         lock(&self.written).remove(owner);
         lock(&self.status_writes).remove(owner);
         lock(&self.errors).remove(owner);

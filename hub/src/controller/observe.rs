@@ -89,6 +89,10 @@ pub fn claims(
             )
         })
         .collect();
+    // Alone on its workloads (the common case): nothing to compare, member by member.
+    if others.is_empty() {
+        return names.iter().map(|m| (m.clone(), Claim::Sole)).collect();
+    }
     let mine = Targets::new(&dso.spec, &namespace);
     names
         .iter()
