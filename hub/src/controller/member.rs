@@ -36,6 +36,8 @@ const THROTTLE: Duration = Duration::from_millis(500);
 /// is): writing every heartbeat would be 2,000 writes a second at 10,000 members with 5 s
 /// heartbeats. Liveness itself is the hub's, not this field's.
 pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
+/// Heartbeat-only status writes a second, on average, whatever the fleet size.
+const HEARTBEAT_WRITES_PER_SECOND: usize = 50;
 /// Status writes one pass keeps in flight. After a hub restart or a reconnect storm every
 /// member's status changes at once; written one after the other, 10,000 of them took minutes.
 const WRITES_IN_FLIGHT: usize = 16;
@@ -124,27 +126,53 @@ pub fn status(
     })
 }
 
+/// What writing `wanted` over `current` would bring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Worth {
+    /// Nothing: it is written, or only a heartbeat time younger than [`HEARTBEAT_REFRESH`]
+    /// moved.
+    Nothing,
+    /// Only the heartbeat time, written [`HEARTBEAT_REFRESH`] ago or more.
+    Heartbeat,
+    /// Something else changed.
+    Change,
+}
+
 /// Whether `wanted` is worth writing over `current`: anything but the heartbeat time changed,
 /// or the written heartbeat time is [`HEARTBEAT_REFRESH`] old.
-pub fn worth_writing(current: Option<&MemberClusterStatus>, wanted: &MemberClusterStatus) -> bool {
+pub fn worth_writing(current: Option<&MemberClusterStatus>, wanted: &MemberClusterStatus) -> Worth {
     let Some(current) = current else {
-        return true;
+        return Worth::Change;
     };
     if current == wanted {
-        return false;
+        return Worth::Nothing;
     }
     let mut same_beat = wanted.clone();
     same_beat.last_heartbeat_time = current.last_heartbeat_time.clone();
     if &same_beat != current {
-        return true;
+        return Worth::Change;
     }
     match (&current.last_heartbeat_time, &wanted.last_heartbeat_time) {
         (Some(written), Some(now)) => {
             let age_ms = now.0.as_millisecond() - written.0.as_millisecond();
-            age_ms.unsigned_abs() >= HEARTBEAT_REFRESH.as_millis() as u64
+            if age_ms.unsigned_abs() >= HEARTBEAT_REFRESH.as_millis() as u64 {
+                Worth::Heartbeat
+            } else {
+                Worth::Nothing
+            }
         }
-        _ => true,
+        _ => Worth::Change,
     }
+}
+
+/// How many heartbeat-only writes a pass may make after `since` the previous one: at most
+/// [`HEARTBEAT_WRITES_PER_SECOND`] on average. Up to 1,500 members that refreshes each every
+/// [`HEARTBEAT_REFRESH`]; a larger fleet's heartbeat times are refreshed less often (10,000
+/// members: every 200 s, as a Node's status is when nothing changes), oldest first, instead
+/// of bursts of thousands of writes every 30 s.
+fn heartbeat_budget(since: Duration) -> usize {
+    let budget = since.as_secs_f64() * HEARTBEAT_WRITES_PER_SECOND as f64;
+    (budget as usize).clamp(1, HEARTBEAT_WRITES_PER_SECOND * RESYNC.as_secs() as usize)
 }
 
 /// The status of a registered member that has not connected since the hub started.
@@ -177,9 +205,12 @@ pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
 pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
     let mut changes = ctx.fleet.subscribe();
     let mut backoff = Duration::ZERO;
+    let mut last_pass = tokio::time::Instant::now();
     loop {
         ctx.metrics.reconciled(CONTROLLER);
-        match sync(&ctx, &shutdown).await {
+        let beats = heartbeat_budget(last_pass.elapsed());
+        last_pass = tokio::time::Instant::now();
+        match sync(&ctx, &shutdown, beats).await {
             Ok(()) => backoff = Duration::ZERO,
             Err(error) => {
                 warn!(%error, "MemberCluster status not written");
@@ -211,7 +242,7 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 /// active hub, which recomputes every status from its own sessions: waiting for thousands of
 /// writes would hold the Lease (and the standby) for as long.
 #[instrument(skip_all)]
-async fn sync(ctx: &Context, shutdown: &CancellationToken) -> Result<()> {
+async fn sync(ctx: &Context, shutdown: &CancellationToken, beats: usize) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.client.clone());
     let registered: BTreeMap<String, Arc<MemberCluster>> = ctx
         .member_clusters()
@@ -240,12 +271,28 @@ async fn sync(ctx: &Context, shutdown: &CancellationToken) -> Result<()> {
             wanted.insert(name.clone(), absent_status(member.status.as_ref()));
         }
     }
-    let writes = wanted
-        .into_iter()
-        .filter(|(name, status)| {
-            worth_writing(registered.get(name).and_then(|m| m.status.as_ref()), status)
-        })
-        .map(Ok);
+    let mut writes = Vec::new();
+    let mut heartbeats = Vec::new();
+    for (name, status) in wanted {
+        let current = registered.get(&name).and_then(|m| m.status.as_ref());
+        match worth_writing(current, &status) {
+            Worth::Change => writes.push((name, status)),
+            Worth::Heartbeat => {
+                let written = current.and_then(|c| c.last_heartbeat_time.clone());
+                heartbeats.push((written, name, status));
+            }
+            Worth::Nothing => {}
+        }
+    }
+    // The oldest heartbeat times first, as many as the budget allows.
+    heartbeats.sort_by(|a, b| a.0.cmp(&b.0));
+    writes.extend(
+        heartbeats
+            .into_iter()
+            .take(beats)
+            .map(|(_, name, status)| (name, status)),
+    );
+    let writes = writes.into_iter().map(Ok);
     let api = &api;
     let written = futures::stream::iter(writes).try_for_each_concurrent(
         WRITES_IN_FLIGHT,
@@ -345,9 +392,9 @@ mod tests {
         );
 
         assert_eq!(absent_status(None).state.as_deref(), Some(STATE_PENDING));
-        assert!(worth_writing(None, &up));
-        assert!(!worth_writing(Some(&up), &up));
-        assert!(worth_writing(Some(&up), &down));
+        assert_eq!(worth_writing(None, &up), Worth::Change);
+        assert_eq!(worth_writing(Some(&up), &up), Worth::Nothing);
+        assert_eq!(worth_writing(Some(&up), &down), Worth::Change);
         let absent = absent_status(Some(&up));
         assert_eq!(absent.state.as_deref(), Some(STATE_UNREACHABLE));
         assert_eq!(absent.agent_version.as_deref(), Some("0.1.0"));
@@ -363,21 +410,25 @@ mod tests {
             }
         };
         beat(&mut later, 5_000 + 29_999);
-        assert!(!worth_writing(
-            Some(&written),
-            &status(&later, Some(&written)).unwrap()
-        ));
+        let worth = |later: &MemberSnapshot| {
+            worth_writing(Some(&written), &status(later, Some(&written)).unwrap())
+        };
+        assert_eq!(worth(&later), Worth::Nothing);
         beat(&mut later, 5_000 + 30_000);
-        assert!(worth_writing(
-            Some(&written),
-            &status(&later, Some(&written)).unwrap()
-        ));
+        assert_eq!(worth(&later), Worth::Heartbeat);
         // Anything else that changes is written at once, the heartbeat with it.
         beat(&mut later, 5_000 + 1_000);
         later.capacity.as_mut().unwrap().requested_cpu_millis += 100;
-        assert!(worth_writing(
-            Some(&written),
-            &status(&later, Some(&written)).unwrap()
-        ));
+        assert_eq!(worth(&later), Worth::Change);
+    }
+
+    #[test]
+    fn heartbeat_writes_are_bounded_whatever_the_fleet_size() {
+        // A pass every 5 s (at rest) may refresh 250 heartbeat times: 50 a second.
+        assert_eq!(heartbeat_budget(RESYNC), 250);
+        assert_eq!(heartbeat_budget(Duration::from_millis(500)), 25);
+        // Never none, never more than a resync interval's worth.
+        assert_eq!(heartbeat_budget(Duration::ZERO), 1);
+        assert_eq!(heartbeat_budget(Duration::from_secs(3_600)), 250);
     }
 }
