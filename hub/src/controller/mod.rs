@@ -463,9 +463,7 @@ fn fleet_changes(
             let mut changed = fleet.take_changed();
             // Members with new counts only wait for the status write they show up in, unless
             // their DSOs are planned now anyway.
-            let due = fleet
-                .counts_since()
-                .is_some_and(|since| since + STATUS_WRITE_INTERVAL <= tokio::time::Instant::now());
+            let due = counts_due.is_some_and(|due| due <= tokio::time::Instant::now());
             if due || !changed.is_empty() {
                 changed.extend(fleet.take_counts());
             }
