@@ -114,6 +114,11 @@ pub struct Store {
     tx: broadcast::Sender<Arc<Event>>,
     /// Set by every write; cleared by the controllers when they have looked.
     pub dirty: bool,
+    /// Set by a write that can give the garbage collector work: a deletion, an object with
+    /// owners, an object being deleted. Cleared by the garbage collector when it has looked,
+    /// so that the writes that cannot (a status, a Lease renewal) do not make it walk every
+    /// object again: at 10,000 MemberClusters that walk was 85% of the simulator's CPU.
+    pub gc_due: bool,
 }
 
 pub(crate) const FOREGROUND: &str = "foregroundDeletion";
@@ -130,6 +135,7 @@ impl Store {
             log_cap: history.max(1),
             tx,
             dirty: true,
+            gc_due: true,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -151,6 +157,7 @@ impl Store {
             log_cap: 1,
             tx,
             dirty: false,
+            gc_due: false,
         }
     }
 
@@ -287,6 +294,11 @@ impl Store {
     }
 
     fn emit(&mut self, res: Arc<str>, ns: String, kind: EventKind, obj: Obj, old: Option<Obj>) {
+        self.gc_due |= kind == EventKind::Deleted
+            || owner_uids(&obj).next().is_some()
+            || obj
+                .get("metadata")
+                .is_some_and(|m| m.get("deletionTimestamp").is_some());
         let ev = Arc::new(Event {
             rv: self.rv,
             res,
