@@ -104,8 +104,9 @@ impl Reported {
 pub struct MemberSnapshot {
     /// Member name.
     pub name: String,
-    /// Session state; `None` if the member never connected since the hub started.
-    pub session: Option<MemberSession>,
+    /// Session state; `None` if the member never connected since the hub started. Shared
+    /// with the session registry.
+    pub session: Option<Arc<MemberSession>>,
     /// Whether the current session's first full report has arrived.
     pub session_reported: bool,
     /// Last reported state of each managed workload.
@@ -677,7 +678,7 @@ impl Fleet {
 
     /// One member, if it ever connected or was given desired state.
     pub fn member(&self, member: &str) -> Option<MemberSnapshot> {
-        let session = self.registry.get(member);
+        let session = self.registry.shared(member);
         let members = self.lock();
         let entry = members.get(member);
         if entry.is_none() && session.is_none() {
@@ -692,9 +693,9 @@ impl Fleet {
         &self,
         names: impl IntoIterator<Item = &'a String>,
     ) -> BTreeMap<String, MemberSnapshot> {
-        let sessions: Vec<(&String, Option<MemberSession>)> = names
+        let sessions: Vec<(&String, Option<Arc<MemberSession>>)> = names
             .into_iter()
-            .map(|name| (name, self.registry.get(name)))
+            .map(|name| (name, self.registry.shared(name)))
             .collect();
         let members = self.lock();
         sessions
@@ -706,9 +707,9 @@ impl Fleet {
 
     /// Every member known to the sessions or the desired state, by name.
     pub fn members(&self) -> Vec<MemberSnapshot> {
-        let sessions: BTreeMap<String, MemberSession> = self
+        let sessions: BTreeMap<String, Arc<MemberSession>> = self
             .registry
-            .snapshot()
+            .shared_all()
             .into_iter()
             .map(|s| (s.member.clone(), s))
             .collect();
@@ -725,7 +726,7 @@ impl Fleet {
 
 fn snapshot(
     name: &str,
-    session: Option<MemberSession>,
+    session: Option<Arc<MemberSession>>,
     entry: Option<&MemberEntry>,
 ) -> MemberSnapshot {
     let session_reported = entry.is_some_and(|e| {

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use kedge_protocol::unix_ms;
@@ -100,7 +100,9 @@ pub const DUPLICATE_HOLD: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 struct Entry {
-    view: MemberSession,
+    /// Shared with the controllers' snapshots, which then copy nothing; a change while a
+    /// snapshot is held copies it (`Arc::make_mut`).
+    view: Arc<MemberSession>,
     last_heartbeat: Instant,
     /// Cancelled to end the live session (replacement, revocation); `None` when disconnected.
     live: Option<CancellationToken>,
@@ -214,7 +216,7 @@ impl SessionRegistry {
         entries.insert(
             new.member,
             Entry {
-                view,
+                view: Arc::new(view),
                 last_heartbeat: now,
                 live: Some(token.clone()),
                 ending: None,
@@ -237,11 +239,12 @@ impl SessionRegistry {
             return;
         }
         entry.last_heartbeat = now;
-        entry.view.last_heartbeat_unix_ms = unix_ms(wall);
-        if entry.view.state != SessionState::Connected {
+        let view = Arc::make_mut(&mut entry.view);
+        view.last_heartbeat_unix_ms = unix_ms(wall);
+        if view.state != SessionState::Connected {
             tracing::info!(member, "heartbeats resumed");
-            entry.view.state = SessionState::Connected;
-            entry.view.reason.clear();
+            view.state = SessionState::Connected;
+            view.reason.clear();
             self.recount(&entries);
         }
     }
@@ -253,7 +256,7 @@ impl SessionRegistry {
             .get_mut(member)
             .filter(|e| e.view.session_id == session_id)
         {
-            entry.view.cert_not_after_unix = not_after_unix;
+            Arc::make_mut(&mut entry.view).cert_not_after_unix = not_after_unix;
         }
     }
 
@@ -267,8 +270,9 @@ impl SessionRegistry {
             return;
         }
         entry.live = None;
-        entry.view.state = SessionState::Unreachable;
-        entry.view.reason = format!("session closed: {reason}");
+        let view = Arc::make_mut(&mut entry.view);
+        view.state = SessionState::Unreachable;
+        view.reason = format!("session closed: {reason}");
         self.recount(&entries);
     }
 
@@ -336,7 +340,7 @@ impl SessionRegistry {
             return None;
         }
         entry.duplicate_until = Some(now + DUPLICATE_HOLD);
-        entry.view.duplicate_from = remote.to_string();
+        Arc::make_mut(&mut entry.view).duplicate_from = remote.to_string();
         Some(format!(
             "member {member:?} already has a live session from {} and its certificate is \
              also used from {remote}: two agents share one identity; stop one of them or \
@@ -353,8 +357,9 @@ impl SessionRegistry {
         for (member, entry) in entries.iter_mut() {
             let silent = now.saturating_duration_since(entry.last_heartbeat);
             if entry.view.state == SessionState::Connected && silent > deadline {
-                entry.view.state = SessionState::Unreachable;
-                entry.view.reason = format!(
+                let view = Arc::make_mut(&mut entry.view);
+                view.state = SessionState::Unreachable;
+                view.reason = format!(
                     "no heartbeat for {} (tolerance {} x {})",
                     humantime::format_duration(round_ms(silent)),
                     self.liveness.tolerance,
@@ -371,7 +376,7 @@ impl SessionRegistry {
 
     /// Every member, sorted by name.
     pub fn snapshot(&self) -> Vec<MemberSession> {
-        self.lock().values().map(|e| e.view.clone()).collect()
+        self.lock().values().map(|e| (*e.view).clone()).collect()
     }
 
     /// Names of the members with a session record (connected or not).
@@ -381,7 +386,17 @@ impl SessionRegistry {
 
     /// One member.
     pub fn get(&self, member: &str) -> Option<MemberSession> {
+        self.lock().get(member).map(|e| (*e.view).clone())
+    }
+
+    /// One member, shared with the registry (nothing is copied).
+    pub fn shared(&self, member: &str) -> Option<Arc<MemberSession>> {
         self.lock().get(member).map(|e| e.view.clone())
+    }
+
+    /// Every member, shared with the registry, sorted by name.
+    pub fn shared_all(&self) -> Vec<Arc<MemberSession>> {
+        self.lock().values().map(|e| e.view.clone()).collect()
     }
 }
 

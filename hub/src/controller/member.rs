@@ -331,7 +331,7 @@ mod tests {
         MemberSnapshot {
             session_reported: true,
             name: "m1".into(),
-            session: Some(MemberSession {
+            session: Some(std::sync::Arc::new(MemberSession {
                 member: "m1".into(),
                 state,
                 reason: "no heartbeat for 3s".into(),
@@ -345,7 +345,7 @@ mod tests {
                 cert_not_after_unix: 86_400,
                 sessions: 1,
                 duplicate_from: String::new(),
-            }),
+            })),
             workloads: Default::default(),
             capacity: Some(ClusterCapacity {
                 nodes: 3,
@@ -406,7 +406,7 @@ mod tests {
         let mut later = snapshot(SessionState::Connected);
         let beat = |s: &mut MemberSnapshot, ms: i64| {
             if let Some(session) = s.session.as_mut() {
-                session.last_heartbeat_unix_ms = ms;
+                std::sync::Arc::make_mut(session).last_heartbeat_unix_ms = ms;
             }
         };
         beat(&mut later, 5_000 + 29_999);
