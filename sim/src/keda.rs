@@ -184,10 +184,12 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
     let active = readable
         .iter()
         .any(|v| v.value.unwrap_or(0.0) > v.activation);
+    let current = current_replicas(store, so, &ns);
+    let tolerance = Tolerance::of(so);
     let desired = if active {
         let want = readable
             .iter()
-            .map(|v| (v.value.unwrap_or(0.0) / v.target.unwrap_or(1.0)).ceil() as i64)
+            .map(|v| tolerance.proposal(v.value.unwrap_or(0.0), v.target.unwrap_or(1.0), current))
             .max()
             .unwrap_or(0);
         want.clamp(min.max(1), max.max(min.max(1)))
@@ -339,6 +341,72 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
     }
 }
 
+/// The replicas the target's `/scale` holds now (`None`: no target, or not read).
+fn current_replicas(store: &Store, so: &Value, ns: &str) -> Option<i64> {
+    let target_ref = get_path(so, "spec.scaleTargetRef")?;
+    let api_version = target_ref
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("apps/v1");
+    let kind = target_ref
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("Deployment");
+    let def = store.def_for_kind(api_version, kind)?;
+    let path = &def.scale.as_ref()?.spec_replicas;
+    let target = store.get(&def.key, ns, target_ref.get("name")?.as_str()?)?;
+    get_path(target, path).and_then(Value::as_i64)
+}
+
+/// The HPA's tolerance around a target, per direction as Kubernetes 1.33 reads it
+/// (`behavior.scaleUp.tolerance`, `behavior.scaleDown.tolerance`; each defaults to the
+/// controller-wide 10%): while the usage ratio stays within `[1 - down, 1 + up]` the
+/// replicas do not change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Tolerance {
+    down: f64,
+    up: f64,
+}
+
+impl Tolerance {
+    const DEFAULT: f64 = 0.1;
+
+    fn of(so: &Value) -> Tolerance {
+        let read = |direction: &str| {
+            let path = format!(
+                "spec.advanced.horizontalPodAutoscalerConfig.behavior.{direction}.tolerance"
+            );
+            let value = get_path(so, &path)?;
+            let millis = match value {
+                Value::String(s) => kedge_core::quantity::parse_quantity(s).ok()?,
+                other => (other.as_f64()? * 1000.0).round() as i128,
+            };
+            (millis >= 0).then(|| millis as f64 / 1000.0)
+        };
+        Tolerance {
+            down: read("scaleDown").unwrap_or(Self::DEFAULT),
+            up: read("scaleUp").unwrap_or(Self::DEFAULT),
+        }
+    }
+
+    /// The replicas an `AverageValue` target proposes: the current count while the usage
+    /// ratio is within the tolerance, else `ceil(value / target)`.
+    fn proposal(self, value: f64, target: f64, current: Option<i64>) -> i64 {
+        let wanted = (value / target).ceil() as i64;
+        match current {
+            Some(current) if current > 0 => {
+                let ratio = value / (target * current as f64);
+                if ratio >= 1.0 - self.down && ratio <= 1.0 + self.up {
+                    current
+                } else {
+                    wanted
+                }
+            }
+            _ => wanted,
+        }
+    }
+}
+
 /// Discovery document of `external.metrics.k8s.io/v1beta1`.
 pub fn metrics_discovery() -> Value {
     json!({
@@ -400,5 +468,43 @@ fn quantity(v: f64) -> String {
         (milli / 1000).to_string()
     } else {
         format!("{milli}m")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Tolerance;
+
+    #[test]
+    fn the_tolerance_reads_per_direction_with_the_controller_default() {
+        let so = json!({"spec": {"advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+            "scaleUp": {"tolerance": "100m"}, "scaleDown": {"tolerance": 0.5}}}}}});
+        assert_eq!(Tolerance::of(&so), Tolerance { down: 0.5, up: 0.1 });
+        let so = json!({"spec": {"advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+            "scaleUp": {"tolerance": "0.25"}}}}}});
+        assert_eq!(
+            Tolerance::of(&so),
+            Tolerance {
+                down: 0.1,
+                up: 0.25
+            }
+        );
+        assert_eq!(Tolerance::of(&json!({})), Tolerance { down: 0.1, up: 0.1 });
+    }
+
+    #[test]
+    fn inside_the_dead_zone_nothing_changes_and_outside_it_the_hpa_rule_applies() {
+        // Kaito's example: up above threshold x 1.1, down below threshold x 0.5.
+        let t = Tolerance { down: 0.5, up: 0.1 };
+        // 4 pods at threshold 10: a total of 20..=44 (an average of 5..=11) changes nothing.
+        assert_eq!(t.proposal(43.6, 10.0, Some(4)), 4);
+        assert_eq!(t.proposal(20.0, 10.0, Some(4)), 4);
+        assert_eq!(t.proposal(44.4, 10.0, Some(4)), 5);
+        assert_eq!(t.proposal(19.6, 10.0, Some(4)), 2);
+        // Without a current count the plain rule applies.
+        assert_eq!(t.proposal(44.0, 10.0, Some(0)), 5);
+        assert_eq!(t.proposal(44.0, 10.0, None), 5);
     }
 }
