@@ -604,7 +604,7 @@ async fn an_agent_that_stops_reading_is_closed_not_waited_for() {
             .member("deaf")
             .filter(|m| m.session_reported)
             .and_then(|m| m.session)
-            .map(|s| s.session_id)
+            .map(|s| s.session_id.clone())
     })
     .await;
 
