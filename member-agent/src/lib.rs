@@ -292,7 +292,13 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             }
             Err(e) => {
                 warn!(%hub, error = %e, "cannot reach the hub; will retry");
-                failed_dials = failed_dials.saturating_add(1);
+                // A hub that closed the attempt (a stopping hub refuses connections) answered:
+                // only silence makes the next handshake wait longer.
+                failed_dials = if hub_answered(&e) {
+                    0
+                } else {
+                    failed_dials.saturating_add(1)
+                };
                 Attempt::Failed
             }
         };
@@ -327,4 +333,39 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     }
     info!("kedge-agent stopped");
     Ok(())
+}
+
+/// Whether a failed dial was answered by the hub (it closed or reset the connection) rather
+/// than left without an answer.
+fn hub_answered(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Connection(
+            quinn::ConnectionError::ConnectionClosed(_)
+                | quinn::ConnectionError::ApplicationClosed(_)
+                | quinn::ConnectionError::Reset
+        )
+    )
+}
+
+#[cfg(test)]
+mod dial_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_an_answer_and_silence_is_not() {
+        let refused = quinn::ConnectionError::ConnectionClosed(quinn::ConnectionClose {
+            error_code: quinn::TransportErrorCode::CONNECTION_REFUSED,
+            frame_type: None,
+            reason: Default::default(),
+        });
+        assert!(hub_answered(&Error::Connection(refused)));
+        assert!(hub_answered(&Error::Connection(
+            quinn::ConnectionError::Reset
+        )));
+        assert!(!hub_answered(&Error::Connection(
+            quinn::ConnectionError::TimedOut
+        )));
+        assert!(!hub_answered(&Error::Timeout("the TLS handshake")));
+    }
 }
