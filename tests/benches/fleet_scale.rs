@@ -158,9 +158,10 @@ async fn virtual_agent(
         let (connection, control, welcome) =
             match session(&endpoint, &config, hub, last_applied, patience).await {
                 Ok(established) => established,
-                Err(why) => {
+                Err(failure) => {
                     drop(permit);
-                    failed += 1;
+                    let why = failure.why;
+                    failed = if failure.answered { 0 } else { failed + 1 };
                     fleet.retries.fetch_add(1, Ordering::AcqRel);
                     if fleet.retries.load(Ordering::Acquire) <= 5 {
                         eprintln!("member {index}: {why}; retrying");
@@ -287,25 +288,49 @@ async fn follow(
 
 type Control = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
 
-/// A handshake, Hello and Welcome; why not, as text.
+/// Why a dial failed, and whether the hub answered it: as the agent counts them, only
+/// silence makes the next handshake wait longer.
+struct DialFailure {
+    why: String,
+    answered: bool,
+}
+
+impl DialFailure {
+    fn silent(why: String) -> Self {
+        DialFailure {
+            why,
+            answered: false,
+        }
+    }
+}
+
+/// A handshake, Hello and Welcome (each bounded as the agent bounds them).
 async fn session(
     endpoint: &quinn::Endpoint,
     config: &quinn::ClientConfig,
     hub: SocketAddr,
     last_applied_revision: u64,
     patience: Duration,
-) -> Result<(quinn::Connection, Control, Welcome), String> {
+) -> Result<(quinn::Connection, Control, Welcome), DialFailure> {
     let connecting = endpoint
         .connect_with(config.clone(), hub, "localhost")
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| DialFailure::silent(format!("connect: {e}")))?;
     let connection = tokio::time::timeout(patience, connecting)
         .await
-        .map_err(|_| format!("handshake: no answer in {patience:?}"))?
-        .map_err(|e| format!("handshake: {e}"))?;
+        .map_err(|_| DialFailure::silent(format!("handshake: no answer in {patience:?}")))?
+        .map_err(|e| DialFailure {
+            answered: matches!(
+                e,
+                quinn::ConnectionError::ConnectionClosed(_)
+                    | quinn::ConnectionError::ApplicationClosed(_)
+                    | quinn::ConnectionError::Reset
+            ),
+            why: format!("handshake: {e}"),
+        })?;
     let (send, recv) = connection
         .open_bi()
         .await
-        .map_err(|e| format!("control stream: {e}"))?;
+        .map_err(|e| DialFailure::silent(format!("control stream: {e}")))?;
     let mut control: Control = FramedStream::new(recv, send);
     control
         .send(&AgentMessage::Hello(Hello {
@@ -316,10 +341,18 @@ async fn session(
             namespaces: vec![NS.into()],
         }))
         .await
-        .map_err(|e| format!("Hello: {e}"))?;
-    match control.recv().await {
-        Ok(Some(HubMessage::Welcome(w))) => Ok((connection, control, w)),
-        other => Err(format!("expected Welcome, got {other:?}")),
+        .map_err(|e| DialFailure::silent(format!("Hello: {e}")))?;
+    let longest = HANDSHAKE_TIMEOUTS[HANDSHAKE_TIMEOUTS.len() - 1];
+    match tokio::time::timeout(longest, control.recv()).await {
+        Ok(Ok(Some(HubMessage::Welcome(w)))) => Ok((connection, control, w)),
+        Ok(Ok(Some(HubMessage::Refused(r)))) => Err(DialFailure {
+            why: format!("refused: {}", r.message),
+            answered: true,
+        }),
+        Err(_) => Err(DialFailure::silent(format!("no Welcome in {longest:?}"))),
+        other => Err(DialFailure::silent(format!(
+            "expected Welcome, got {other:?}"
+        ))),
     }
 }
 
