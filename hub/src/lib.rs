@@ -18,6 +18,7 @@ pub mod ops_access;
 pub mod registry;
 pub mod server;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
@@ -74,6 +75,34 @@ fn session_routes(registry: Arc<SessionRegistry>, access: SessionsAccess) -> Rou
         ))
 }
 
+/// The QUIC endpoint on `addr`, its UDP socket with the largest buffers the kernel grants
+/// (see [`kedge_net::udp`]).
+fn quic_endpoint(server_config: quinn::ServerConfig, addr: SocketAddr) -> Result<quinn::Endpoint> {
+    let listen = |source| Error::Listen { addr, source };
+    let bound = kedge_net::udp::bind(addr, kedge_net::udp::SOCKET_BUFFER).map_err(listen)?;
+    if bound.receive_buffer < kedge_net::udp::LOW_RECEIVE_BUFFER {
+        warn!(
+            receive_buffer = bound.receive_buffer,
+            "the QUIC socket's receive buffer is small: bursts of agents (reconnects after a \
+             restart, acknowledgements of a fan-out) will be dropped by the kernel and retried \
+             late; raise net.core.rmem_max on the hub's node to at least 4 MiB"
+        );
+    } else {
+        info!(
+            receive_buffer = bound.receive_buffer,
+            send_buffer = bound.send_buffer,
+            "QUIC socket buffers"
+        );
+    }
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server_config),
+        bound.socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(listen)
+}
+
 /// Runs the hub until `shutdown` is cancelled.
 pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let metrics = HubMetrics::default();
@@ -83,11 +112,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
 
     let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
     let (server_config, hub_ca) = tls_setup(&args).await?;
-    let endpoint =
-        quinn::Endpoint::server(server_config, args.listen).map_err(|source| Error::Listen {
-            addr: args.listen,
-            source,
-        })?;
+    let endpoint = quic_endpoint(server_config, args.listen)?;
     let quic_addr = endpoint.local_addr().map_err(|source| Error::Listen {
         addr: args.listen,
         source,

@@ -19,6 +19,7 @@ pub mod signals;
 pub mod supervise;
 pub mod telemetry;
 pub mod tls;
+pub mod udp;
 
 use std::path::PathBuf;
 
