@@ -198,21 +198,7 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
             .and_then(Value::as_i64)
             .unwrap_or(min)
     };
-    let target_ref = get_path(so, "spec.scaleTargetRef")
-        .cloned()
-        .unwrap_or(json!({}));
-    let api_version = target_ref
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("apps/v1");
-    let kind = target_ref
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("Deployment");
-    let target_name = target_ref
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let (api_version, kind, target_name) = scale_target(so);
     let mut ready = (
         true,
         "ScaledObjectReady",
@@ -341,20 +327,27 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
     }
 }
 
+/// `spec.scaleTargetRef`'s API version, kind and name, with KEDA's defaults (an `apps/v1`
+/// Deployment).
+fn scale_target(so: &Value) -> (&str, &str, &str) {
+    let field = |key: &str, default: &'static str| {
+        get_path(so, &format!("spec.scaleTargetRef.{key}"))
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+    };
+    (
+        field("apiVersion", "apps/v1"),
+        field("kind", "Deployment"),
+        field("name", ""),
+    )
+}
+
 /// The replicas the target's `/scale` holds now (`None`: no target, or not read).
 fn current_replicas(store: &Store, so: &Value, ns: &str) -> Option<i64> {
-    let target_ref = get_path(so, "spec.scaleTargetRef")?;
-    let api_version = target_ref
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("apps/v1");
-    let kind = target_ref
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("Deployment");
+    let (api_version, kind, name) = scale_target(so);
     let def = store.def_for_kind(api_version, kind)?;
     let path = &def.scale.as_ref()?.spec_replicas;
-    let target = store.get(&def.key, ns, target_ref.get("name")?.as_str()?)?;
+    let target = store.get(&def.key, ns, name)?;
     get_path(target, path).and_then(Value::as_i64)
 }
 
