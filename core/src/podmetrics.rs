@@ -572,7 +572,7 @@ vllm:num_requests_running{model_name="phi-3"} 2.0
                     if v.missing == 0 {
                         prop_assert!((v.average - v.measured_average).abs() <= 1e-9 * v.average.max(1.0));
                     } else if v.measured_average > threshold {
-                        // Missing pods only pull a high average down, never below the threshold's 0.
+                        // Missing pods count as 0: they only pull a high average down.
                         prop_assert!(v.average <= v.measured_average + 1e-9);
                     } else {
                         // ... and a low one up, to at most 1.5 x threshold.
