@@ -10,7 +10,7 @@ use crate::cluster::ClusterShared;
 use crate::controllers::Timers;
 use crate::error::{Error, Result};
 use crate::selector::LabelSelector;
-use crate::store::{Store, WriteScope};
+use crate::store::{Store, WriteScope, deleting};
 use crate::util::{get_path, meta_mut, meta_str, rfc3339, set_path};
 
 /// API group of the external metrics API.
@@ -133,11 +133,7 @@ pub(crate) fn reconcile(
     st.last_poll
         .retain(|uid, _| sos.iter().any(|s| meta_str(s, "uid") == Some(uid.as_str())));
     for so in sos {
-        if so
-            .get("metadata")
-            .and_then(|m| m.get("deletionTimestamp"))
-            .is_some()
-        {
+        if deleting(&so) {
             continue;
         }
         let uid = meta_str(&so, "uid").unwrap_or_default().to_string();

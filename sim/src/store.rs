@@ -294,11 +294,8 @@ impl Store {
     }
 
     fn emit(&mut self, res: Arc<str>, ns: String, kind: EventKind, obj: Obj, old: Option<Obj>) {
-        self.gc_due |= kind == EventKind::Deleted
-            || owner_uids(&obj).next().is_some()
-            || obj
-                .get("metadata")
-                .is_some_and(|m| m.get("deletionTimestamp").is_some());
+        self.gc_due |=
+            kind == EventKind::Deleted || owner_uids(&obj).next().is_some() || deleting(&obj);
         let ev = Arc::new(Event {
             rv: self.rv,
             res,
@@ -331,11 +328,7 @@ impl Store {
             }
             match self.get("/namespaces", "", ns) {
                 None => return Err(Error::not_found("", "namespaces", ns)),
-                Some(n)
-                    if n.get("metadata")
-                        .and_then(|m| m.get("deletionTimestamp"))
-                        .is_some() =>
-                {
+                Some(n) if deleting(n) => {
                     return Err(Error::Forbidden(format!(
                         "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                         def.plural,
@@ -613,12 +606,7 @@ impl Store {
                 .remove(def, ns, name, None)
                 .ok_or_else(|| Error::not_found(&def.group, &def.plural, name));
         }
-        if old
-            .get("metadata")
-            .and_then(|m| m.get("deletionTimestamp"))
-            .is_some()
-            && fins.len() == finalizers(&old).len()
-        {
+        if deleting(&old) && fins.len() == finalizers(&old).len() {
             return Ok(old);
         }
         let mut new = (*old).clone();
@@ -791,6 +779,13 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether `obj` is being deleted (it has a `deletionTimestamp`).
+pub(crate) fn deleting(obj: &Value) -> bool {
+    obj.get("metadata")
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some()
 }
 
 /// UIDs in `ownerReferences`.

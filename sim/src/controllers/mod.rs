@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::cluster::{ClusterShared, SimConfig};
 use crate::resources::ResourceDef;
 use crate::selector::LabelSelector;
-use crate::store::{Obj, Propagation, Store, WriteScope, owner_uids};
+use crate::store::{Obj, Propagation, Store, WriteScope, deleting, owner_uids};
 use crate::util::{get_path, meta_mut, meta_str, rfc3339};
 
 pub use kubelet::add_nodes;
@@ -131,12 +131,6 @@ fn ns_name(o: &Value) -> String {
 
 fn uid_of(o: &Value) -> String {
     meta_str(o, "uid").unwrap_or_default().to_string()
-}
-
-fn deleting(o: &Value) -> bool {
-    o.get("metadata")
-        .and_then(|m| m.get("deletionTimestamp"))
-        .is_some()
 }
 
 fn write(store: &mut Store, key: &str, new: Value, now: i64) {
