@@ -322,7 +322,7 @@ impl Fleet {
     }
 
     /// Tells the DSO controller that `member` reported new replica counts and nothing else:
-    /// that can wait for the next status write (see [`Fleet::counts_due`]). When a
+    /// that can wait for the next status write (see [`Fleet::counts_since`]). When a
     /// `/scale` change reaches 10,000 members, their reports of the new counts come back
     /// while the hub is still sending it; re-planning each batch at once took the CPU the
     /// rest of the fan-out needed.
