@@ -126,12 +126,14 @@ impl PodMetricsTrigger {
 }
 
 fn unknown_key(key: &str) -> String {
+    let lowercase = key.to_ascii_lowercase();
     let near = KEYS
         .iter()
-        .min_by_key(|k| edit_distance(&k.to_ascii_lowercase(), &key.to_ascii_lowercase()))
-        .filter(|k| edit_distance(&k.to_ascii_lowercase(), &key.to_ascii_lowercase()) <= 3);
+        .map(|k| (edit_distance(&k.to_ascii_lowercase(), &lowercase), k))
+        .min_by_key(|(distance, _)| *distance)
+        .filter(|(distance, _)| *distance <= 3);
     match near {
-        Some(k) => format!("unknown key {key:?}; did you mean {k:?}?"),
+        Some((_, k)) => format!("unknown key {key:?}; did you mean {k:?}?"),
         None => format!("unknown key {key:?}; the keys are {}", KEYS.join(", ")),
     }
 }
