@@ -18,6 +18,7 @@ mod codec;
 mod enroll;
 mod error;
 mod message;
+mod podmetrics;
 mod report;
 mod sanitize;
 
@@ -25,15 +26,20 @@ pub use codec::{FramedStream, decode, encode};
 pub use enroll::*;
 pub use error::{Error, Result};
 pub use message::*;
+pub use podmetrics::*;
 pub use report::bounded_text;
 pub use sanitize::{MAX_MESSAGE_BYTES, MAX_REF_BYTES, clean_text};
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// The first protocol version with certificate renewal on the control stream
 /// ([`AgentMessage::Renew`]).
 pub const RENEWAL_PROTOCOL_VERSION: u16 = 4;
+
+/// The first protocol version with pod metrics ([`HubMessage::Scrape`],
+/// [`AgentMessage::PodMetrics`]). Neither side sends them on an older session.
+pub const PODMETRICS_PROTOCOL_VERSION: u16 = 5;
 
 /// The oldest protocol version this build still accepts from a peer.
 pub const MIN_PROTOCOL_VERSION: u16 = 3;

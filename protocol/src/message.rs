@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Messages the agent sends to the hub.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AgentMessage {
     /// First message on the control stream.
     Hello(Hello),
@@ -18,6 +18,8 @@ pub enum AgentMessage {
     Report(StatusReport),
     /// Asks for a fresh client certificate (control stream, protocol version 4 and later).
     Renew(crate::RenewRequest),
+    /// Pod-metrics samples (control stream, protocol version 5 and later).
+    PodMetrics(crate::PodMetricsReport),
 }
 
 /// Messages the hub sends to the agent.
@@ -33,6 +35,8 @@ pub enum HubMessage {
     DesiredState(DesiredState),
     /// Answer to a [`AgentMessage::Renew`].
     Renewed(crate::EnrollResponse),
+    /// The pod-metrics scrapes to run (control stream, protocol version 5 and later).
+    Scrape(crate::ScrapeTargets),
 }
 
 /// Opens a session. The member's identity is *not* here: it comes from its certificate.

@@ -7,7 +7,8 @@
 
 use crate::{
     Ack, AgentMessage, CommandResult, CommandTarget, Failure, Hello, JobRef, JobStatus,
-    MAX_TEXT_BYTES, PodConditionSet, StatusReport, WorkloadRef, WorkloadStatus,
+    MAX_SAMPLE_PODS, MAX_SCRAPE_TARGETS, MAX_TEXT_BYTES, PodConditionSet, PodMetricsReport,
+    PodMetricsSample, StatusReport, WorkloadRef, WorkloadStatus,
 };
 
 /// Longest Kubernetes reference an agent may send (a namespace, name, kind, apiVersion, or a
@@ -214,6 +215,37 @@ fn report(r: &mut StatusReport) {
     }
 }
 
+/// A sample's text cleaned, its counts bounded and a sum that is not a finite number turned
+/// into what it means: no pod of the member has a usable value.
+fn pod_metrics_sample(s: &mut PodMetricsSample) {
+    let PodMetricsSample {
+        owner,
+        trigger: _,
+        sum,
+        counted,
+        missing,
+        scraped_unix_ms: _,
+        error,
+    } = s;
+    reference(owner);
+    *counted = (*counted).min(MAX_SAMPLE_PODS);
+    *missing = (*missing).min(MAX_SAMPLE_PODS - *counted);
+    if !sum.is_finite() {
+        *missing += *counted;
+        *counted = 0;
+        *sum = 0.0;
+        *error = Some("the agent sent a sum that is not a finite number".to_string());
+    }
+    if let Some(e) = error {
+        text(e, MAX_MESSAGE_BYTES);
+    }
+}
+
+fn pod_metrics(r: &mut PodMetricsReport) {
+    r.samples.truncate(MAX_SCRAPE_TARGETS);
+    r.samples.iter_mut().for_each(pod_metrics_sample);
+}
+
 impl AgentMessage {
     /// This message with every string cleaned by [`clean_text`]: references (names,
     /// namespaces, kinds, owners) to [`MAX_REF_BYTES`], versions, reasons and condition types
@@ -227,6 +259,7 @@ impl AgentMessage {
             AgentMessage::Renew(_) => {}
             AgentMessage::Ack(a) => ack(a),
             AgentMessage::Report(r) => report(r),
+            AgentMessage::PodMetrics(r) => pod_metrics(r),
         }
         self
     }
@@ -360,6 +393,45 @@ mod tests {
         ] {
             assert_eq!(nasty.sanitized(), clean);
         }
+    }
+
+    #[test]
+    fn a_pod_metrics_sample_is_bounded_and_a_sum_that_is_no_number_counts_as_missing() {
+        let sample = |sum: f64, counted: u32, missing: u32| PodMetricsSample {
+            owner: format!("ns/{}\u{202E}x", "n".repeat(400)),
+            trigger: 0,
+            sum,
+            counted,
+            missing,
+            scraped_unix_ms: 1,
+            error: Some("bad\npod".into()),
+        };
+        let samples = [
+            sample(f64::NAN, 3, 1),
+            sample(f64::INFINITY, 2, 0),
+            sample(4.5, u32::MAX, u32::MAX),
+            sample(-2.0, 2, 1),
+        ];
+        let mut report = PodMetricsReport {
+            samples: std::iter::repeat_n(samples.clone(), MAX_SCRAPE_TARGETS)
+                .flatten()
+                .collect(),
+        };
+        pod_metrics(&mut report);
+        assert_eq!(report.samples.len(), MAX_SCRAPE_TARGETS);
+        let [nan, inf, huge, negative] = &report.samples[..4] else {
+            panic!("four samples")
+        };
+        for s in [nan, inf] {
+            assert_eq!((s.sum, s.counted), (0.0, 0));
+            assert!(s.error.as_deref().unwrap().contains("not a finite number"));
+        }
+        assert_eq!(nan.missing, 4);
+        assert_eq!(inf.missing, 2);
+        assert_eq!((huge.counted, huge.missing), (MAX_SAMPLE_PODS, 0));
+        assert_eq!((negative.sum, negative.counted, negative.missing), (-2.0, 2, 1));
+        assert_eq!(negative.error.as_deref(), Some("bad pod"));
+        assert!(negative.owner.len() <= MAX_REF_BYTES && !negative.owner.contains('\u{202E}'));
     }
 
     #[test]
