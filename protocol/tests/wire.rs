@@ -42,6 +42,70 @@ fn failure() -> impl Strategy<Value = Option<Failure>> {
     ))
 }
 
+fn scrape_target() -> impl Strategy<Value = ScrapeTarget> {
+    (
+        "[a-z0-9-]{1,10}/[a-z0-9-]{1,10}",
+        any::<u32>(),
+        workload_ref(),
+        ".{0,30}",
+        prop_oneof![
+            any::<u16>().prop_map(ScrapePort::Number),
+            "[a-z0-9-]{0,15}".prop_map(ScrapePort::Name),
+        ],
+        ".{0,40}",
+        any::<bool>(),
+        (any::<u64>(), any::<u64>()),
+    )
+        .prop_map(
+            |(
+                owner,
+                trigger,
+                workload,
+                metric_name,
+                port,
+                path,
+                https,
+                (interval_ms, timeout_ms),
+            )| {
+                ScrapeTarget {
+                    owner,
+                    trigger,
+                    workload,
+                    metric_name,
+                    port,
+                    path,
+                    https,
+                    interval_ms,
+                    timeout_ms,
+                }
+            },
+        )
+}
+
+fn pod_metrics_sample() -> impl Strategy<Value = PodMetricsSample> {
+    (
+        "[a-z0-9-]{1,10}/[a-z0-9-]{1,10}",
+        any::<u32>(),
+        // Any bit pattern but NaN, which never equals itself.
+        any::<f64>().prop_filter("NaN", |v| !v.is_nan()),
+        any::<u32>(),
+        any::<u32>(),
+        any::<i64>(),
+        proptest::option::of(".{0,60}"),
+    )
+        .prop_map(
+            |(owner, trigger, sum, counted, missing, scraped_unix_ms, error)| PodMetricsSample {
+                owner,
+                trigger,
+                sum,
+                counted,
+                missing,
+                scraped_unix_ms,
+                error,
+            },
+        )
+}
+
 fn agent_message() -> impl Strategy<Value = AgentMessage> {
     prop_oneof![
         (
@@ -147,6 +211,8 @@ fn agent_message() -> impl Strategy<Value = AgentMessage> {
                     ..Default::default()
                 }),
             })),
+        prop::collection::vec(pod_metrics_sample(), 0..5)
+            .prop_map(|samples| AgentMessage::PodMetrics(PodMetricsReport { samples })),
     ]
 }
 
@@ -200,6 +266,8 @@ fn hub_message() -> impl Strategy<Value = HubMessage> {
                     }],
                 })
             ),
+        prop::collection::vec(scrape_target(), 0..5)
+            .prop_map(|targets| HubMessage::Scrape(ScrapeTargets { targets })),
     ]
 }
 
