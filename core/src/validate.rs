@@ -17,6 +17,7 @@ use crate::crd::dsj::{
 use crate::crd::dso::{DEFAULT_GRACE_PERIOD, DistributedScaledObjectSpec};
 use crate::crd::keda::{DEFAULT_JOBS_HISTORY_LIMIT, ScaleTriggers, ScaledObjectSpec, trigger_key};
 use crate::duration::{format_duration, parse_duration};
+use crate::podmetrics;
 use crate::time::elapsed;
 use crate::{Error, Result};
 
@@ -567,7 +568,43 @@ fn check_dso_triggers(p: &mut Problems, triggers: &[ScaleTriggers]) {
         if t.type_.is_empty() {
             p.add(at("type"), "must not be empty");
         }
-        check_metric_type(p, &at("metricType"), t.metric_type.as_deref());
+        if t.type_ == podmetrics::TRIGGER_TYPE {
+            check_pod_metrics_trigger(p, &format!("spec.scaledObjectSpec.triggers[{i}]"), t);
+        } else {
+            check_metric_type(p, &at("metricType"), t.metric_type.as_deref());
+        }
+    }
+}
+
+/// A `kedge-pod-metrics` trigger: its settings parse, and it leaves to the hub what the hub
+/// manages (the metric type its scaler serves and the authentication KEDA calls it with).
+fn check_pod_metrics_trigger(p: &mut Problems, at: &str, t: &ScaleTriggers) {
+    if let Err(e) = podmetrics::PodMetricsTrigger::parse(at, &t.metadata) {
+        match e {
+            Error::Many(all) => p.0.extend(all),
+            one => p.0.push(one),
+        }
+    }
+    match t.metric_type.as_deref() {
+        None | Some("AverageValue") => {}
+        Some(other) => p.add(
+            format!("{at}.metricType"),
+            format!(
+                "{other} is not supported for a {} trigger: the hub serves the fleet's per-pod \
+                 average as an AverageValue metric; omit metricType",
+                podmetrics::TRIGGER_TYPE
+            ),
+        ),
+    }
+    if t.authentication_ref.is_some() {
+        p.add(
+            format!("{at}.authenticationRef"),
+            format!(
+                "must be omitted for a {} trigger: the hub manages the credentials KEDA calls \
+                 its scaler with",
+                podmetrics::TRIGGER_TYPE
+            ),
+        );
     }
 }
 
@@ -1028,6 +1065,30 @@ mod tests {
             err.starts_with("spec.scaledObjectSpec.triggers[1].metricType: Value is not supported"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_pod_metrics_trigger_is_checked_and_leaves_auth_and_metric_type_to_the_hub() {
+        let ok = "scaledObjectSpec:\n  scaleTargetRef: {name: web}\n  triggers:\n  - {type: \
+                  kedge-pod-metrics, metadata: {threshold: '4', metricPort: metrics}}";
+        let spec: DistributedScaledObjectSpec = serde_yaml::from_str(ok).unwrap();
+        assert!(dso(&spec, &BTreeMap::new()).is_ok());
+        let err = dso_error(
+            "scaledObjectSpec:\n  scaleTargetRef: {name: web}\n  triggers:\n  - {type: \
+             kedge-pod-metrics, metricType: Utilization, authenticationRef: {name: mine}, \
+             metadata: {threshold: '-1', metricPorotocol: http}}",
+        );
+        for expected in [
+            "spec.scaledObjectSpec.triggers[0].metadata.threshold:",
+            "spec.scaledObjectSpec.triggers[0].metadata.metricPorotocol: unknown key \"metricPorotocol\"; did you mean \"metricProtocol\"?",
+            "spec.scaledObjectSpec.triggers[0].metricType: Utilization is not supported",
+            "spec.scaledObjectSpec.triggers[0].authenticationRef: must be omitted",
+        ] {
+            assert!(
+                err.contains(expected),
+                "{err:?} should contain {expected:?}"
+            );
+        }
     }
 
     #[test]

@@ -100,9 +100,36 @@ pub struct HubArgs {
     /// rounded up). A standby takes over within about this long after the active hub dies.
     #[arg(long, env = "KEDGE_HUB_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
+    /// Serve KEDA's external-scaler gRPC API (for `kedge-pod-metrics` triggers) on this
+    /// address, with mutual TLS from certificates the hub issues and rotates; unset: no
+    /// scaler, and DSOs with such triggers are Degraded. The Helm chart sets 0.0.0.0:9090.
+    #[arg(long, env = "KEDGE_HUB_SCALER_LISTEN")]
+    pub scaler_listen: Option<std::net::SocketAddr>,
+    /// The `host:port` KEDA dials to reach the scaler (the hub's Service); the server
+    /// certificate names its host. Default: kedge-hub.NAMESPACE.svc and the listen port.
+    #[arg(long, env = "KEDGE_HUB_SCALER_ADDRESS")]
+    pub scaler_address: Option<String>,
+    /// KEDA's namespace, where the Secret its ClusterTriggerAuthentication names must be
+    /// (KEDA's KEDA_CLUSTER_OBJECT_NAMESPACE).
+    #[arg(long, env = "KEDGE_HUB_KEDA_NAMESPACE", default_value = "keda")]
+    pub keda_namespace: String,
+    /// Lifetime of the scaler's server and client certificates; reissued at two thirds.
+    #[arg(long, env = "KEDGE_HUB_SCALER_CERT_LIFETIME", default_value = "30d", value_parser = duration_within(SERVER_CERT_LIFETIME))]
+    pub scaler_cert_lifetime: Duration,
     /// Log format: text or json.
     #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// The external scaler's settings (`--scaler-*`).
+#[derive(Debug, Clone)]
+pub struct ScalerSettings {
+    /// Where it listens.
+    pub listen: std::net::SocketAddr,
+    /// What KEDA dials (`scalerAddress` of the child ScaledObjects' triggers).
+    pub address: String,
+    /// Its certificates.
+    pub certs: crate::podmetrics::certs::CertsConfig,
 }
 
 /// Where the hub's TLS certificates come from.
@@ -164,6 +191,7 @@ impl HubArgs {
                 kubeconfig: self.kubeconfig.clone(),
                 dso: self.dso_enabled,
                 dsj: self.dsj_enabled,
+                scaler_address: self.scaler().ok().flatten().map(|s| s.address),
             })
     }
 
@@ -198,6 +226,42 @@ impl HubArgs {
             (None, None, None) => Ok(TlsSource::CaSecret),
             _ => Err(crate::Error::TlsFlags),
         }
+    }
+
+    /// The external scaler's settings; `None` without `--scaler-listen`. An address whose
+    /// host cannot be named by a certificate is an error.
+    pub fn scaler(&self) -> Result<Option<ScalerSettings>, String> {
+        let Some(listen) = self.scaler_listen else {
+            return Ok(None);
+        };
+        if !self.controllers {
+            return Err("--scaler-listen needs the hub cluster (--controllers true): the scaler answers for DistributedScaledObjects".into());
+        }
+        let address = self
+            .scaler_address
+            .clone()
+            .unwrap_or_else(|| format!("kedge-hub.{}.svc:{}", self.namespace, listen.port()));
+        let host = match address.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            _ => {
+                return Err(format!(
+                    "--scaler-address {address:?} must be host:port (what KEDA dials, e.g. kedge-hub.kedge-system.svc:9090)"
+                ));
+            }
+        };
+        Ok(Some(ScalerSettings {
+            listen,
+            address,
+            certs: crate::podmetrics::certs::CertsConfig {
+                hub_namespace: self.namespace.clone(),
+                keda_namespace: self.keda_namespace.clone(),
+                names: vec![host],
+                lifetime: self.scaler_cert_lifetime,
+            },
+        }))
     }
 
     /// Names of the server certificate in CA-Secret mode: DNS names, then IP addresses.

@@ -80,6 +80,9 @@ pub enum Error {
     /// objects; every problem is listed.
     #[error("invalid install: {}", .0.join("; "))]
     InvalidInstall(Vec<String>),
+    /// The external scaler cannot be configured or bound.
+    #[error("external scaler: {0}")]
+    Scaler(String),
 }
 
 impl Error {
@@ -105,6 +108,7 @@ impl Error {
             Error::LeaseLost(_) => "lease_lost",
             Error::TaskEnded(_) => "task_ended",
             Error::InvalidInstall(_) => "invalid_install",
+            Error::Scaler(_) => "scaler",
         }
     }
 }

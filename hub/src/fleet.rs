@@ -212,6 +212,8 @@ fn guard<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[derive(Debug)]
 pub struct Fleet {
     registry: Arc<SessionRegistry>,
+    /// Pod-metrics scrape targets and samples.
+    pod_metrics: Arc<crate::podmetrics::PodMetrics>,
     members: Mutex<BTreeMap<String, MemberEntry>>,
     changes: watch::Sender<u64>,
     /// Members changed since the DSO controller last took them ([`Fleet::take_changed`]).
@@ -246,6 +248,7 @@ impl Fleet {
     pub fn new(registry: Arc<SessionRegistry>) -> Self {
         Self {
             registry,
+            pod_metrics: Arc::default(),
             members: Mutex::new(BTreeMap::new()),
             changes: watch::channel(0).0,
             changed: Mutex::new(BTreeSet::new()),
@@ -268,6 +271,11 @@ impl Fleet {
         for entry in members.values_mut() {
             entry.revision = base;
         }
+    }
+
+    /// Pod-metrics scrape targets and samples.
+    pub fn pod_metrics(&self) -> &Arc<crate::podmetrics::PodMetrics> {
+        &self.pod_metrics
     }
 
     /// The session registry.

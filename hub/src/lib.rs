@@ -15,6 +15,7 @@ pub mod install;
 pub mod lease;
 pub mod metrics;
 pub mod ops_access;
+pub mod podmetrics;
 pub mod registry;
 pub mod server;
 
@@ -133,6 +134,9 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     .await?;
 
     let fleet = Arc::new(Fleet::new(registry.clone()));
+    if let Some(scaler) = args.scaler().map_err(Error::Scaler)? {
+        serve_scaler(scaler, &args, &fleet, &metrics, &supervisor).await?;
+    }
     // With a hub cluster, only members with a MemberCluster get a session.
     let admission = Arc::new(Admission::new(if args.controllers().is_some() {
         Enrolled::NotRead
@@ -204,6 +208,43 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         Err(error) => error!(%error, "kedge-hub stopped"),
     }
     outcome
+}
+
+/// Starts the external scaler: its listener now (a port in use stops the hub at start),
+/// its certificates and its gRPC server under `supervisor`. Every hub replica serves it;
+/// only the active one has samples to answer from (a standby answers NOT_FOUND).
+async fn serve_scaler(
+    settings: config::ScalerSettings,
+    args: &HubArgs,
+    fleet: &Arc<Fleet>,
+    metrics: &HubMetrics,
+    supervisor: &Supervisor,
+) -> Result<()> {
+    use podmetrics::{certs, scaler};
+    let listener = scaler::bind(settings.listen)
+        .await
+        .map_err(|e| Error::Scaler(format!("cannot listen on TCP {}: {e}", settings.listen)))?;
+    let client = kedge_net::kube_client::client(args.kubeconfig.as_deref())
+        .await
+        .map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let cache = Arc::new(certs::ScalerCerts::default());
+    info!(address = %settings.address, keda_namespace = %settings.certs.keda_namespace,
+        "external scaler: KEDA dials it through ClusterTriggerAuthentication kedge-scaler");
+    let stop = supervisor.stop().clone();
+    supervisor.spawn(
+        "the external scaler's certificates",
+        certs::maintain(client, settings.certs, cache.clone(), stop.clone()),
+    );
+    supervisor.spawn(
+        "the external scaler",
+        scaler::serve(
+            listener,
+            cache,
+            scaler::Scaler::new(fleet.pod_metrics().clone(), metrics.clone()),
+            stop,
+        ),
+    );
+    Ok(())
 }
 
 /// The hub CA and what hangs off it (CA-Secret mode).

@@ -44,6 +44,41 @@ pub struct ControllerErrorLabel {
     pub error: String,
 }
 
+/// Labels of the external scaler's call counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScalerCallLabel {
+    /// gRPC method, e.g. `GetMetrics`.
+    pub method: String,
+    /// `ok` or the gRPC status code, e.g. `unavailable`.
+    pub code: String,
+}
+
+/// Labels of a DSO's pod-metrics trigger.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodMetricLabel {
+    /// Namespace of the DSO.
+    pub namespace: String,
+    /// Name of the DSO.
+    pub name: String,
+    /// The trigger's key.
+    pub trigger: String,
+}
+
+/// Labels of one member's contribution to a pod-metrics trigger.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodMetricMemberLabel {
+    /// Namespace of the DSO.
+    pub namespace: String,
+    /// Name of the DSO.
+    pub name: String,
+    /// The trigger's key.
+    pub trigger: String,
+    /// Member name.
+    pub member: String,
+    /// `counted` or `missing` (pods), or `sum` (the member's sum of the metric).
+    pub of: String,
+}
+
 /// How long reconciliations take, by controller: 0.5 ms to 16 s in powers of two.
 #[derive(Debug, Clone)]
 struct ReconcileSeconds(Family<ControllerLabel, Histogram, fn() -> Histogram>);
@@ -87,6 +122,10 @@ pub struct HubMetrics {
     retries: Counter,
     heartbeats: Counter,
     leader: Gauge,
+    scaler_requests: Family<ScalerCallLabel, Counter>,
+    pod_metric_average: Family<PodMetricLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pod_metric_members: Family<PodMetricMemberLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pod_metric_samples: Family<ReasonLabel, Counter>,
 }
 
 fn reason(reason: &str) -> ReasonLabel {
@@ -151,6 +190,26 @@ impl HubMetrics {
             self.leader.clone(),
         );
         r.register(
+            "scaler_requests",
+            "Calls of the external scaler (KEDA externalscaler.proto), by method and outcome",
+            self.scaler_requests.clone(),
+        );
+        r.register(
+            "pod_metric_average",
+            "Fleet-wide per-pod average of each DSO's kedge-pod-metrics trigger, missing pods counted by Kaito's rule; absent while no pod has a value",
+            self.pod_metric_average.clone(),
+        );
+        r.register(
+            "pod_metric_member",
+            "Each member's contribution to a kedge-pod-metrics trigger: `sum` of the metric, pods `counted`, pods `missing` (a stale member's pods all count as missing)",
+            self.pod_metric_members.clone(),
+        );
+        r.register(
+            "pod_metric_samples",
+            "Pod-metrics samples from agents: `accepted`, or `unsolicited` (for a trigger the member was not given)",
+            self.pod_metric_samples.clone(),
+        );
+        r.register(
             "reconciles",
             "Reconciliations started, by controller",
             self.reconciles.clone(),
@@ -170,6 +229,81 @@ impl HubMetrics {
             "Status patches sent to the hub cluster, by controller",
             self.status_writes.clone(),
         );
+    }
+
+    pub(crate) fn scaler_request(&self, method: &str, code: &str) {
+        self.scaler_requests
+            .get_or_create(&ScalerCallLabel {
+                method: method.to_owned(),
+                code: code.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(crate) fn pod_metric_samples(&self, outcome: &str, n: usize) {
+        if n > 0 {
+            self.pod_metric_samples
+                .get_or_create(&reason(outcome))
+                .inc_by(n as u64);
+        }
+    }
+
+    /// Publishes the readings of the pod-metrics triggers of DSO `namespace/name`, and
+    /// removes what it published before for triggers or members no longer there.
+    pub(crate) fn pod_metric_readings(
+        &self,
+        namespace: &str,
+        name: &str,
+        readings: &[crate::podmetrics::Reading],
+        previous: &[crate::podmetrics::Reading],
+    ) {
+        let trigger = |key: &str| PodMetricLabel {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            trigger: key.to_owned(),
+        };
+        let member = |key: &str, member: &str, of: &str| PodMetricMemberLabel {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            trigger: key.to_owned(),
+            member: member.to_owned(),
+            of: of.to_owned(),
+        };
+        let mut averages = std::collections::HashSet::new();
+        let mut members = std::collections::HashSet::new();
+        for r in readings {
+            if let Some(v) = &r.value {
+                let label = trigger(&r.key);
+                self.pod_metric_average.get_or_create(&label).set(v.average);
+                averages.insert(label);
+            }
+            for m in &r.members {
+                for (of, value) in [
+                    ("sum", m.sum),
+                    ("counted", f64::from(m.counted)),
+                    ("missing", f64::from(m.missing)),
+                ] {
+                    let label = member(&r.key, &m.member, of);
+                    self.pod_metric_members.get_or_create(&label).set(value);
+                    members.insert(label);
+                }
+            }
+        }
+        // What was published before and is no longer there goes.
+        for r in previous {
+            let label = trigger(&r.key);
+            if !averages.contains(&label) {
+                self.pod_metric_average.remove(&label);
+            }
+            for m in &r.members {
+                for of in ["sum", "counted", "missing"] {
+                    let label = member(&r.key, &m.member, of);
+                    if !members.contains(&label) {
+                        self.pod_metric_members.remove(&label);
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn reconciled(&self, controller: &str) {

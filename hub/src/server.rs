@@ -684,7 +684,14 @@ impl Session<'_> {
                     kubernetes_version = %hello.kubernetes_version,
                     last_applied_revision = hello.last_applied_revision, "session established");
                 let holds = in_sync.then_some(hello.last_applied_revision);
-                self.serve(&mut control, &ended, &session_id, holds).await
+                self.serve(
+                    &mut control,
+                    &ended,
+                    &session_id,
+                    holds,
+                    hello.protocol_version,
+                )
+                .await
             }
         };
         registry.disconnected(&member, &session_id, &reason);
@@ -701,6 +708,7 @@ impl Session<'_> {
         ended: &CancellationToken,
         session_id: &str,
         holds: Option<u64>,
+        protocol_version: u16,
     ) -> String {
         let mut first_state = true;
         let mut heartbeats: Option<tokio::task::JoinHandle<()>> = None;
@@ -710,6 +718,11 @@ impl Session<'_> {
         // revision. Until then the agent keeps what it was told before.
         let mut desired = self.ctx.fleet.desired_state(member);
         desired.mark_changed();
+        // Pod-metrics scrapes, on sessions that speak them: the current set at once (an
+        // empty one clears what an earlier hub asked for), then every change.
+        let pod_metrics = protocol_version >= kedge_protocol::PODMETRICS_PROTOCOL_VERSION;
+        let mut scrapes = self.ctx.fleet.pod_metrics().targets(member);
+        scrapes.mark_changed();
         let mut reports = RateLimit::new(REPORT_BURST, REPORT_RATE);
         let mut renewals = RateLimit::new(RENEW_BURST, RENEW_RATE);
         let mut cert_expiry = cert_deadline(
@@ -745,6 +758,16 @@ impl Session<'_> {
                     debug!(revision = state.revision, workloads = state.workloads.len(), "sending desired state");
                     let message = HubMessage::DesiredState((*state).clone());
                     if let Err(reason) = self.send(control, &message, "control").await {
+                        break reason;
+                    }
+                }
+                changed = scrapes.changed(), if pod_metrics => {
+                    if changed.is_err() {
+                        break "scrape target channel closed".to_owned();
+                    }
+                    let targets = scrapes.borrow_and_update().clone();
+                    debug!(targets = targets.targets.len(), "sending pod-metrics scrape targets");
+                    if let Err(reason) = self.send(control, &HubMessage::Scrape((*targets).clone()), "control").await {
                         break reason;
                     }
                 }
@@ -787,6 +810,21 @@ impl Session<'_> {
                                 "dropped report entries the hub did not ask for");
                             self.ctx.metrics.report_entries_dropped("unsolicited", recorded.unsolicited as u64);
                             self.ctx.metrics.report_entries_dropped("over_limit", recorded.over_limit as u64);
+                        }
+                    }
+                    Ok(Some(AgentMessage::PodMetrics(report))) => {
+                        self.ctx.metrics.message_received("pod_metrics");
+                        // Samples come at most once per target and polling interval; one
+                        // flooding agent is slowed down like its reports.
+                        if let Some(wait) = reports.take(Instant::now()) {
+                            self.ctx.metrics.report_throttled();
+                            tokio::time::sleep(wait).await;
+                        }
+                        let recorded = self.ctx.fleet.pod_metrics().record(member, report, Instant::now());
+                        self.ctx.metrics.pod_metric_samples("accepted", recorded.accepted);
+                        self.ctx.metrics.pod_metric_samples("unsolicited", recorded.unsolicited);
+                        if recorded.unsolicited > 0 {
+                            debug!(unsolicited = recorded.unsolicited, "dropped pod-metrics samples for triggers this member was not given");
                         }
                     }
                     Ok(Some(AgentMessage::Renew(request))) => {

@@ -1,6 +1,6 @@
 //! The kedge member agent: keeps one authenticated QUIC session with the hub alive, forever,
-//! applies the hub's desired state in the member cluster (replicas, Jobs) and reports what
-//! it manages there.
+//! applies the hub's desired state in the member cluster (replicas, Jobs), reports what
+//! it manages there, and scrapes the metrics of the pods the hub names.
 //!
 //! The agent is fail-static: losing the hub changes nothing in the member cluster; it only
 //! reconnects, with jittered exponential backoff.
@@ -17,6 +17,7 @@ pub mod observe;
 pub mod policy;
 pub mod report;
 mod rotation;
+mod scrape;
 mod session;
 pub mod workloads;
 
@@ -173,6 +174,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         executor.clone(),
         (args.report_interval, args.capacity_interval),
         args.watch_timeout,
+        metrics.clone(),
         &supervisor,
     );
 

@@ -1,7 +1,8 @@
 //! What outlives a session: the latest desired state, the apply loop that converges the
-//! cluster to it, the watches of managed Jobs and workloads, and the report loop that
-//! restores and reports what they see. Sessions come and go; these keep running (fail-static), and each new session
-//! gets a full report and the full desired state again.
+//! cluster to it, the watches of managed Jobs and workloads, the report loop that
+//! restores and reports what they see, and the scrape loop that reads the pods' metrics.
+//! Sessions come and go; these keep running (fail-static), and each new session
+//! gets a full report and the full desired state (and scrape targets) again.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use kedge_net::supervise::Supervisor;
 use kedge_protocol::{
-    AgentMessage, DesiredState, MAX_FRAME_BYTES, WorkloadRef, WorkloadStatus, unix_ms,
+    AgentMessage, DesiredState, MAX_FRAME_BYTES, PODMETRICS_PROTOCOL_VERSION, ScrapeTargets,
+    WorkloadRef, WorkloadStatus, unix_ms,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
@@ -19,8 +21,10 @@ use tracing::{debug, info, warn};
 
 use crate::executor::Executor;
 use crate::jobs::watch::{self as job_watch, SharedIndex};
+use crate::metrics::AgentMetrics;
 use crate::observe::observe_capacity;
 use crate::report::ReportState;
+use crate::scrape::{self, target::Scraper};
 use crate::workloads::watch::Watches;
 
 /// Messages waiting for the next session; bounded, because reports and acks are
@@ -39,16 +43,26 @@ pub(crate) struct SessionLink {
     /// Where received desired state goes (shared: a thousand Jobs' manifests are worth not
     /// copying).
     pub(crate) desired: watch::Sender<Option<Arc<DesiredState>>>,
+    /// The scrape targets; kept across sessions until the hub sends a new set.
+    scrapes: watch::Sender<Arc<ScrapeTargets>>,
     full_report: Arc<AtomicBool>,
     report_now: Arc<Notify>,
     online: Arc<AtomicBool>,
 }
 
 impl SessionLink {
-    /// Called when a session starts: drops what was queued for the previous one and asks
-    /// for a full report right away.
-    pub(crate) fn session_started(&mut self) {
+    /// Called when a session of `protocol_version` starts: drops what was queued for the
+    /// previous one and asks for a full report right away. A hub older than pod metrics
+    /// never sends scrape targets: those of an earlier, newer hub stop here.
+    pub(crate) fn session_started(&mut self, protocol_version: u16) {
         while self.outbox.try_recv().is_ok() {}
+        if protocol_version < PODMETRICS_PROTOCOL_VERSION {
+            self.scrapes.send_if_modified(|targets| {
+                let had = !targets.targets.is_empty();
+                *targets = Arc::default();
+                had
+            });
+        }
         self.online.store(true, Ordering::Release);
         self.full_report.store(true, Ordering::Release);
         self.report_now.notify_one();
@@ -58,6 +72,11 @@ impl SessionLink {
     /// gets a full report anyway (reports queued for nobody would only hold memory).
     pub(crate) fn session_ended(&mut self) {
         self.online.store(false, Ordering::Release);
+    }
+
+    /// Replaces the scrape targets (an empty set stops every scrape).
+    pub(crate) fn scrape(&self, targets: ScrapeTargets) {
+        self.scrapes.send_replace(Arc::new(targets));
     }
 }
 
@@ -72,12 +91,13 @@ fn post(outbox: &mpsc::Sender<AgentMessage>, message: AgentMessage) -> bool {
     }
 }
 
-/// Starts the apply loop, the watches of managed Jobs and pods, and the report loop;
-/// returns the session's side of the link.
+/// Starts the apply loop, the watches of managed Jobs and pods, the report loop and the
+/// scrape loop; returns the session's side of the link.
 pub(crate) fn start(
     executor: Arc<Executor>,
     (report_interval, capacity_interval): (Duration, Duration),
     watch_timeout: Duration,
+    metrics: AgentMetrics,
     supervisor: &Supervisor,
 ) -> SessionLink {
     let shutdown = supervisor.stop().clone();
@@ -86,6 +106,17 @@ pub(crate) fn start(
     let full_report = Arc::new(AtomicBool::new(true));
     let report_now = Arc::new(Notify::new());
     let online = Arc::new(AtomicBool::new(false));
+    let (scrapes_tx, scrapes_rx) = watch::channel(Arc::<ScrapeTargets>::default());
+    supervisor.spawn(
+        "the scrape loop",
+        scrape::scrape_loop(
+            Arc::new(Scraper::new(executor.clone(), metrics)),
+            scrapes_rx,
+            outbox_tx.clone(),
+            online.clone(),
+            shutdown.clone(),
+        ),
+    );
     let scopes = job_watch::scopes(&executor.policy().namespaces);
     let jobs = job_watch::index_for(&scopes);
     for scope in scopes {
@@ -136,6 +167,7 @@ pub(crate) fn start(
     SessionLink {
         outbox: outbox_rx,
         desired: desired_tx,
+        scrapes: scrapes_tx,
         full_report,
         report_now,
         online,

@@ -4,6 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// A `result` label.
@@ -13,12 +14,34 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// An `outcome` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// Outcome.
+    pub outcome: String,
+}
+
 /// Every agent metric. Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AgentMetrics {
     pub(crate) connected: Gauge,
     connects: Family<ResultLabel, Counter>,
     pub(crate) heartbeat_rtt_ms: Gauge,
+    pod_scrapes: Family<OutcomeLabel, Counter>,
+    pod_scrape_seconds: Histogram,
+}
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        Self {
+            connected: Gauge::default(),
+            connects: Family::default(),
+            heartbeat_rtt_ms: Gauge::default(),
+            pod_scrapes: Family::default(),
+            // 1 ms to 16 s: loopback answers to pods at their timeout.
+            pod_scrape_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+        }
+    }
 }
 
 impl AgentMetrics {
@@ -40,6 +63,29 @@ impl AgentMetrics {
             "Round-trip time of the last heartbeat",
             self.heartbeat_rtt_ms.clone(),
         );
+        r.register(
+            "pod_scrapes",
+            "Pod metrics scrapes by outcome: one per ready pod asked (counted, or why it has \
+             no value), or one per target not scraped (refused, unreadable, invalid_target)",
+            self.pod_scrapes.clone(),
+        );
+        r.register(
+            "pod_scrape_seconds",
+            "How long one pod's metrics request took (connect, TLS and response)",
+            self.pod_scrape_seconds.clone(),
+        );
+    }
+
+    /// Counts one scrape outcome; `took` is how long a pod's request took, if one was made.
+    pub(crate) fn pod_scraped(&self, outcome: &str, took: Option<std::time::Duration>) {
+        self.pod_scrapes
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        if let Some(took) = took {
+            self.pod_scrape_seconds.observe(took.as_secs_f64());
+        }
     }
 
     pub(crate) fn connect_result(&self, result: &str) {

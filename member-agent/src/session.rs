@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use kedge_net::ops::Readiness;
 use kedge_protocol::{
-    AgentMessage, EnrollResponse, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION,
-    RenewRequest, Welcome, close_code, unix_ms,
+    AgentMessage, EnrollResponse, FramedStream, Heartbeat, Hello, HubMessage,
+    PODMETRICS_PROTOCOL_VERSION, PROTOCOL_VERSION, RenewRequest, Welcome, close_code, unix_ms,
 };
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio::time::{Instant, timeout};
@@ -242,7 +242,7 @@ async fn serve(
     shutdown: &CancellationToken,
 ) -> Result<SessionEnd> {
     let (mut control, welcome) = handshake(&connection, params).await?;
-    link.session_started();
+    link.session_started(welcome.protocol_version);
     let interval = heartbeat_interval(welcome.heartbeat_interval_ms);
     info!(session_id = %welcome.session_id, member = %welcome.member, hub_version = %welcome.hub_version,
         heartbeat = ?interval, "session established");
@@ -289,6 +289,9 @@ async fn serve(
             }
 
             Some(outgoing) = link.outbox.recv() => {
+                if !sendable(&outgoing, welcome.protocol_version) {
+                    continue;
+                }
                 if let Err(e) = control.send(&outgoing).await {
                     heartbeats.abort();
                     return lost(lost_reason(&connection, e));
@@ -302,6 +305,18 @@ async fn serve(
                     link.desired.send_replace(Some(std::sync::Arc::new(state)));
                 }
                 Ok(Some(HubMessage::Renewed(answer))) => renewal.answered(answer).await,
+                Ok(Some(HubMessage::Scrape(targets)))
+                    if welcome.protocol_version >= PODMETRICS_PROTOCOL_VERSION =>
+                {
+                    debug!(targets = targets.targets.len(), "scrape targets received");
+                    link.scrape(targets);
+                }
+                Ok(Some(HubMessage::Scrape(_))) => {
+                    let reason = "hub sent scrape targets on a session older than pod metrics";
+                    connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
+                    heartbeats.abort();
+                    return lost(reason.to_owned());
+                }
                 Ok(Some(_)) => {
                     let reason = "hub sent a handshake message mid-session";
                     connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
@@ -327,6 +342,14 @@ async fn serve(
             },
         }
     }
+}
+
+/// Whether `message` may go on a session of `protocol_version`: pod metrics only from
+/// [`PODMETRICS_PROTOCOL_VERSION`] on (an older hub would close the session on them). The
+/// scrape loop may still hold samples of an earlier session's targets; they stop here.
+fn sendable(message: &AgentMessage, protocol_version: u16) -> bool {
+    !matches!(message, AgentMessage::PodMetrics(_))
+        || protocol_version >= PODMETRICS_PROTOCOL_VERSION
 }
 
 /// Certificate renewal over the session: a request at two thirds of the certificate's
@@ -517,5 +540,17 @@ mod tests {
                 .checked_add(heartbeat_interval(u64::MAX) * 100)
                 .is_some()
         );
+    }
+
+    #[test]
+    fn pod_metrics_go_only_on_sessions_that_speak_them() {
+        let metrics = AgentMessage::PodMetrics(kedge_protocol::PodMetricsReport::default());
+        let heartbeat = AgentMessage::Heartbeat(Heartbeat {
+            seq: 1,
+            sent_unix_ms: 0,
+        });
+        assert!(sendable(&metrics, PODMETRICS_PROTOCOL_VERSION));
+        assert!(!sendable(&metrics, PODMETRICS_PROTOCOL_VERSION - 1));
+        assert!(sendable(&heartbeat, PODMETRICS_PROTOCOL_VERSION - 1));
     }
 }

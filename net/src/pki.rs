@@ -167,6 +167,20 @@ impl CertificateAuthority {
         self.issue(params, validity, "kedge-hub")
     }
 
+    /// Issues a client certificate with a fresh key for a client that is not a member, such
+    /// as KEDA calling the hub's external scaler: CN = `common_name`, `clientAuth` only.
+    pub fn issue_client(&self, common_name: &str, validity: Validity) -> Result<IssuedCert> {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.use_authority_key_identifier_extension = true;
+        self.issue(params, validity, common_name)
+    }
+
     /// Issues a member's client certificate with a fresh key (development and tests; in
     /// production the agent generates its key and sends a CSR).
     pub fn issue_member(&self, member: &str, validity: Validity) -> Result<IssuedCert> {

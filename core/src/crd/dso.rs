@@ -213,6 +213,67 @@ pub struct DistributedScaledObjectStatus {
     /// Ready, Paused, Degraded… (see [`super::conditions`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The fleet-wide values of the `kedge-pod-metrics` triggers, one entry per trigger.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_metrics: Vec<PodMetricsStatus>,
+}
+
+/// What the hub's external scaler answers KEDA for one `kedge-pod-metrics` trigger, and
+/// where it comes from. Numbers are decimal strings, as Kubernetes quantities are.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMetricsStatus {
+    /// The trigger's key: its `name`, or its type.
+    pub trigger: String,
+    /// The metric the agents scrape.
+    pub metric_name: String,
+    /// The target average per pod.
+    pub threshold: String,
+    /// The fleet-wide per-pod average, pods without a value counted by Kaito's rule; absent
+    /// while no pod in the fleet has a value (KEDA then keeps the replicas or applies
+    /// `fallback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average: Option<String>,
+    /// The average over the pods that had a value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_average: Option<String>,
+    /// Pods that had a value.
+    #[serde(default)]
+    pub pods_counted: i64,
+    /// Pods without a value (unreachable, no such metric, or in a member without a fresh
+    /// sample).
+    #[serde(default)]
+    pub pods_missing: i64,
+    /// What each missing pod counted as: 0 above the threshold, 1.5 × threshold otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_counted_as: Option<String>,
+    /// Each member's contribution, keyed by member name (at most
+    /// [`super::MAX_LISTED_MEMBERS`], members with missing pods first).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub members: BTreeMap<String, PodMetricsMemberStatus>,
+}
+
+/// One member's contribution to a [`PodMetricsStatus`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMetricsMemberStatus {
+    /// Sum of the metric over the member's pods that had it.
+    pub sum: String,
+    /// Pods that had a value.
+    #[serde(default)]
+    pub pods_counted: i64,
+    /// Pods without one.
+    #[serde(default)]
+    pub pods_missing: i64,
+    /// The member has no fresh sample: every pod it is known to run counts as missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
+    /// Why pods are missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When its agent last scraped, by the agent's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scrape_time: Option<Time>,
 }
 
 impl DistributedScaledObjectStatus {

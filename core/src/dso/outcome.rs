@@ -327,6 +327,8 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
         members_total_count: count(views.len()),
         selector: Some(input.selector.to_owned()),
         conditions,
+        // The controller adds the pod-metrics readings, which come from outside the plan.
+        pod_metrics: Vec::new(),
     };
     let events = events(input, &status, &views);
 

@@ -9,11 +9,12 @@ use std::time::SystemTime;
 
 use kedge_core::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, LABEL_DSO};
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
+use kedge_core::crd::keda::{DEFAULT_POLLING_INTERVAL, trigger_key};
 use kedge_core::crd::member::NamespaceMapping;
 use kedge_core::crd::{DistributedScaledObject, GROUP, VERSION};
 use kedge_core::dso::member::{Claim, Targets, members_of};
 use kedge_core::dso::outcome::{Command, DsoInput, EventKind, outcome};
-use kedge_core::{tenancy, validate};
+use kedge_core::{podmetrics, tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -26,6 +27,7 @@ use tracing::{debug, instrument, warn};
 
 use super::Context;
 use super::observe;
+use crate::podmetrics::{Configured, ConfiguredMember, certs, scaler};
 use crate::{Error, Result};
 
 /// Name of this controller in metrics and logs.
@@ -72,6 +74,10 @@ pub fn error_policy(obj: Arc<DistributedScaledObject>, error: &Error, ctx: Arc<C
 async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     ctx.fleet.clear_owner(&owner_key(&namespace, &name));
+    ctx.fleet
+        .pod_metrics()
+        .forget(&owner_key(&namespace, &name));
+    ctx.publish_readings(&namespace, &name, Vec::new());
     ctx.forget(&owner_key(&namespace, &name));
     // The child ScaledObject goes with the DSO through its ownerReference.
     Ok(Action::await_change())
@@ -142,7 +148,16 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
 
     // Without KEDA's CRD the split still follows `/scale` (kubectl scale); say so.
     let mut keda_unavailable = None;
-    if validated.is_ok() {
+    let pod_metrics = has_pod_metrics(dso);
+    let no_scaler = pod_metrics && ctx.scaler_address.is_none();
+    if no_scaler {
+        errors.push(format!(
+            "this hub serves no external scaler for the {} trigger (start it with \
+             --scaler-listen; the Helm chart does): the child ScaledObject is not applied",
+            podmetrics::TRIGGER_TYPE
+        ));
+    }
+    if validated.is_ok() && !no_scaler {
         match apply_scaled_object(dso, ctx, &namespace, &name).await {
             Ok(()) => {}
             Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => {
@@ -231,6 +246,25 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             }],
         );
     }
+    if pod_metrics && validated.is_ok() && !no_scaler {
+        let configured = pod_metrics_triggers(dso, &names, &targets, &snapshots, &decided.status);
+        ctx.fleet.pod_metrics().configure(&owner, configured);
+        let readings: Vec<_> = ctx
+            .fleet
+            .pod_metrics()
+            .readings(&owner, tokio::time::Instant::now())
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
+        decided.status.pod_metrics = crate::podmetrics::status_of(&readings);
+        ctx.publish_readings(&namespace, &name, readings);
+        // The status follows the value at the DSO's polling interval.
+        let interval = polling_interval(dso);
+        decided.requeue = decided.requeue.min(interval);
+    } else {
+        ctx.fleet.pod_metrics().forget(&owner);
+        ctx.publish_readings(&namespace, &name, Vec::new());
+    }
     ctx.track(&owner, std::mem::take(&mut decided.tracked));
     // A handful at most (members that changed alike share one): written together.
     futures::future::join_all(decided.events.into_iter().map(|event| {
@@ -271,11 +305,13 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
 }
 
 /// Whether `a` and `b` differ at most in replica counts (and the time of the last scaling
-/// progress, which moves with them).
+/// progress, which moves with them) and pod-metrics readings.
 fn counts_only(a: &DistributedScaledObjectStatus, b: &DistributedScaledObjectStatus) -> bool {
     let without_counts = |s: &DistributedScaledObjectStatus| {
         let mut s = s.clone();
         s.total_current_replicas = 0;
+        // Pod-metrics readings move with every scrape, like replica counts.
+        s.pod_metrics.clear();
         for m in s.member_cluster_statuses.values_mut() {
             m.current_replicas = 0;
             m.desired_replicas = 0;
@@ -284,6 +320,63 @@ fn counts_only(a: &DistributedScaledObjectStatus, b: &DistributedScaledObjectSta
         s
     };
     without_counts(a) == without_counts(b)
+}
+
+/// The DSO's `pollingInterval` (KEDA's default 30 s).
+fn polling_interval(dso: &DistributedScaledObject) -> std::time::Duration {
+    let seconds = dso
+        .spec
+        .scaled_object_spec
+        .polling_interval
+        .unwrap_or(DEFAULT_POLLING_INTERVAL)
+        .max(1);
+    std::time::Duration::from_secs(u64::try_from(seconds).unwrap_or(30))
+}
+
+/// The DSO's `kedge-pod-metrics` triggers as the scrapes of its members: each member's
+/// workload, and the ready pods it last reported there.
+fn pod_metrics_triggers(
+    dso: &DistributedScaledObject,
+    names: &BTreeSet<String>,
+    targets: &Targets<'_>,
+    snapshots: &BTreeMap<String, crate::fleet::MemberSnapshot>,
+    status: &DistributedScaledObjectStatus,
+) -> Vec<Configured> {
+    let members: Vec<ConfiguredMember> = names
+        .iter()
+        .map(|member| {
+            let workload = targets.of(member);
+            let ready_pods = snapshots
+                .get(member)
+                .and_then(|s| s.workloads.get(&workload))
+                .map_or(0, |w| u32::try_from(w.ready_replicas).unwrap_or(0));
+            ConfiguredMember {
+                member: member.clone(),
+                workload,
+                ready_pods,
+            }
+        })
+        .collect();
+    dso.spec
+        .scaled_object_spec
+        .triggers
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.type_ == podmetrics::TRIGGER_TYPE)
+        .filter_map(|(index, t)| {
+            let at = format!("spec.scaledObjectSpec.triggers[{index}]");
+            // Validated before: a trigger that does not parse is never configured.
+            let trigger = podmetrics::PodMetricsTrigger::parse(&at, &t.metadata).ok()?;
+            Some(Configured {
+                index: u32::try_from(index).ok()?,
+                key: trigger_key(t).to_owned(),
+                trigger,
+                interval: polling_interval(dso),
+                current_replicas: u32::try_from(status.total_current_replicas).unwrap_or(0),
+                members: members.clone(),
+            })
+        })
+        .collect()
 }
 
 async fn write_status(
@@ -295,13 +388,74 @@ async fn write_status(
     super::write_status::<DistributedScaledObject>(ctx, CONTROLLER, namespace, name, status).await
 }
 
-/// The child KEDA ScaledObject of a DSO: its target is the DSO's own `/scale`.
-pub fn scaled_object(dso: &DistributedScaledObject, namespace: &str, name: &str) -> Result<Value> {
+/// The dead zone of a pod-metrics trigger (Kaito's defaults): scale up only above
+/// threshold × (1 + 0.1), down only below threshold × (1 − 0.5). Tolerances are quantities.
+pub const POD_METRICS_TOLERANCE: [(&str, &str); 2] = [("scaleUp", "0.1"), ("scaleDown", "0.5")];
+
+/// Whether the DSO has a `kedge-pod-metrics` trigger.
+pub fn has_pod_metrics(dso: &DistributedScaledObject) -> bool {
+    dso.spec
+        .scaled_object_spec
+        .triggers
+        .iter()
+        .any(|t| t.type_ == podmetrics::TRIGGER_TYPE)
+}
+
+/// Turns each `kedge-pod-metrics` trigger of a ScaledObject spec into the `external` trigger
+/// KEDA calls the hub's scaler with (at `scaler_address`, with the hub-managed
+/// ClusterTriggerAuthentication), and gives the HPA the dead zone of
+/// [`POD_METRICS_TOLERANCE`] in each direction the DSO does not set a tolerance for.
+fn external_triggers(spec: &mut Value, scaler_address: &str) {
+    let mut converted = false;
+    for (index, trigger) in spec["triggers"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if trigger["type"] != podmetrics::TRIGGER_TYPE {
+            continue;
+        }
+        converted = true;
+        let mut metadata = trigger["metadata"].as_object().cloned().unwrap_or_default();
+        metadata.insert("scalerAddress".into(), json!(scaler_address));
+        metadata.insert(scaler::TRIGGER_INDEX_KEY.into(), json!(index.to_string()));
+        trigger["type"] = json!("external");
+        trigger["metadata"] = Value::Object(metadata);
+        trigger["metricType"] = json!("AverageValue");
+        trigger["authenticationRef"] = json!({
+            "name": certs::TRIGGER_AUTHENTICATION,
+            "kind": "ClusterTriggerAuthentication",
+        });
+    }
+    if !converted {
+        return;
+    }
+    for (direction, tolerance) in POD_METRICS_TOLERANCE {
+        let rules = &mut spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"][direction];
+        if rules.get("tolerance").is_none() {
+            rules["tolerance"] = json!(tolerance);
+        }
+    }
+}
+
+/// The child KEDA ScaledObject of a DSO: its target is the DSO's own `/scale`; its
+/// `kedge-pod-metrics` triggers call the hub's external scaler at `scaler_address` (see
+/// [`external_triggers`]).
+pub fn scaled_object(
+    dso: &DistributedScaledObject,
+    namespace: &str,
+    name: &str,
+    scaler_address: Option<&str>,
+) -> Result<Value> {
     let mut spec =
         serde_json::to_value(&dso.spec.scaled_object_spec).map_err(|source| Error::Serialize {
             what: "scaledObjectSpec",
             source,
         })?;
+    if let Some(address) = scaler_address {
+        external_triggers(&mut spec, address);
+    }
     spec["scaleTargetRef"] = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": "DistributedScaledObject",
@@ -375,7 +529,7 @@ async fn apply_scaled_object(
     namespace: &str,
     name: &str,
 ) -> Result<()> {
-    let object = scaled_object(dso, namespace, name)?;
+    let object = scaled_object(dso, namespace, name, ctx.scaler_address.as_deref())?;
     if ctx
         .cached_scaled_object(namespace, name)
         .is_some_and(|current| in_place(&current, &object))
@@ -401,6 +555,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pod_metrics_trigger_becomes_an_external_trigger_with_the_dead_zone() {
+        let dso: DistributedScaledObject = serde_json::from_value(json!({
+            "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+            "metadata": {"name": "llm", "namespace": "ai", "uid": "u-1"},
+            "spec": {"scaledObjectSpec": {
+                "scaleTargetRef": {"name": "vllm"},
+                "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+                    "scaleDown": {"tolerance": 0.2, "stabilizationWindowSeconds": 300}}}},
+                "triggers": [
+                    {"type": "cpu", "metadata": {"value": "50"}},
+                    {"type": "kedge-pod-metrics", "name": "queue", "metadata": {"threshold": "4"}}
+                ]
+            }}
+        }))
+        .unwrap();
+        assert!(has_pod_metrics(&dso));
+        let so = scaled_object(&dso, "ai", "llm", Some("kedge-hub.kedge-system.svc:9090")).unwrap();
+        let triggers = &so["spec"]["triggers"];
+        assert_eq!(triggers[0]["type"], "cpu");
+        assert_eq!(
+            triggers[1],
+            json!({
+                "type": "external", "name": "queue", "metricType": "AverageValue",
+                "metadata": {"threshold": "4", "scalerAddress": "kedge-hub.kedge-system.svc:9090",
+                    "kedgeTrigger": "1"},
+                "authenticationRef": {"name": "kedge-scaler", "kind": "ClusterTriggerAuthentication"}
+            })
+        );
+        // The DSO's own tolerance wins; the direction it leaves open gets the dead zone.
+        let behavior = &so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"];
+        assert_eq!(behavior["scaleUp"]["tolerance"], "0.1");
+        assert_eq!(behavior["scaleDown"]["tolerance"], "0.2");
+        assert_eq!(behavior["scaleDown"]["stabilizationWindowSeconds"], 300);
+        // Without a scaler nothing is rewritten (the controller refuses to apply it).
+        let plain = scaled_object(&dso, "ai", "llm", None).unwrap();
+        assert_eq!(plain["spec"]["triggers"][1]["type"], "kedge-pod-metrics");
+    }
+
+    #[test]
     fn child_scaled_object_targets_the_dso_and_carries_pause_annotations() {
         let dso: DistributedScaledObject = serde_json::from_value(json!({
             "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
@@ -414,7 +607,7 @@ mod tests {
             }}
         }))
         .unwrap();
-        let so = scaled_object(&dso, "default", "nginx").unwrap();
+        let so = scaled_object(&dso, "default", "nginx", None).unwrap();
         assert_eq!(
             so["spec"]["scaleTargetRef"],
             json!({"apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject", "name": "nginx"})
@@ -469,7 +662,7 @@ mod tests {
             }}
         }))
         .unwrap();
-        let wanted = scaled_object(&dso, "default", "nginx").unwrap();
+        let wanted = scaled_object(&dso, "default", "nginx", None).unwrap();
         let stored = |edit: &dyn Fn(&mut Value)| -> DynamicObject {
             let mut object = wanted.clone();
             object["metadata"]["resourceVersion"] = json!("7");

@@ -173,6 +173,10 @@ pub struct Context {
     startup_grace: Duration,
     /// When each DSJ Job create was first sent.
     pub dsj_sent: dsj::Sent,
+    /// What KEDA dials to reach the hub's external scaler; `None`: the hub serves none.
+    pub scaler_address: Option<String>,
+    /// The pod-metrics readings each DSO published last (metrics to take back).
+    pod_readings: Mutex<HashMap<String, Vec<crate::podmetrics::Reading>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -225,6 +229,26 @@ impl Context {
             started: tokio::time::Instant::now(),
             dsj_sent: dsj::Sent::default(),
             startup_grace,
+            scaler_address: None,
+            pod_readings: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Publishes the pod-metrics readings of DSO `namespace/name` in the hub's metrics,
+    /// taking back what it published before that is gone (all of it for an empty list).
+    pub fn publish_readings(
+        &self,
+        namespace: &str,
+        name: &str,
+        readings: Vec<crate::podmetrics::Reading>,
+    ) {
+        let owner = format!("{namespace}/{name}");
+        let mut published = lock(&self.pod_readings);
+        let previous = published.remove(&owner).unwrap_or_default();
+        self.metrics
+            .pod_metric_readings(namespace, name, &readings, &previous);
+        if !readings.is_empty() {
+            published.insert(owner, readings);
         }
     }
 
@@ -397,6 +421,9 @@ pub struct ControllerConfig {
     pub dso: bool,
     /// Run the DistributedScaledJob controller.
     pub dsj: bool,
+    /// The `host:port` of the hub's external scaler as KEDA dials it; `None` when the hub
+    /// serves none (`kedge-pod-metrics` triggers are then refused).
+    pub scaler_address: Option<String>,
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
@@ -563,6 +590,7 @@ pub async fn run(
         )
     });
     let mut ctx = Context::new(client.clone(), fleet.clone(), metrics, store.clone());
+    ctx.scaler_address = config.scaler_address.clone();
     ctx.dsjs = dsj_controller.as_ref().map(Controller::store);
     ctx.child_scaled_objects = Some(scaled_objects);
     // One cache of MemberClusters for every controller: nothing lists them per reconcile.
