@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use self::schedule::Schedule;
 use self::target::Scraper;
@@ -85,7 +85,10 @@ pub(crate) async fn scrape_loop(
             Some(done) = batches.join_next_with_id() => {
                 let (id, samples) = match done {
                     Ok((id, samples)) => (id, samples),
-                    Err(e) => (e.id(), Vec::new()),
+                    Err(e) => {
+                        warn!(error = %e, "a scrape task failed; its targets run again when due");
+                        (e.id(), Vec::new())
+                    }
                 };
                 // Every target of the batch ends; only the samples of those still asked
                 // for go out.
