@@ -176,7 +176,7 @@ impl Material {
     }
 
     /// New server and client certificates from `ca` at `now`.
-    fn issue(
+    pub fn issue(
         ca: &CertificateAuthority,
         config: &CertsConfig,
         now: OffsetDateTime,
@@ -196,7 +196,7 @@ impl Material {
     }
 
     /// Everything new: a CA and its certificates.
-    fn generate(config: &CertsConfig, now: OffsetDateTime) -> Result<Self, CertsError> {
+    pub fn generate(config: &CertsConfig, now: OffsetDateTime) -> Result<Self, CertsError> {
         let ca =
             CertificateAuthority::generate(CA_COMMON_NAME, Validity::starting(now, CA_LIFETIME))
                 .map_err(pki)?;
