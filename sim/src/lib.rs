@@ -2,7 +2,8 @@
 //!
 //! Each virtual cluster is an in-memory API server on its own loopback port
 //! (plain HTTP) with simulated controllers (scheduler, kubelet, ReplicaSet,
-//! Deployment, StatefulSet, Job, garbage collector, KEDA). See `README.md`.
+//! Deployment, StatefulSet, Job, garbage collector, KEDA). Pods get loopback IPs unique in
+//! the process (`pod_ips`). See `README.md`.
 //!
 //! The pure building blocks (selectors, quantities, patches, server-side apply, RBAC,
 //! tables, JSONPath) do no I/O and are unit-tested against the Kubernetes API semantics
@@ -20,6 +21,7 @@ pub mod jsonpath;
 pub mod keda;
 pub mod openapi;
 pub mod patch;
+pub mod pod_ips;
 pub mod protobuf;
 pub use kedge_core::quantity;
 pub mod rbac;

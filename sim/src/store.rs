@@ -119,6 +119,8 @@ pub struct Store {
     /// so that the writes that cannot (a status, a Lease renewal) do not make it walk every
     /// object again: at 10,000 MemberClusters that walk was 85% of the simulator's CPU.
     pub gc_due: bool,
+    /// The loopback addresses this cluster's pods hold (given back when a pod is removed).
+    pod_ips: crate::pod_ips::Leases,
 }
 
 pub(crate) const FOREGROUND: &str = "foregroundDeletion";
@@ -136,6 +138,7 @@ impl Store {
             tx,
             dirty: true,
             gc_due: true,
+            pod_ips: crate::pod_ips::Leases::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
@@ -158,7 +161,15 @@ impl Store {
             tx,
             dirty: false,
             gc_due: false,
+            // A dry run never starts a pod, and must not give back the real pods' addresses.
+            pod_ips: crate::pod_ips::Leases::default(),
         }
+    }
+
+    /// The pod's IP (see [`crate::pod_ips`]): the one it holds, else a new one; `None` when
+    /// every address is in use.
+    pub fn pod_ip(&mut self, uid: &str) -> Option<std::net::Ipv4Addr> {
+        self.pod_ips.lease(uid)
     }
 
     /// Subscribes to live events (call while holding the lock to avoid gaps).
@@ -635,6 +646,11 @@ impl Store {
             .objects
             .get_mut(&def.key)?
             .remove(&(ns.to_string(), name.to_string()))?;
+        if &*def.key == "/pods"
+            && let Some(uid) = meta_str(&old, "uid")
+        {
+            self.pod_ips.release(uid);
+        }
         let rv = self.next_rv();
         let mut last = last.unwrap_or_else(|| (*old).clone());
         meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));

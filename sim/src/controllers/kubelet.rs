@@ -82,7 +82,8 @@ pub(super) fn kubelet(store: &mut Store, cfg: &SimConfig, now: i64, timers: &mut
                 }
                 let ts = rfc3339(now);
                 let mut new = (*p).clone();
-                let ip_tail = crate::util::random_u64() % 250 + 2;
+                let uid = get_path(&p, "metadata.uid").and_then(Value::as_str);
+                let ip = uid.and_then(|uid| store.pod_ip(uid));
                 new["status"] = json!({
                     "phase": "Running",
                     "conditions": [
@@ -93,12 +94,15 @@ pub(super) fn kubelet(store: &mut Store, cfg: &SimConfig, now: i64, timers: &mut
                         get_path(&p, "status.conditions").and_then(Value::as_array).and_then(|c| c.first().cloned()).unwrap_or(condition_pod("PodScheduled", true, None, None, now)),
                     ],
                     "hostIP": format!("172.18.0.{}", node.len() % 200 + 2),
-                    "podIP": format!("10.244.0.{ip_tail}"),
-                    "podIPs": [{"ip": format!("10.244.0.{ip_tail}")}],
                     "startTime": ts,
                     "qosClass": "BestEffort",
                     "containerStatuses": container_statuses(&p, json!({"running": {"startedAt": ts}}), true),
                 });
+                // A loopback address unique in the process, so a test can serve on it.
+                if let Some(ip) = ip {
+                    new["status"]["podIP"] = json!(ip.to_string());
+                    new["status"]["podIPs"] = json!([{"ip": ip.to_string()}]);
+                }
                 write(store, PODS, new, now);
             }
             "Running" if restart != "Always" || ann(ANN_RUN_SECONDS).is_some() => {
