@@ -160,6 +160,8 @@ pub struct ClusterShared {
     tokens: Mutex<HashMap<String, crate::rbac::UserInfo>>,
     /// Resource requests served, by `verb resource[/subresource]` (see [`Cluster::requests`]).
     pub(crate) requests: Mutex<HashMap<String, u64>>,
+    /// KEDA's external scalers: targets, last answers, call counts, gRPC channels.
+    pub scalers: crate::keda::Scalers,
 }
 
 impl ClusterShared {
@@ -343,6 +345,13 @@ impl Cluster {
         requests.get(what).copied().unwrap_or(0)
     }
 
+    /// How many calls the KEDA emulation made to external scalers (`external` triggers):
+    /// `method` is `GetMetricSpec`, `GetMetrics` or `IsActive`; `outcome` is `Ok` or the gRPC
+    /// status code's name as tonic spells it (`Unavailable`, `DeadlineExceeded`, ...).
+    pub fn scaler_calls(&self, method: &str, outcome: &str) -> u64 {
+        self.inner.scalers.calls(method, outcome)
+    }
+
     /// Reads an object straight from the store (`api_version` like `apps/v1`).
     pub fn object(
         &self,
@@ -449,6 +458,7 @@ impl Sim {
                 shutdown: shutdown.clone(),
                 tokens: Mutex::new(HashMap::new()),
                 requests: Mutex::new(HashMap::new()),
+                scalers: crate::keda::Scalers::default(),
             });
             let router = crate::api::router(shared.clone());
             let stop = shutdown.clone();
@@ -460,6 +470,7 @@ impl Sim {
                 }
             }));
             tasks.push(tokio::spawn(crate::controllers::run(shared.clone())));
+            tasks.push(tokio::spawn(crate::keda::grpc::run(shared.clone())));
             let kubeconfig = dir.map(|d| d.join(format!("{name}.kubeconfig")));
             let cluster = Cluster {
                 inner: shared,
@@ -514,6 +525,7 @@ impl Sim {
     fn wake_all(&self) {
         for c in &self.clusters {
             c.inner.wake.notify_one();
+            c.inner.scalers.clock_moved();
         }
     }
 

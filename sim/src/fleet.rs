@@ -1,5 +1,5 @@
 //! A whole local fleet on loopback (`kedge-sim up`): one simulated hub cluster and N member
-//! clusters, kedge's CRDs and KEDA's ScaledObject CRD installed on the hub, the real
+//! clusters, kedge's CRDs and KEDA's CRDs and namespace installed on the hub, the real
 //! `kedge-hub` keeping its CA in a Secret, each member enrolled with the real
 //! `kubectl kedge mc setup-member` (its install applied to the member cluster), and one real
 //! `kedge-agent` per member run as that install's Deployment runs it: with the Secret's
@@ -22,9 +22,6 @@ use serde_json::Value;
 use tokio::process::{Child, Command};
 
 use crate::{Error, Result, Sim, SimConfig};
-
-/// KEDA's ScaledObject CRD as the hub cluster needs it (KEDA runs next to the hub).
-const KEDA_SCALEDOBJECT_CRD: &str = include_str!("../assets/scaledobject-crd.yaml");
 
 /// Name of the hub's simulated cluster.
 pub const HUB_CLUSTER: &str = "hub";
@@ -412,23 +409,27 @@ pub const HUB_NAMESPACE: &str = "kedge-system";
 /// The namespace of each agent in its member cluster (what `setup-member` installs).
 pub const AGENT_NAMESPACE: &str = "kedge-system";
 
-/// What installing the hub chart puts in the hub cluster: the CRDs (with KEDA's
-/// ScaledObject) and the hub's namespace.
+/// What installing the hub chart puts in the hub cluster: the CRDs and the hub's namespace;
+/// and KEDA, which runs next to the hub: its CRDs (ScaledObject, TriggerAuthentication,
+/// ClusterTriggerAuthentication) and its namespace.
 pub async fn install_crds(client: kube::Client) -> Result<()> {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": HUB_NAMESPACE}}))
-            .map_err(|e| Error::Fleet(format!("namespace {HUB_NAMESPACE}: {e}")))?;
-    match namespaces.create(&PostParams::default(), &namespace).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(e.into()),
+    for name in [HUB_NAMESPACE, crate::keda::KEDA_NAMESPACE] {
+        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .map_err(|e| Error::Fleet(format!("namespace {name}: {e}")))?;
+        match namespaces.create(&PostParams::default(), &namespace).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let api: Api<CustomResourceDefinition> = Api::all(client);
-    let keda: CustomResourceDefinition = serde_yaml::from_str(KEDA_SCALEDOBJECT_CRD)
-        .map_err(|e| Error::Fleet(format!("KEDA CRD: {e}")))?;
     let mut crds = kedge_core::crd::crds();
-    crds.push(keda);
+    for keda in crate::keda::CRDS {
+        let keda: CustomResourceDefinition =
+            serde_yaml::from_str(keda).map_err(|e| Error::Fleet(format!("KEDA CRD: {e}")))?;
+        crds.push(keda);
+    }
     for crd in crds {
         match api.create(&PostParams::default(), &crd).await {
             Ok(_) => {}

@@ -1,23 +1,61 @@
 //! KEDA emulation: an HPA-like loop per `keda.sh/v1alpha1` ScaledObject that
 //! writes the target's `/scale`, and the external metrics API serving the
 //! trigger values like KEDA's metrics server.
+//!
+//! `external` triggers call a gRPC scaler ([`external`], [`grpc`]); the loop here only reads
+//! their last answers, so it never waits on the network under the store lock.
+
+mod auth;
+pub mod external;
+pub(crate) mod grpc;
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::cluster::ClusterShared;
+use crate::cluster::{Cluster, ClusterShared};
 use crate::controllers::Timers;
 use crate::error::{Error, Result};
 use crate::selector::LabelSelector;
 use crate::store::{Store, WriteScope, deleting};
 use crate::util::{get_path, meta_mut, meta_str, rfc3339, set_path};
 
+pub use auth::KEDA_NAMESPACE;
+pub use external::Scalers;
+pub use grpc::CALL_TIMEOUT;
+
 /// API group of the external metrics API.
 pub const METRICS_GROUP: &str = "external.metrics.k8s.io";
 const SCALED_OBJECTS: &str = "keda.sh/scaledobjects";
 /// Label KEDA's metrics server selects ScaledObjects by.
 pub const SO_LABEL: &str = "scaledobject.keda.sh/name";
+/// The trigger type that calls a scaler over gRPC.
+const EXTERNAL: &str = "external";
+
+/// KEDA's CRDs as YAML: ScaledObject, TriggerAuthentication, ClusterTriggerAuthentication.
+pub const CRDS: [&str; 3] = [
+    include_str!("../assets/scaledobject-crd.yaml"),
+    include_str!("../assets/triggerauthentication-crd.yaml"),
+    include_str!("../assets/clustertriggerauthentication-crd.yaml"),
+];
+
+/// Installs KEDA in a cluster as far as the simulator emulates it: its [`CRDS`] and its
+/// namespace [`KEDA_NAMESPACE`], written straight to the store (existing ones are replaced).
+pub fn install(cluster: &Cluster) -> Result<()> {
+    for crd in CRDS {
+        let crd: Value = serde_yaml::from_str(crd)
+            .map_err(|e| Error::Internal(format!("KEDA CRD YAML: {e}")))?;
+        cluster.put_object(crd)?;
+    }
+    if cluster
+        .object("v1", "Namespace", "", KEDA_NAMESPACE)
+        .is_none()
+    {
+        cluster.put_object(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": KEDA_NAMESPACE}}))?;
+    }
+    Ok(())
+}
 
 /// Test-set trigger values: (namespace, ScaledObject, trigger key) → value.
 pub type MetricOverrides = HashMap<(String, String, String), f64>;
@@ -27,19 +65,24 @@ pub type MetricOverrides = HashMap<(String, String, String), f64>;
 pub struct KedaState {
     last_poll: HashMap<String, i64>,
     last_overrides: MetricOverrides,
+    /// The external scalers' answers each ScaledObject was last polled with ([`Scalers::seq`]).
+    answers: HashMap<String, u64>,
+    /// A ScaledObject waits for its external scalers' first answers.
+    waiting: bool,
 }
 
 impl KedaState {
     /// Whether any ScaledObject is being polled (keeps the loop ticking).
     pub fn has_work(&self) -> bool {
-        !self.last_poll.is_empty()
+        !self.last_poll.is_empty() || self.waiting
     }
 }
 
 /// One trigger's current reading.
 #[derive(Debug, Clone)]
 pub struct TriggerValue {
-    /// Metric name, `s{index}-{type}[-{resourceName}]`.
+    /// Metric name, `s{index}-{type}[-{resourceName}]`; an external trigger's is
+    /// `s{index}-{metric name from GetMetricSpec}` once its scaler has answered.
     pub metric: String,
     /// Current value, if it could be read.
     pub value: Option<f64>,
@@ -47,69 +90,151 @@ pub struct TriggerValue {
     pub target: Option<f64>,
     /// Activation threshold.
     pub activation: f64,
+    /// Activity as the scaler reports it (`IsActive`); `None`: value above `activation`.
+    pub active: Option<bool>,
+    /// Why the value could not be read, when known.
+    pub error: Option<String>,
+    /// An external trigger whose scaler has not answered yet.
+    pub pending: bool,
+}
+
+/// The ScaledObject's `pollingInterval` in milliseconds (KEDA's default 30 s).
+fn polling_interval_ms(so: &Value) -> i64 {
+    get_path(so, "spec.pollingInterval")
+        .and_then(Value::as_i64)
+        .unwrap_or(30)
+        .clamp(1, 86_400)
+        * 1000
+}
+
+fn triggers(so: &Value) -> &[Value] {
+    get_path(so, "spec.triggers")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// The scaler targets of every external trigger the store's ScaledObjects have (those that
+/// cannot be built are reported by [`trigger_values`] instead).
+fn external_targets(store: &Store, sos: &[crate::store::Obj]) -> external::Targets {
+    let mut targets = external::Targets::new();
+    for so in sos.iter().filter(|so| !deleting(so)) {
+        let ns = meta_str(so, "namespace").unwrap_or_default();
+        let name = meta_str(so, "name").unwrap_or_default();
+        for (i, t) in triggers(so).iter().enumerate() {
+            if t.get("type").and_then(Value::as_str) != Some(EXTERNAL) {
+                continue;
+            }
+            if let Ok(target) = external::ScalerTarget::of(store, so, t, polling_interval_ms(so)) {
+                targets.insert((ns.to_string(), name.to_string(), i), target);
+            }
+        }
+    }
+    targets
 }
 
 /// Reads every trigger of a ScaledObject.
-pub fn trigger_values(store: &Store, so: &Value, overrides: &MetricOverrides) -> Vec<TriggerValue> {
-    let ns = meta_str(so, "namespace").unwrap_or_default();
-    let name = meta_str(so, "name").unwrap_or_default();
-    let triggers = get_path(so, "spec.triggers")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    triggers
+pub fn trigger_values(
+    store: &Store,
+    so: &Value,
+    overrides: &MetricOverrides,
+    scalers: &Scalers,
+) -> Vec<TriggerValue> {
+    triggers(so)
         .iter()
         .enumerate()
-        .map(|(i, t)| {
-            let ty = t.get("type").and_then(Value::as_str).unwrap_or("unknown");
-            let md = t.get("metadata").cloned().unwrap_or(json!({}));
-            let mdv = |k: &str| {
-                md.get(k).and_then(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .or_else(|| v.as_f64().map(|f| f.to_string()))
-                })
+        .map(|(i, t)| trigger_value(store, so, i, t, overrides, scalers))
+        .collect()
+}
+
+fn trigger_value(
+    store: &Store,
+    so: &Value,
+    i: usize,
+    t: &Value,
+    overrides: &MetricOverrides,
+    scalers: &Scalers,
+) -> TriggerValue {
+    let ns = meta_str(so, "namespace").unwrap_or_default();
+    let name = meta_str(so, "name").unwrap_or_default();
+    let ty = t.get("type").and_then(Value::as_str).unwrap_or("unknown");
+    let md = t.get("metadata").cloned().unwrap_or(json!({}));
+    let mdv = |k: &str| {
+        md.get(k).and_then(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .or_else(|| v.as_f64().map(|f| f.to_string()))
+        })
+    };
+    let num = |k: &str| mdv(k).and_then(|s| s.trim().parse::<f64>().ok());
+    let mut value = TriggerValue {
+        metric: match (ty, mdv("resourceName")) {
+            ("kubernetes-resource", Some(r)) => format!("s{i}-{ty}-{r}"),
+            _ => format!("s{i}-{ty}"),
+        },
+        value: None,
+        target: num("targetValue")
+            .or_else(|| num("value"))
+            .or_else(|| num("threshold"))
+            .filter(|t| *t > 0.0),
+        activation: num("activationTargetValue")
+            .or_else(|| num("activationValue"))
+            .or_else(|| num("activationThreshold"))
+            .unwrap_or(0.0),
+        active: None,
+        error: None,
+        pending: false,
+    };
+    // An external trigger's metric and target are its scaler's (GetMetricSpec).
+    let reading = (ty == EXTERNAL).then(|| scalers.reading(&(ns.into(), name.into(), i)));
+    if let Some(Some(Ok(sample))) = &reading {
+        value.metric = format!("s{i}-{}", sample.metric);
+        value.target = Some(sample.target);
+    }
+    let key = |k: &str| (ns.to_string(), name.to_string(), k.to_string());
+    let overridden = t
+        .get("name")
+        .and_then(Value::as_str)
+        .and_then(|n| overrides.get(&key(n)))
+        .or_else(|| overrides.get(&key(&i.to_string())))
+        .or_else(|| overrides.get(&key(&value.metric)))
+        .copied();
+    if overridden.is_some() {
+        value.value = overridden;
+        return value;
+    }
+    match (ty, reading) {
+        ("kubernetes-resource", _) => {
+            let kind = mdv("resourceKind").unwrap_or_else(|| "ConfigMap".into());
+            let key = if kind == "Secret" {
+                "/secrets"
+            } else {
+                "/configmaps"
             };
-            let metric = match (ty, mdv("resourceName")) {
-                ("kubernetes-resource", Some(r)) => format!("s{i}-{ty}-{r}"),
-                _ => format!("s{i}-{ty}"),
-            };
-            let key = |k: &str| (ns.to_string(), name.to_string(), k.to_string());
-            let trigger_name = t.get("name").and_then(Value::as_str);
-            let overridden = trigger_name
-                .and_then(|n| overrides.get(&key(n)))
-                .or_else(|| overrides.get(&key(&i.to_string())))
-                .or_else(|| overrides.get(&key(&metric)))
-                .copied();
-            let value = overridden.or_else(|| {
-                if ty != "kubernetes-resource" {
-                    return None;
-                }
-                let kind = mdv("resourceKind").unwrap_or_else(|| "ConfigMap".into());
-                let key = if kind == "Secret" {
-                    "/secrets"
-                } else {
-                    "/configmaps"
-                };
+            value.value = (|| {
                 let obj = store.get(key, ns, &mdv("resourceName")?)?;
                 let raw = obj.get("data")?.get(mdv("key")?)?.as_str()?;
                 raw.trim().parse::<f64>().ok()
-            });
-            let num = |k: &str| mdv(k).and_then(|s| s.trim().parse::<f64>().ok());
-            TriggerValue {
-                metric,
-                value,
-                target: num("targetValue")
-                    .or_else(|| num("value"))
-                    .or_else(|| num("threshold"))
-                    .filter(|t| *t > 0.0),
-                activation: num("activationTargetValue")
-                    .or_else(|| num("activationValue"))
-                    .or_else(|| num("activationThreshold"))
-                    .unwrap_or(0.0),
+            })();
+        }
+        (_, Some(reading)) => {
+            // The same derivation as the published target's: a trigger KEDA cannot build a
+            // scaler for reports why.
+            match external::ScalerTarget::of(store, so, t, polling_interval_ms(so)) {
+                Err(e) => value.error = Some(e),
+                Ok(_) => match reading {
+                    None => value.pending = true,
+                    Some(Ok(sample)) => {
+                        value.value = Some(sample.value);
+                        value.active = Some(sample.active);
+                    }
+                    Some(Err(e)) => value.error = Some(e),
+                },
             }
-        })
-        .collect()
+        }
+        _ => {}
+    }
+    value
 }
 
 /// Polls ScaledObjects whose polling interval has passed and writes `/scale` of their targets.
@@ -117,56 +242,70 @@ pub(crate) fn reconcile(
     store: &mut Store,
     st: &mut KedaState,
     overrides: &MetricOverrides,
+    scalers: &Scalers,
     now: i64,
     timers: &mut Timers,
 ) {
+    st.waiting = false;
     if store.def(SCALED_OBJECTS).is_none() {
         st.last_poll.clear();
+        st.answers.clear();
+        scalers.set_targets(external::Targets::new());
         return;
     }
     let sos: Vec<_> = store.list(SCALED_OBJECTS, None).cloned().collect();
+    scalers.set_targets(external_targets(store, &sos));
     // A value set by a test applies on the next loop, not after a full interval.
     let overrides_changed = st.last_overrides != *overrides;
     if overrides_changed {
         st.last_overrides = overrides.clone();
     }
-    st.last_poll
-        .retain(|uid, _| sos.iter().any(|s| meta_str(s, "uid") == Some(uid.as_str())));
+    let live = |uid: &String| sos.iter().any(|s| meta_str(s, "uid") == Some(uid.as_str()));
+    st.last_poll.retain(|uid, _| live(uid));
+    st.answers.retain(|uid, _| live(uid));
     for so in sos {
         if deleting(&so) {
             continue;
         }
         let uid = meta_str(&so, "uid").unwrap_or_default().to_string();
-        let interval = get_path(&so, "spec.pollingInterval")
-            .and_then(Value::as_i64)
-            .unwrap_or(30)
-            .clamp(1, 86_400)
-            * 1000;
+        let interval = polling_interval_ms(&so);
         let generation = get_path(&so, "metadata.generation")
             .and_then(Value::as_i64)
             .unwrap_or(0);
         let observed = get_path(&so, "status.observedGeneration").and_then(Value::as_i64);
+        let answers = scalers.seq(
+            meta_str(&so, "namespace").unwrap_or_default(),
+            meta_str(&so, "name").unwrap_or_default(),
+        );
         let due = st
             .last_poll
             .get(&uid)
             .is_none_or(|t| now >= t.saturating_add(interval))
             || observed != Some(generation)
-            || overrides_changed;
+            || overrides_changed
+            // A scaler's new answer applies at once, as KEDA's own poll would have seen it.
+            || st.answers.get(&uid) != Some(&answers);
         if !due {
             if let Some(t) = st.last_poll.get(&uid) {
                 timers.at(t.saturating_add(interval));
             }
             continue;
         }
+        let values = trigger_values(store, &so, overrides, scalers);
+        if values.iter().any(|v| v.pending) {
+            // KEDA calls its scalers before it decides; their first answers wake this loop.
+            st.waiting = true;
+            continue;
+        }
+        st.answers.insert(uid.clone(), answers);
         st.last_poll.insert(uid, now);
         timers.at(now.saturating_add(interval));
-        poll(store, &so, overrides, now);
+        poll(store, &so, &values, now);
     }
 }
 
-fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
+fn poll(store: &mut Store, so: &Value, values: &[TriggerValue], now: i64) {
     let ns = meta_str(so, "namespace").unwrap_or_default().to_string();
-    let values = trigger_values(store, so, overrides);
     let min = get_path(so, "spec.minReplicaCount")
         .and_then(Value::as_i64)
         .unwrap_or(0);
@@ -177,9 +316,10 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
         .iter()
         .filter(|v| v.value.is_some() && v.target.is_some())
         .collect();
-    let active = readable
-        .iter()
-        .any(|v| v.value.unwrap_or(0.0) > v.activation);
+    let active = readable.iter().any(|v| {
+        v.active
+            .unwrap_or_else(|| v.value.unwrap_or(0.0) > v.activation)
+    });
     let current = current_replicas(store, so, &ns);
     let tolerance = Tolerance::of(so);
     let desired = if active {
@@ -228,11 +368,7 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
                     let _ = store.update(&def, &ns, target_name, new, WriteScope::Main, now);
                 }
                 if !readable_any {
-                    ready = (
-                        false,
-                        "KEDAScalerFailed",
-                        "no trigger value could be read".into(),
-                    );
+                    ready = (false, "KEDAScalerFailed", scaler_errors(values));
                 }
             }
             None => {
@@ -320,6 +456,19 @@ fn poll(store: &mut Store, so: &Value, overrides: &MetricOverrides, now: i64) {
         meta_mut(&mut new).remove("resourceVersion");
         let name = meta_str(so, "name").unwrap_or_default().to_string();
         let _ = store.update(&def, &ns, &name, new, WriteScope::Internal, now);
+    }
+}
+
+/// The Ready condition's message when no trigger could be read: each trigger's error.
+fn scaler_errors(values: &[TriggerValue]) -> String {
+    let errors: Vec<String> = values
+        .iter()
+        .filter_map(|v| Some(format!("{}: {}", v.metric, v.error.as_ref()?)))
+        .collect();
+    if errors.is_empty() {
+        "no trigger value could be read".into()
+    } else {
+        errors.join("; ")
     }
 }
 
@@ -427,7 +576,7 @@ pub fn external_metric(c: &ClusterShared, ns: &str, metric: &str, selector: &str
     }
     let mut items = Vec::new();
     for so in &sos {
-        for v in trigger_values(&store, so, &overrides) {
+        for v in trigger_values(&store, so, &overrides, &c.scalers) {
             if v.metric == metric {
                 let value = v
                     .value

@@ -2,8 +2,8 @@
 //!
 //! Each virtual cluster is an in-memory API server on its own loopback port
 //! (plain HTTP) with simulated controllers (scheduler, kubelet, ReplicaSet,
-//! Deployment, StatefulSet, Job, garbage collector, KEDA). Pods get loopback IPs unique in
-//! the process (`pod_ips`). See `README.md`.
+//! Deployment, StatefulSet, Job, garbage collector, KEDA with its external-scaler gRPC calls).
+//! Pods get loopback IPs unique in the process (`pod_ips`). See `README.md`.
 //!
 //! The pure building blocks (selectors, quantities, patches, server-side apply, RBAC,
 //! tables, JSONPath) do no I/O and are unit-tested against the Kubernetes API semantics

@@ -82,7 +82,14 @@ pub async fn run(c: Arc<ClusterShared>) {
             store.dirty = false;
             timers = Timers::default();
             reconcile(&mut store, &c.config, now, &mut timers);
-            crate::keda::reconcile(&mut store, &mut keda, &metrics, now, &mut timers);
+            crate::keda::reconcile(
+                &mut store,
+                &mut keda,
+                &metrics,
+                &c.scalers,
+                now,
+                &mut timers,
+            );
             if !store.dirty {
                 break;
             }
