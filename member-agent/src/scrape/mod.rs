@@ -172,3 +172,6 @@ mod tests {
         assert_eq!(many.len(), 2);
     }
 }
+
+#[cfg(test)]
+mod sim_test;
