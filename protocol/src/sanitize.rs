@@ -429,7 +429,10 @@ mod tests {
         assert_eq!(nan.missing, 4);
         assert_eq!(inf.missing, 2);
         assert_eq!((huge.counted, huge.missing), (MAX_SAMPLE_PODS, 0));
-        assert_eq!((negative.sum, negative.counted, negative.missing), (-2.0, 2, 1));
+        assert_eq!(
+            (negative.sum, negative.counted, negative.missing),
+            (-2.0, 2, 1)
+        );
         assert_eq!(negative.error.as_deref(), Some("bad pod"));
         assert!(negative.owner.len() <= MAX_REF_BYTES && !negative.owner.contains('\u{202E}'));
     }
