@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::ByteString;
 use kedge_hub::install::agent::{BOOTSTRAP_SECRET, agent_args};
 use kedge_hub::install::{
-    AgentInstall, AgentKind, AgentNamespaces, Credentials, HubDeployment, HubInstall, ServiceType,
-    agent_helm_values, agent_manifests, hub_helm_values, hub_manifests, hub_rbac,
+    AgentInstall, AgentKind, AgentNamespaces, Credentials, HubDeployment, HubInstall,
+    ScalerInstall, ServiceType, agent_helm_values, agent_manifests, hub_helm_values, hub_manifests,
+    hub_rbac,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -152,12 +153,15 @@ fn hub_cases() -> Vec<(&'static str, &'static str, Value, HubInstall)> {
                 "serviceMonitor": {"enabled": true},
                 "podDisruptionBudget": {"enabled": true},
                 "networkPolicy": {"enabled": true},
+                "scaler": {"port": 9443, "kedaNamespace": "keda-system", "certLifetime": "7d",
+                    "address": "scaler.example:443"},
             }),
             HubInstall {
                 namespace: "kedge".into(),
                 lease_name: "hub-lease".into(),
                 dsj_enabled: true,
                 enrollment: true,
+                scaler: Some(scaler_elsewhere()),
             },
         ),
         (
@@ -166,7 +170,27 @@ fn hub_cases() -> Vec<(&'static str, &'static str, Value, HubInstall)> {
             json!({"quic": {"service": {"type": "ClusterIP"}}}),
             HubInstall::default(),
         ),
+        (
+            "no scaler",
+            "kedge-system",
+            json!({"scaler": {"enabled": false}}),
+            HubInstall {
+                scaler: None,
+                ..HubInstall::default()
+            },
+        ),
     ]
+}
+
+/// The scaler of the "every option on" case: another port, KEDA namespace, lifetime and
+/// address.
+fn scaler_elsewhere() -> ScalerInstall {
+    ScalerInstall {
+        keda_namespace: "keda-system".into(),
+        port: 9443,
+        cert_lifetime: "7d".into(),
+        address: "scaler.example:443".into(),
+    }
 }
 
 #[test]
@@ -202,6 +226,7 @@ fn hub_chart_is_what_hub_manifests_renders() {
             lease_name: "hub-lease".into(),
             dsj_enabled: true,
             enrollment: true,
+            scaler: Some(scaler_elsewhere()),
         },
         dso_enabled: false,
         image: "registry.example/kedge-hub".into(),
@@ -220,7 +245,9 @@ fn hub_chart_is_what_hub_manifests_renders() {
         server_cert_lifetime: "60d".into(),
         member_cert_lifetime: "12h".into(),
     };
-    for d in [HubDeployment::default(), other] {
+    let mut no_scaler = HubDeployment::default();
+    no_scaler.rbac.scaler = None;
+    for d in [HubDeployment::default(), other, no_scaler] {
         d.validate().unwrap();
         let case = format!("{:?}, {:?}", d.rbac, d.service_type);
         let chart = rendered("kedge-hub", &d.rbac.namespace, &hub_helm_values(&d));
@@ -284,7 +311,13 @@ fn assert_hub_chart(case: &str, chart: &Rendered, rust: &[Value]) {
     ] {
         assert_eq!(cc[field], rc[field], "{case}: container {field}");
     }
-    for name in ["kedge-hub", "kedge-hub-metrics"] {
+    for name in ["kedge-hub", "kedge-hub-metrics", "kedge-hub-scaler"] {
+        if !rust
+            .iter()
+            .any(|o| o["kind"] == "Service" && o["metadata"]["name"] == name)
+        {
+            continue;
+        }
         let (cs, rs) = (chart.get("Service", name), find("Service", name));
         for field in ["type", "ports", "selector"] {
             assert_eq!(
@@ -377,6 +410,10 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
         ("--log-format", "text"),
         ("--server-dns-names", "hub.example.com"),
         ("--server-ips", "10.0.0.9,fd00::9"),
+        ("--scaler-listen", "0.0.0.0:9443"),
+        ("--scaler-address", "scaler.example:443"),
+        ("--keda-namespace", "keda-system"),
+        ("--scaler-cert-lifetime", "7d"),
     ] {
         assert_eq!(f.get(flag).map(String::as_str), Some(value), "{flag}");
     }
@@ -401,6 +438,117 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
     assert_eq!(
         cluster_ip.get("Service", "kedge-hub")["spec"]["type"],
         "ClusterIP"
+    );
+}
+
+/// The external scaler, on by default: flags naming the Service KEDA dials (not the hub's
+/// own default, the UDP Service), its TCP port and Service, RBAC for its Secrets by name in
+/// the release's and KEDA's namespace and for its ClusterTriggerAuthentication, and with a
+/// NetworkPolicy a way in from KEDA's namespace only; off, none of it.
+#[test]
+fn hub_chart_scaler_is_on_by_default_and_off_entirely() {
+    let on = rendered(
+        "kedge-hub",
+        "kedge",
+        &json!({"networkPolicy": {"enabled": true}}),
+    );
+    let c = &on.get("Deployment", "kedge-hub")["spec"]["template"]["spec"]["containers"][0];
+    let f = flags(c);
+    for (flag, value) in [
+        ("--scaler-listen", "0.0.0.0:9090"),
+        ("--scaler-address", "kedge-hub-scaler.kedge.svc:9090"),
+        ("--keda-namespace", "keda"),
+        ("--scaler-cert-lifetime", "30d"),
+    ] {
+        assert_eq!(f.get(flag).map(String::as_str), Some(value), "{flag}");
+    }
+    assert!(
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "scaler", "containerPort": 9090, "protocol": "TCP"}))
+    );
+    let service = on.get("Service", "kedge-hub-scaler");
+    assert_eq!(service["metadata"]["namespace"], "kedge");
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([{"name": "scaler", "port": 9090, "targetPort": "scaler", "protocol": "TCP"}])
+    );
+    let grants = rbac(&on.objects.iter().collect::<Vec<_>>());
+    let lines =
+        |items: &[&str]| -> BTreeSet<String> { items.iter().map(|s| (*s).to_owned()).collect() };
+    assert_eq!(
+        grants["Role kedge/kedge-hub-scaler"],
+        lines(&[
+            r#"rule "" secrets create"#,
+            r#"rule "" secrets get kedge-scaler-tls"#,
+            r#"rule "" secrets update kedge-scaler-tls"#,
+        ])
+    );
+    assert_eq!(
+        grants["Role keda/kedge-hub-scaler"],
+        lines(&[
+            r#"rule "" secrets create kedge-scaler-client"#,
+            r#"rule "" secrets get kedge-scaler-client"#,
+            r#"rule "" secrets patch kedge-scaler-client"#,
+        ])
+    );
+    for ns in ["kedge", "keda"] {
+        assert_eq!(
+            grants[&format!("RoleBinding {ns}/kedge-hub-scaler")],
+            lines(&[
+                "roleRef Role/kedge-hub-scaler",
+                "subject ServiceAccount kedge/kedge-hub"
+            ])
+        );
+    }
+    let ctas: BTreeSet<String> = grants["ClusterRole /kedge-hub"]
+        .iter()
+        .filter(|l| l.contains("clustertriggerauthentications"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        ctas,
+        lines(&[
+            r#"rule "keda.sh" clustertriggerauthentications create kedge-scaler"#,
+            r#"rule "keda.sh" clustertriggerauthentications patch kedge-scaler"#,
+        ])
+    );
+    assert_eq!(
+        on.get("NetworkPolicy", "kedge-hub")["spec"]["ingress"][2],
+        json!({"ports": [{"port": 9090, "protocol": "TCP"}],
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}}]})
+    );
+
+    let off = rendered(
+        "kedge-hub",
+        "kedge",
+        &json!({"scaler": {"enabled": false}, "networkPolicy": {"enabled": true}}),
+    );
+    for o in &off.objects {
+        assert!(!o.to_string().contains("scaler"), "{o}");
+        assert_ne!(o["metadata"]["namespace"], "keda", "{o}");
+    }
+    assert_eq!(
+        off.get("NetworkPolicy", "kedge-hub")["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Both listen on TCP in one pod.
+    let clash = helm::render(
+        "kedge-hub",
+        "kedge",
+        &json!({"scaler": {"port": 8080}, "ops": {"port": 8080}}),
+    );
+    assert!(
+        clash
+            .as_ref()
+            .is_err_and(|e| e.contains("scaler.port must differ from ops.port")),
+        "{clash:?}"
     );
 }
 
@@ -703,6 +851,21 @@ fn bad_values_are_refused_naming_the_value() {
             "/server/ips/0",
         ),
         ("kedge-hub", json!({"replicas": 0}), "/replicas"),
+        (
+            "kedge-hub",
+            json!({"scaler": {"kedaNamespace": "KEDA"}}),
+            "/scaler/kedaNamespace",
+        ),
+        (
+            "kedge-hub",
+            json!({"scaler": {"address": "scaler.example"}}),
+            "/scaler/address",
+        ),
+        (
+            "kedge-hub",
+            json!({"scaler": {"certLifetime": "a month"}}),
+            "/scaler/certLifetime",
+        ),
         (
             "kedge-hub",
             json!({"heartbeatInterval": "5s"}),

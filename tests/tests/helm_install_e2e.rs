@@ -3,7 +3,9 @@
 //! clusters. kedge-sim runs no containers, so the test then runs each Deployment's container
 //! here with what the chart produced: the Deployment's args and env as stored in the
 //! cluster, its Secret's files where it mounts them, and a token of the chart's
-//! ServiceAccount (the simulator enforces RBAC for tokens). A DSO then runs across the two
+//! ServiceAccount (the simulator enforces RBAC for tokens). The hub's external scaler
+//! issues its certificates under the chart's RBAC (KEDA's client Secret in KEDA's
+//! namespace, the ClusterTriggerAuthentication). A DSO then runs across the two
 //! members; `helm upgrade` changes the hub's flags and keeps DSOs, members and the CA across a
 //! hub restart; `helm uninstall` removes what the charts made and keeps the CRDs, the custom
 //! resources and the CA. The same without Helm: `kubectl kedge install hub | kubectl apply`
@@ -83,7 +85,8 @@ async fn service_account_kubeconfig(sim: &Sim, dir: &Path, cluster: &str, sa: &s
 }
 
 /// Runs the one container of the Deployment `name` of `cluster` as the chart made it:
-/// its args (`0.0.0.0` listeners on loopback, the agent's ops port on any free port, the
+/// its args (`0.0.0.0` listeners on loopback, the agent's ops port and the hub's scaler on
+/// any free port, the
 /// mounted Secret's files from `files`) and its env (downward API namespace, Secret keys),
 /// against the cluster with a token of its ServiceAccount.
 async fn run_container(
@@ -139,7 +142,11 @@ async fn run_container(
         .collect();
     for (i, a) in raw.iter().enumerate() {
         let previous = i.checked_sub(1).map(|p| raw[p]);
-        let a = if binary == "kedge-agent" && previous == Some("--ops-listen") {
+        let any_port = match binary {
+            "kedge-agent" => previous == Some("--ops-listen"),
+            _ => previous == Some("--scaler-listen"),
+        };
+        let a = if any_port {
             "127.0.0.1:0".to_owned()
         } else if let Some(port) = a.strip_prefix("0.0.0.0:") {
             format!("127.0.0.1:{port}")
@@ -184,7 +191,43 @@ fn previous_chart(name: &str) -> String {
 /// The chart release `tests/fixtures/charts` keeps, for the upgrade test.
 const PREVIOUS_VERSION: &str = "0.1.0";
 
-/// A simulated hub cluster with KEDA's ScaledObject CRD, and the two members.
+/// KEDA in the hub cluster `DIR/hub.kubeconfig`, installed beforehand as far as the hub
+/// needs it: its namespace, its ScaledObject and ClusterTriggerAuthentication CRDs.
+async fn install_keda(dir: &Path) {
+    let kc = dir.join("hub.kubeconfig");
+    let namespace = dir.join("keda-namespace.yaml");
+    std::fs::write(
+        &namespace,
+        "{apiVersion: v1, kind: Namespace, metadata: {name: keda}}",
+    )
+    .unwrap();
+    let assets = concat!(env!("CARGO_MANIFEST_DIR"), "/../sim/assets");
+    for file in [
+        namespace.display().to_string(),
+        format!("{assets}/scaledobject-crd.yaml"),
+        format!("{assets}/clustertriggerauthentication-crd.yaml"),
+    ] {
+        kubectl(&kc, &["apply", "-f", &file]).await;
+    }
+}
+
+/// Waits until the hub's external scaler has issued its certificates as the hub's
+/// ServiceAccount: its Secret, KEDA's client Secret and the ClusterTriggerAuthentication.
+async fn wait_scaler_certificates(kc: &Path) {
+    for what in [
+        vec!["-n", NS, "secret", "kedge-scaler-tls"],
+        vec!["-n", "keda", "secret", "kedge-scaler-client"],
+        vec!["clustertriggerauthentications.keda.sh", "kedge-scaler"],
+    ] {
+        let what = &what;
+        wait_for(LIMIT, &format!("{what:?}"), || async move {
+            exists(kc, what).await.then_some(())
+        })
+        .await;
+    }
+}
+
+/// A simulated hub cluster with KEDA, and the two members.
 async fn clusters(dir: &Path) -> Sim {
     let mut names = vec!["hub".to_owned()];
     names.extend(MEMBERS.iter().map(|m| m.to_string()));
@@ -194,12 +237,7 @@ async fn clusters(dir: &Path) -> Sim {
         ..SimConfig::default()
     };
     let sim = Sim::start(&names, config, Some(dir)).await.unwrap();
-    // KEDA is installed in the hub cluster beforehand (its ScaledObject CRD).
-    let keda = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../sim/assets/scaledobject-crd.yaml"
-    );
-    kubectl(&dir.join("hub.kubeconfig"), &["apply", "-f", keda]).await;
+    install_keda(dir).await;
     sim
 }
 
@@ -345,6 +383,9 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         assert!(exists(&hub_kc, &["crd", crd]).await, "{crd}");
     }
     let ca = get_json(&hub_kc, &["-n", NS, "secret", "kedge-hub-ca"]).await;
+    // The scaler (on by default) keeps its certificates under the chart's RBAC.
+    assert!(exists(&hub_kc, &["-n", NS, "service", "kedge-hub-scaler"]).await);
+    wait_scaler_certificates(&hub_kc).await;
 
     // --- Per member: setup-member prints the chart's values; helm install kedge-agent.
     let mut agents = install_agents(&sim, &dir, &chart("kedge-agent"), ports).await;
@@ -419,7 +460,8 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         "the workload is untouched"
     );
 
-    // --- helm uninstall kedge-hub: the hub's objects go; CRDs, DSOs, members and the CA stay.
+    // --- helm uninstall kedge-hub: the hub's objects go; CRDs, DSOs, members, the CA and the
+    // scaler's certificates stay.
     drop(hub);
     let out = helm(&["uninstall", "kedge-hub", NS, &kc], Value::Null).await;
     assert!(out["error"].is_null(), "helm uninstall kedge-hub: {out}");
@@ -428,6 +470,8 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         vec!["-n", NS, "service", "kedge-hub"],
         vec!["clusterrole", "kedge-hub"],
         vec!["-n", NS, "role", "kedge-hub-enrollment"],
+        vec!["-n", NS, "service", "kedge-hub-scaler"],
+        vec!["-n", "keda", "role", "kedge-hub-scaler"],
     ] {
         assert!(!exists(&hub_kc, &gone).await, "{gone:?} left behind");
     }
@@ -436,6 +480,8 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
         vec!["-n", "default", "dso", "web"],
         vec!["memberclusters", "edge-1"],
         vec!["-n", NS, "secret", "kedge-hub-ca"],
+        vec!["-n", NS, "secret", "kedge-scaler-tls"],
+        vec!["-n", "keda", "secret", "kedge-scaler-client"],
     ] {
         assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
     }
@@ -521,6 +567,9 @@ async fn helm_upgrade_from_the_previous_chart_release_keeps_members_dsos_ca_and_
         args.contains(&format!("0.0.0.0:{}", ports.quic)),
         "--reuse-values kept the install's QUIC port: {args}"
     );
+    // The release's values (0.1.0's) have no `scaler`: it stays off until asked for.
+    assert!(!args.contains("--scaler-listen"), "{args}");
+    assert!(!exists(&hub_kc, &["-n", NS, "service", "kedge-hub-scaler"]).await);
 
     // The rollout: the old hub goes, the members keep their replicas while no hub runs and
     // while the new one starts and the agents reconnect.
@@ -660,6 +709,7 @@ async fn kubectl_kedge_install_applies_and_runs_and_uninstall_keeps_the_crds_and
         .await
         .unwrap();
     let hub_kc = dir.join("hub.kubeconfig");
+    install_keda(&dir).await;
     let ports = HubPorts::new();
     let (quic, ops) = (ports.quic.to_string(), ports.ops.to_string());
     kedge_into_kubectl(
@@ -683,6 +733,7 @@ async fn kubectl_kedge_install_applies_and_runs_and_uninstall_keeps_the_crds_and
     .await;
     let mut hub = run_container(&sim, &dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
     wait_hub_ready(ports, &mut hub).await;
+    wait_scaler_certificates(&hub_kc).await;
 
     let edge = dir.join("edge-1.kubeconfig");
     let out = tokio::process::Command::new(bin("kubectl-kedge"))
@@ -723,6 +774,8 @@ async fn kubectl_kedge_install_applies_and_runs_and_uninstall_keeps_the_crds_and
         vec!["-n", NS, "deployment", "kedge-hub"],
         vec!["clusterrole", "kedge-hub"],
         vec!["-n", NS, "service", "kedge-hub-metrics"],
+        vec!["-n", NS, "service", "kedge-hub-scaler"],
+        vec!["-n", "keda", "role", "kedge-hub-scaler"],
     ] {
         assert!(!exists(&hub_kc, &gone).await, "{gone:?} left behind");
     }

@@ -3,8 +3,10 @@
 //! cluster that enforces RBAC for bearer tokens; the real `kedge-hub` running as that
 //! ServiceAccount (token from a TokenRequest) with both controllers; a real agent. The hub
 //! does its whole job — Lease, admission and MemberCluster status, child ScaledObject, DSO
-//! status, Events, replicas in the member — and is never forbidden anything, while the same
-//! token cannot read Secrets, touch workloads or create or delete members in the hub cluster.
+//! status, Events, replicas in the member, and with its external scaler its Secret, KEDA's
+//! client Secret and the ClusterTriggerAuthentication — and is never forbidden anything,
+//! while the same token cannot read other Secrets, touch workloads or create or delete
+//! members in the hub cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,7 +14,7 @@ mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use kedge_hub::install::{HubInstall, hub_rbac};
+use kedge_hub::install::{HubInstall, ScalerInstall, hub_rbac};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -32,12 +34,27 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
     deployment(&fleet.sim, "member-1", "web", 1).await;
     let hub_cluster = fleet.sim.cluster("hub").unwrap();
 
+    // KEDA in the hub cluster: its namespace (where the scaler's Role goes) and the
+    // ClusterTriggerAuthentication CRD (the ScaledObject CRD is there already).
+    apply(
+        &fleet,
+        "{apiVersion: v1, kind: Namespace, metadata: {name: keda}}",
+        "keda-namespace.yaml",
+    )
+    .await;
+    let cta_crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sim/assets/clustertriggerauthentication-crd.yaml"
+    );
+    fleet.kubectl(&["apply", "-f", cta_crd]).await;
+
     let objects = hub_rbac(&HubInstall {
         namespace: "kedge-system".into(),
         lease_name: "kedge-hub".into(),
         dsj_enabled: true,
         // The hub below runs with certificate files.
         enrollment: false,
+        scaler: Some(ScalerInstall::default()),
     });
     let yaml: Vec<String> = objects
         .iter()
@@ -53,6 +70,7 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
 
     let sa = sa_kubeconfig.display().to_string();
     let log = fleet.dir.join("hub.log");
+    let scaler = format!("127.0.0.1:{}", free_tcp_port());
     let mut hub = start_hub_with(
         &fleet.pki,
         fleet.ports,
@@ -65,6 +83,12 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
             "kedge-system",
             "--dsj-enabled",
             "true",
+            "--namespace",
+            "kedge-system",
+            "--scaler-listen",
+            &scaler,
+            "--scaler-address",
+            &scaler,
         ],
     );
     let _agent = fleet.start_agent("member-1", Some("default"), "member-1.log");
@@ -110,6 +134,38 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
             .map(|_| ())
     })
     .await;
+    // The external scaler's certificates: its Secret created in the hub's namespace, KEDA's
+    // copy applied in KEDA's namespace and the ClusterTriggerAuthentication naming it.
+    wait_for(LIMIT, "the scaler's Secret", || async {
+        hub_cluster
+            .object("v1", "Secret", "kedge-system", "kedge-scaler-tls")
+            .map(|_| ())
+    })
+    .await;
+    let client = wait_for(LIMIT, "KEDA's client Secret", || async {
+        hub_cluster.object("v1", "Secret", "keda", "kedge-scaler-client")
+    })
+    .await;
+    let mut keys: Vec<&String> = client["data"].as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["ca.crt", "tls.crt", "tls.key"],
+        "no CA or server key"
+    );
+    let auth = wait_for(LIMIT, "the ClusterTriggerAuthentication", || async {
+        hub_cluster.object(
+            "keda.sh/v1alpha1",
+            "ClusterTriggerAuthentication",
+            "",
+            "kedge-scaler",
+        )
+    })
+    .await;
+    assert_eq!(
+        auth["spec"]["secretTargetRef"][0]["name"], "kedge-scaler-client",
+        "{auth}"
+    );
     let lease = hub_cluster
         .object(
             "coordination.k8s.io/v1",
@@ -133,6 +189,42 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
             .list(&ListParams::default())
             .await,
         "listing Secrets in its own namespace",
+    );
+    // In KEDA's namespace, only its client Secret; no other ClusterTriggerAuthentication.
+    let keda_secrets = Api::<Secret>::namespaced(as_hub.clone(), "keda");
+    expect_forbidden(
+        keda_secrets.list(&ListParams::default()).await,
+        "listing Secrets in KEDA's namespace",
+    );
+    expect_forbidden(
+        keda_secrets.get("keda-operator-certs").await,
+        "reading another Secret of KEDA's",
+    );
+    let ctas = Api::<kube::api::DynamicObject>::all_with(
+        as_hub.clone(),
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(
+                "keda.sh",
+                "v1alpha1",
+                "ClusterTriggerAuthentication",
+            ),
+            "clustertriggerauthentications",
+        ),
+    );
+    expect_forbidden(
+        ctas.patch(
+            "another",
+            &PatchParams::apply("kedge-hub").force(),
+            &Patch::Apply(json!({"apiVersion": "keda.sh/v1alpha1",
+                "kind": "ClusterTriggerAuthentication", "metadata": {"name": "another"},
+                "spec": {}})),
+        )
+        .await,
+        "applying another ClusterTriggerAuthentication",
+    );
+    expect_forbidden(
+        ctas.get("kedge-scaler").await,
+        "reading the ClusterTriggerAuthentication (applied, never read)",
     );
     expect_forbidden(
         Api::<Deployment>::namespaced(as_hub.clone(), "default")

@@ -114,6 +114,7 @@ impl HubArgs {
                 lease_name: self.lease_name.clone(),
                 dsj_enabled: self.dsj_enabled,
                 enrollment: true,
+                scaler: defaults.rbac.scaler,
             },
             dso_enabled: self.dso_enabled,
             image: self.image.clone(),
@@ -356,6 +357,7 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
                     // Both controllers' objects are named alike; DSJ only adds rules.
                     dsj_enabled: true,
                     enrollment: true,
+                    scaler: HubInstall::default().scaler,
                 },
                 ..HubDeployment::default()
             };

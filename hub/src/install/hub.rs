@@ -1,9 +1,12 @@
 //! The hub's RBAC in the management cluster: exactly the API calls the hub makes, each rule
 //! with the call it serves. The hub reads and writes kedge's own resources, the KEDA
-//! ScaledObjects it owns, Events and its Lease; it reads no Secrets of users, no pods and no
+//! ScaledObjects it owns, Events and its Lease, and with the external scaler its own
+//! Secrets and KEDA's copy of them by name; it reads no Secrets of users, no pods and no
 //! workloads (those live in the members, where only agents act).
 
 use serde_json::{Value, json};
+
+use crate::podmetrics::certs::{CLIENT_SECRET, TLS_SECRET, TRIGGER_AUTHENTICATION};
 
 /// The hub's ServiceAccount, ClusterRole and binding.
 pub const HUB: &str = "kedge-hub";
@@ -11,6 +14,47 @@ pub const HUB: &str = "kedge-hub";
 pub const LEASE_ROLE: &str = "kedge-hub-lease";
 /// The Role (and binding) for the hub CA and bootstrap token Secrets.
 pub const ENROLLMENT_ROLE: &str = "kedge-hub-enrollment";
+/// The Roles (and bindings), in the hub's and in KEDA's namespace, for the external
+/// scaler's Secrets; also its Service.
+pub const SCALER: &str = "kedge-hub-scaler";
+
+/// KEDA's external scaler for `kedge-pod-metrics` triggers (`--scaler-listen`): a gRPC
+/// endpoint with mutual TLS whose certificates the hub issues and rotates itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalerInstall {
+    /// KEDA's namespace (`--keda-namespace`), where the hub writes KEDA's client Secret.
+    pub keda_namespace: String,
+    /// TCP port of the listener and of the Service [`SCALER`].
+    pub port: u16,
+    /// `--scaler-cert-lifetime`.
+    pub cert_lifetime: String,
+    /// `--scaler-address`, what KEDA dials; empty: the Service, `kedge-hub-scaler.NAMESPACE.svc:PORT`.
+    pub address: String,
+}
+
+impl Default for ScalerInstall {
+    fn default() -> Self {
+        Self {
+            keda_namespace: "keda".to_owned(),
+            port: 9090,
+            cert_lifetime: "30d".to_owned(),
+            address: String::new(),
+        }
+    }
+}
+
+impl ScalerInstall {
+    /// What KEDA dials (`--scaler-address`): `address`, else the Service [`SCALER`] of the
+    /// hub's `namespace`. Passed always: the hub's own default names the Service `kedge-hub`,
+    /// the UDP one agents dial.
+    pub fn address_in(&self, namespace: &str) -> String {
+        if self.address.is_empty() {
+            format!("{SCALER}.{namespace}.svc:{}", self.port)
+        } else {
+            self.address.clone()
+        }
+    }
+}
 
 /// What the hub's RBAC depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +68,9 @@ pub struct HubInstall {
     /// Whether the hub keeps its CA in the Secret `kedge-hub-ca` and enrolls members with
     /// bootstrap tokens (no `--tls-*` files, the default install).
     pub enrollment: bool,
+    /// KEDA's external scaler, on by default; `None`: no scaler (DSOs with
+    /// `kedge-pod-metrics` triggers are Degraded).
+    pub scaler: Option<ScalerInstall>,
 }
 
 impl Default for HubInstall {
@@ -33,12 +80,18 @@ impl Default for HubInstall {
             lease_name: HUB.to_owned(),
             dsj_enabled: false,
             enrollment: true,
+            scaler: Some(ScalerInstall::default()),
         }
     }
 }
 
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> Value {
     json!({ "apiGroups": [group], "resources": resources, "verbs": verbs })
+}
+
+fn named(group: &str, resource: &str, name: &str, verbs: &[&str]) -> Value {
+    json!({ "apiGroups": [group], "resources": [resource], "resourceNames": [name],
+        "verbs": verbs })
 }
 
 fn labels() -> Value {
@@ -80,6 +133,17 @@ fn cluster_rules(install: &HubInstall) -> Vec<Value> {
         // certificate).
         rules.push(rule("kedge.dev", &["memberclusters"], &["get"]));
     }
+    if install.scaler.is_some() {
+        // The ClusterTriggerAuthentication that hands KEDA the scaler's client certificate,
+        // server-side applied (never read back). An apply that creates it is authorized as
+        // `create` with its name (unlike a POST), so both verbs are for it alone.
+        rules.push(named(
+            "keda.sh",
+            "clustertriggerauthentications",
+            TRIGGER_AUTHENTICATION,
+            &["patch", "create"],
+        ));
+    }
     if install.dsj_enabled {
         rules.extend([
             rule(
@@ -117,30 +181,65 @@ fn enrollment_rules() -> Vec<Value> {
     vec![rule("", &["secrets"], &["get", "create", "delete"])]
 }
 
-/// A Role `name` in the hub's namespace with `rules`, and its binding to the hub.
-fn namespaced_role(ns: &str, name: &str, rules: Vec<Value>) -> [Value; 2] {
+/// With the external scaler, in the hub's namespace: the Secret with its CA and
+/// certificates, read (and read again when another hub created it first), created on first
+/// start by a POST, which RBAC cannot restrict by name, and replaced when renewed.
+fn scaler_rules() -> Vec<Value> {
+    vec![
+        named("", "secrets", TLS_SECRET, &["get", "update"]),
+        rule("", &["secrets"], &["create"]),
+    ]
+}
+
+/// With the external scaler, in KEDA's namespace: KEDA's copy of the client certificate,
+/// read to compare and server-side applied when it differs (an apply that creates it is
+/// authorized as `create` with its name). No other Secret of KEDA's.
+fn scaler_keda_rules() -> Vec<Value> {
+    vec![named(
+        "",
+        "secrets",
+        CLIENT_SECRET,
+        &["get", "patch", "create"],
+    )]
+}
+
+/// A Role `name` in `role_ns` with `rules`, and its binding to the hub's ServiceAccount in
+/// `ns`.
+fn role_in(role_ns: &str, ns: &str, name: &str, rules: Vec<Value>) -> [Value; 2] {
     let subjects = json!([{ "kind": "ServiceAccount", "name": HUB, "namespace": ns }]);
     [
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": name, "namespace": ns, "labels": labels()},
+            "metadata": {"name": name, "namespace": role_ns, "labels": labels()},
             "rules": rules}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": ns, "labels": labels()},
+            "metadata": {"name": name, "namespace": role_ns, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": subjects}),
     ]
 }
 
+/// A Role `name` in the hub's namespace with `rules`, and its binding to the hub.
+fn namespaced_role(ns: &str, name: &str, rules: Vec<Value>) -> [Value; 2] {
+    role_in(ns, ns, name, rules)
+}
+
 /// The hub's ServiceAccount and RBAC, in apply order: ServiceAccount, ClusterRole,
-/// ClusterRoleBinding, Role and RoleBinding for the Lease, and with enrollment those for its
-/// Secrets. The namespace must exist.
+/// ClusterRoleBinding, Role and RoleBinding for the Lease, with enrollment those for its
+/// Secrets, and with the external scaler those for its Secrets in the hub's and in KEDA's
+/// namespace. Both namespaces must exist.
 pub fn hub_rbac(install: &HubInstall) -> Vec<Value> {
+    let ns = install.namespace.as_str();
     let mut objects = hub_rbac_base(install);
     if install.enrollment {
-        objects.extend(namespaced_role(
-            &install.namespace,
-            ENROLLMENT_ROLE,
-            enrollment_rules(),
+        objects.extend(namespaced_role(ns, ENROLLMENT_ROLE, enrollment_rules()));
+    }
+    if let Some(scaler) = &install.scaler {
+        objects.extend(namespaced_role(ns, SCALER, scaler_rules()));
+        objects.extend(role_in(
+            &scaler.keda_namespace,
+            ns,
+            SCALER,
+            scaler_keda_rules(),
         ));
     }
     objects
@@ -182,6 +281,18 @@ mod tests {
         objects.iter().find(|o| o["kind"] == kind).unwrap()
     }
 
+    /// The object of `kind` named `name` in `namespace`.
+    fn find<'a>(objects: &'a [Value], kind: &str, namespace: &str, name: &str) -> &'a Value {
+        objects
+            .iter()
+            .find(|o| {
+                o["kind"] == kind
+                    && o["metadata"]["name"] == name
+                    && o["metadata"]["namespace"] == namespace
+            })
+            .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}"))
+    }
+
     /// The table is the hub's API calls, one by one (grep the hub for `Api::`): anything
     /// added to the hub that needs more fails here first.
     #[test]
@@ -199,11 +310,16 @@ mod tests {
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding",
+                "Role",
                 "RoleBinding"
             ]
         );
         let dso = "distributedscaledobjects";
         let dsj = "distributedscaledjobs";
+        let cta = "clustertriggerauthentications";
         let expected = set(&[
             ("kedge.dev", dso, "list", ""),
             ("kedge.dev", dso, "watch", ""),
@@ -220,12 +336,13 @@ mod tests {
             ("keda.sh", "scaledobjects", "watch", ""),
             ("keda.sh", "scaledobjects", "patch", ""),
             ("keda.sh", "scaledobjects", "create", ""),
+            ("keda.sh", cta, "patch", "kedge-scaler"),
+            ("keda.sh", cta, "create", "kedge-scaler"),
             ("events.k8s.io", "events", "create", ""),
             ("external.metrics.k8s.io", "*", "list", ""),
         ]);
         assert_eq!(grants(of_kind(&objects, "ClusterRole")), expected);
-        let lease = of_kind(&objects, "Role");
-        assert_eq!(lease["metadata"]["namespace"], "kedge-system");
+        let lease = find(&objects, "Role", "kedge-system", LEASE_ROLE);
         assert_eq!(
             grants(lease),
             set(&[
@@ -234,19 +351,48 @@ mod tests {
                 ("coordination.k8s.io", "leases", "create", ""),
             ])
         );
+        // The external scaler: its Secret in the hub's namespace (get_opt, create, replace),
+        // KEDA's copy in KEDA's namespace (get_opt, server-side apply).
+        assert_eq!(
+            grants(find(&objects, "Role", "kedge-system", SCALER)),
+            set(&[
+                ("", "secrets", "get", "kedge-scaler-tls"),
+                ("", "secrets", "update", "kedge-scaler-tls"),
+                ("", "secrets", "create", ""),
+            ])
+        );
+        assert_eq!(
+            grants(find(&objects, "Role", "keda", SCALER)),
+            set(&[
+                ("", "secrets", "get", "kedge-scaler-client"),
+                ("", "secrets", "patch", "kedge-scaler-client"),
+                ("", "secrets", "create", "kedge-scaler-client"),
+            ])
+        );
+        // Every Role is bound to the hub's ServiceAccount, in its own namespace.
+        for (ns, name) in [
+            ("kedge-system", LEASE_ROLE),
+            ("kedge-system", SCALER),
+            ("keda", SCALER),
+        ] {
+            let binding = find(&objects, "RoleBinding", ns, name);
+            assert_eq!(binding["roleRef"]["name"], name);
+            assert_eq!(
+                binding["subjects"],
+                json!([{"kind": "ServiceAccount", "name": HUB, "namespace": "kedge-system"}])
+            );
+        }
     }
 
     /// With enrollment, Secrets only in the hub's own namespace, and only what enrollment
     /// does with them; the MemberCluster a token names is read, never written.
     #[test]
     fn enrollment_adds_only_its_secrets_in_the_hub_namespace() {
-        let objects = hub_rbac(&HubInstall::default());
-        let roles: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Role").collect();
-        let enrollment = roles
-            .iter()
-            .find(|r| r["metadata"]["name"] == ENROLLMENT_ROLE)
-            .unwrap();
-        assert_eq!(enrollment["metadata"]["namespace"], "kedge-system");
+        let objects = hub_rbac(&HubInstall {
+            scaler: None,
+            ..HubInstall::default()
+        });
+        let enrollment = find(&objects, "Role", "kedge-system", ENROLLMENT_ROLE);
         assert_eq!(
             grants(enrollment),
             set(&[
@@ -270,6 +416,57 @@ mod tests {
         assert_eq!(bindings, 2);
     }
 
+    /// The scaler reaches into KEDA's namespace for one Secret by name and into the cluster
+    /// for one ClusterTriggerAuthentication by name; without it, neither.
+    #[test]
+    fn the_scaler_adds_only_its_named_secrets_and_trigger_authentication() {
+        let install = HubInstall {
+            namespace: "kedge".into(),
+            scaler: Some(ScalerInstall {
+                keda_namespace: "keda-system".into(),
+                ..ScalerInstall::default()
+            }),
+            ..HubInstall::default()
+        };
+        let with = hub_rbac(&install);
+        let keda = find(&with, "Role", "keda-system", SCALER);
+        assert!(
+            grants(keda)
+                .iter()
+                .all(|(g, r, _, n)| g.is_empty() && r == "secrets" && n == "kedge-scaler-client"),
+            "{keda}"
+        );
+        assert_eq!(
+            find(&with, "RoleBinding", "keda-system", SCALER)["subjects"][0]["namespace"],
+            "kedge"
+        );
+        let own = grants(find(&with, "Role", "kedge", SCALER));
+        // Only `create`, which RBAC cannot restrict by name, is for any Secret (of the hub's
+        // own namespace).
+        assert!(
+            own.iter()
+                .all(|(_, _, v, n)| n == "kedge-scaler-tls" || v == "create")
+        );
+        let cluster = grants(of_kind(&with, "ClusterRole"));
+        let ctas: Vec<&Grant> = cluster
+            .iter()
+            .filter(|(_, r, _, _)| r == "clustertriggerauthentications")
+            .collect();
+        assert_eq!(ctas.len(), 2);
+        assert!(ctas.iter().all(|(_, _, _, n)| n == "kedge-scaler"));
+
+        let without = hub_rbac(&HubInstall {
+            scaler: None,
+            ..install
+        });
+        assert!(without.iter().all(|o| o["metadata"]["name"] != SCALER));
+        assert!(
+            grants(of_kind(&without, "ClusterRole"))
+                .iter()
+                .all(|(_, r, _, _)| r != "clustertriggerauthentications")
+        );
+    }
+
     #[test]
     fn no_secrets_no_workloads_and_one_justified_wildcard() {
         for dsj_enabled in [false, true] {
@@ -278,6 +475,7 @@ mod tests {
                 lease_name: "hub-lease".into(),
                 dsj_enabled,
                 enrollment: false,
+                scaler: None,
             });
             let all: Vec<Grant> = grants(of_kind(&objects, "ClusterRole"))
                 .into_iter()

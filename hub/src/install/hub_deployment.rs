@@ -1,12 +1,13 @@
 //! The hub's whole install in the management cluster, beside its RBAC ([`super::hub`]): the
-//! namespace, the Deployment, the UDP Service agents dial and the metrics Service. What
-//! `kubectl kedge install hub` prints, and, through [`hub_helm_values`], what the
-//! `kedge-hub` Helm chart renders for the same settings (`tests/tests/charts.rs` holds the
-//! chart to these functions with the real Helm engine).
+//! namespace, the Deployment, the UDP Service agents dial, the metrics Service and, with the
+//! external scaler, the TCP Service KEDA dials. What `kubectl kedge install hub` prints,
+//! and, through [`hub_helm_values`], what the `kedge-hub` Helm chart renders for the same
+//! settings (`tests/tests/charts.rs` holds the chart to these functions with the real Helm
+//! engine).
 
 use serde_json::{Value, json};
 
-use super::hub::{HUB, HubInstall, hub_rbac};
+use super::hub::{HUB, HubInstall, SCALER, hub_rbac};
 use crate::error::{Error, Result};
 
 /// The hub image unless told otherwise.
@@ -43,8 +44,9 @@ impl ServiceType {
 /// Everything that makes the hub's install; [`Default`] is the chart's `values.yaml`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HubDeployment {
-    /// Namespace, Lease name and controllers: what the RBAC depends on. The install always
-    /// enrolls members with bootstrap tokens (its CA in the Secret `kedge-hub-ca`).
+    /// Namespace, Lease name, controllers and the external scaler: what the RBAC depends on.
+    /// The install always enrolls members with bootstrap tokens (its CA in the Secret
+    /// `kedge-hub-ca`).
     pub rbac: HubInstall,
     /// `--dso-enabled`.
     pub dso_enabled: bool,
@@ -162,6 +164,37 @@ impl HubDeployment {
         if self.image.is_empty() || self.tag.is_empty() {
             problems.push("empty image or tag".to_owned());
         }
+        if let Some(scaler) = &self.rbac.scaler {
+            if !super::is_dns1123_label(&scaler.keda_namespace) {
+                problems.push(format!(
+                    "KEDA namespace {:?} is not a namespace name",
+                    scaler.keda_namespace
+                ));
+            }
+            if !duration(&scaler.cert_lifetime) {
+                problems.push(format!(
+                    "scaler certificate lifetime {:?} is not a whole number and one unit (ms, s, m, h, d)",
+                    scaler.cert_lifetime
+                ));
+            }
+            // Both listen on TCP in the same pod.
+            if scaler.port == 0 || scaler.port == self.ops_port {
+                problems.push(format!(
+                    "scaler port {} must be positive and differ from the ops port",
+                    scaler.port
+                ));
+            }
+            let host_port = scaler
+                .address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !scaler.address.is_empty() && !host_port {
+                problems.push(format!(
+                    "scaler address {:?} is not host:port",
+                    scaler.address
+                ));
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {
@@ -199,6 +232,18 @@ impl HubDeployment {
         if !self.server_ips.is_empty() {
             args.extend(["--server-ips".to_owned(), self.server_ips.join(",")]);
         }
+        if let Some(scaler) = &self.rbac.scaler {
+            args.extend([
+                "--scaler-listen".to_owned(),
+                format!("0.0.0.0:{}", scaler.port),
+                "--scaler-address".to_owned(),
+                scaler.address_in(&self.rbac.namespace),
+                "--keda-namespace".to_owned(),
+                scaler.keda_namespace.clone(),
+                "--scaler-cert-lifetime".to_owned(),
+                scaler.cert_lifetime.clone(),
+            ]);
+        }
         args
     }
 }
@@ -219,6 +264,13 @@ fn deployment(d: &HubDeployment) -> Value {
     };
     let mut pod_labels = labels();
     pod_labels["app.kubernetes.io/instance"] = json!(HUB);
+    let mut ports = vec![
+        json!({"name": "quic", "containerPort": d.quic_port, "protocol": "UDP"}),
+        json!({"name": "ops", "containerPort": d.ops_port, "protocol": "TCP"}),
+    ];
+    if let Some(scaler) = &d.rbac.scaler {
+        ports.push(json!({"name": "scaler", "containerPort": scaler.port, "protocol": "TCP"}));
+    }
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -251,10 +303,7 @@ fn deployment(d: &HubDeployment) -> Value {
                              "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                             {"name": "RUST_LOG", "value": d.log_level},
                         ],
-                        "ports": [
-                            {"name": "quic", "containerPort": d.quic_port, "protocol": "UDP"},
-                            {"name": "ops", "containerPort": d.ops_port, "protocol": "TCP"},
-                        ],
+                        "ports": ports,
                         "livenessProbe": probe("/healthz", 10),
                         // Ready only on the Lease holder: the Service sends agents to it.
                         "readinessProbe": probe("/readyz", 5),
@@ -271,11 +320,11 @@ fn deployment(d: &HubDeployment) -> Value {
     })
 }
 
-fn services(d: &HubDeployment) -> [Value; 2] {
+fn services(d: &HubDeployment) -> Vec<Value> {
     let ns = d.rbac.namespace.as_str();
     let mut metrics_labels = labels();
     metrics_labels["app.kubernetes.io/component"] = json!("metrics");
-    [
+    let mut services = vec![
         json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": HUB, "namespace": ns, "labels": labels()},
@@ -290,11 +339,26 @@ fn services(d: &HubDeployment) -> [Value; 2] {
                 "ports": [{"name": "ops", "port": d.ops_port, "targetPort": "ops",
                     "protocol": "TCP"}]},
         }),
-    ]
+    ];
+    if let Some(scaler) = &d.rbac.scaler {
+        let mut scaler_labels = labels();
+        scaler_labels["app.kubernetes.io/component"] = json!("scaler");
+        // KEDA's operator dials the scaler here; as with QUIC, only the ready hub (the
+        // Lease holder) is behind it.
+        services.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": SCALER, "namespace": ns, "labels": scaler_labels},
+            "spec": {"type": "ClusterIP", "selector": selector(),
+                "ports": [{"name": "scaler", "port": scaler.port, "targetPort": "scaler",
+                    "protocol": "TCP"}]},
+        }));
+    }
+    services
 }
 
 /// The hub's install in apply order, CRDs apart (`kubectl kedge crds`): Namespace, the
-/// ServiceAccount and RBAC of [`hub_rbac`], the Deployment, the QUIC and metrics Services.
+/// ServiceAccount and RBAC of [`hub_rbac`], the Deployment, the QUIC and metrics Services
+/// and with the external scaler its Service. KEDA's namespace must exist (KEDA installed).
 /// Check the input with [`HubDeployment::validate`] first.
 pub fn hub_manifests(d: &HubDeployment) -> Vec<Value> {
     let mut out = vec![json!({"apiVersion": "v1", "kind": "Namespace",
@@ -322,12 +386,18 @@ pub fn hub_helm_values(d: &HubDeployment) -> Value {
         "quic": {"port": d.quic_port,
             "service": {"type": d.service_type.as_str(), "port": d.quic_port}},
         "ops": {"port": d.ops_port, "service": {"port": d.ops_port}},
+        "scaler": match &d.rbac.scaler {
+            Some(s) => json!({"enabled": true, "port": s.port, "kedaNamespace": s.keda_namespace,
+                "certLifetime": s.cert_lifetime, "address": s.address}),
+            None => json!({"enabled": false}),
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::install::ScalerInstall;
 
     #[test]
     fn defaults_are_valid_and_flags_follow_the_settings() {
@@ -349,11 +419,72 @@ mod tests {
                 "RoleBinding",
                 "Role",
                 "RoleBinding",
+                "Role",
+                "RoleBinding",
+                "Role",
+                "RoleBinding",
                 "Deployment",
+                "Service",
                 "Service",
                 "Service"
             ]
         );
+    }
+
+    /// The scaler, on by default, is told the Service KEDA dials (the hub's own default
+    /// names the UDP Service); off, nothing of it is rendered.
+    #[test]
+    fn the_scaler_listens_where_its_service_points() {
+        let d = HubDeployment::default();
+        let args = d.args().join(" ");
+        assert!(
+            args.ends_with(
+                "--scaler-listen 0.0.0.0:9090 \
+                 --scaler-address kedge-hub-scaler.kedge-system.svc:9090 \
+                 --keda-namespace keda --scaler-cert-lifetime 30d"
+            ),
+            "{args}"
+        );
+        let objects = hub_manifests(&d);
+        let service = objects
+            .iter()
+            .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == SCALER)
+            .unwrap();
+        assert_eq!(service["spec"]["type"], "ClusterIP");
+        assert_eq!(
+            service["spec"]["ports"],
+            json!([{"name": "scaler", "port": 9090, "targetPort": "scaler", "protocol": "TCP"}])
+        );
+        let container = &objects.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"]["template"]
+            ["spec"]["containers"][0];
+        assert_eq!(
+            container["ports"][2],
+            json!({"name": "scaler", "containerPort": 9090, "protocol": "TCP"})
+        );
+
+        let mut elsewhere = HubDeployment::default();
+        elsewhere.rbac.scaler = Some(ScalerInstall {
+            address: "scaler.example:443".into(),
+            ..ScalerInstall::default()
+        });
+        assert!(
+            elsewhere
+                .args()
+                .join(" ")
+                .contains("--scaler-address scaler.example:443")
+        );
+
+        let mut off = HubDeployment::default();
+        off.rbac.scaler = None;
+        off.validate().unwrap();
+        assert!(!off.args().join(" ").contains("scaler"));
+        let objects = hub_manifests(&off);
+        assert!(
+            objects
+                .iter()
+                .all(|o| !o.to_string().contains("scaler") && o["metadata"]["namespace"] != "keda")
+        );
+        assert_eq!(hub_helm_values(&off)["scaler"], json!({"enabled": false}));
     }
 
     #[test]
@@ -370,5 +501,17 @@ mod tests {
         };
         assert_eq!(problems.len(), 4, "{problems:?}");
         assert!(problems[0].contains("heartbeat interval \"-5s\""));
+
+        let mut d = HubDeployment::default();
+        d.rbac.scaler = Some(ScalerInstall {
+            keda_namespace: "KEDA".into(),
+            port: d.ops_port,
+            cert_lifetime: "a month".into(),
+            address: "scaler.example".into(),
+        });
+        let Err(Error::InvalidInstall(problems)) = d.validate() else {
+            panic!("accepted")
+        };
+        assert_eq!(problems.len(), 4, "{problems:?}");
     }
 }

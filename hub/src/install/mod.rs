@@ -3,7 +3,8 @@
 //!
 //! - [`agent`]: a member cluster's agent — its namespace, ServiceAccount, least-privilege
 //!   RBAC, connection Secret and Deployment.
-//! - [`hub`]: the hub's own ServiceAccount and RBAC in the management cluster.
+//! - [`hub`]: the hub's own ServiceAccount and RBAC in the management cluster (and, for
+//!   its external scaler, one Secret in KEDA's namespace).
 //! - [`hub_deployment`]: the hub's whole install: namespace, RBAC, Deployment, Services.
 //!
 //! These functions are the source of truth for the Helm charts in `deploy/charts` too:
@@ -18,7 +19,7 @@ pub mod hub_deployment;
 pub use agent::{
     AgentInstall, AgentKind, AgentNamespaces, Credentials, agent_helm_values, agent_manifests,
 };
-pub use hub::{HubInstall, hub_rbac};
+pub use hub::{HubInstall, ScalerInstall, hub_rbac};
 pub use hub_deployment::{HubDeployment, ServiceType, hub_helm_values, hub_manifests};
 
 use std::collections::BTreeSet;

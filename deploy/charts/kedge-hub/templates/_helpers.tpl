@@ -12,3 +12,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: kedge-hub
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/*
+What KEDA dials: scaler.address, else the Service kedge-hub-scaler. (A release upgraded with
+--reuse-values from chart 0.1.0 has no `scaler` values: templates read them as
+`.Values.scaler | default dict`, a scaler turned off.)
+*/}}
+{{- define "kedge-hub.scalerAddress" -}}
+{{- $scaler := .Values.scaler | default dict -}}
+{{- $scaler.address | default (printf "kedge-hub-scaler.%s.svc:%v" .Release.Namespace $scaler.port) -}}
+{{- end -}}
