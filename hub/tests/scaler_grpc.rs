@@ -94,7 +94,6 @@ fn configure(pod_metrics: &PodMetrics) {
             key: "kedge-pod-metrics".into(),
             trigger: PodMetricsTrigger::parse("t", &metadata).unwrap(),
             interval: Duration::from_secs(5),
-            current_replicas: 3,
             members: vec![ConfiguredMember {
                 member: "edge-1".into(),
                 workload: WorkloadRef {
@@ -170,7 +169,7 @@ async fn keda_gets_the_spec_and_the_value_over_mutual_tls() {
             .result
     );
 
-    // 3 pods averaging 12: 12 × 3 current replicas, so the HPA's per-replica value is 12.
+    // 3 pods averaging 12: 12 × 3 pods, so the HPA's per-replica value (over 3) is 12.
     hub.pod_metrics
         .record("edge-1", sample(36.0, 3), tokio::time::Instant::now());
     let value = client.get_metrics(request()).await.unwrap().into_inner();

@@ -1,6 +1,8 @@
 //! The live demo of `kedge-sim up` (without `--headless`): the example DSO and DSJ on a
 //! three-member fleet, a scripted metric and queue, one member cut off and returning, and a
-//! terminal view of how replicas and Jobs move.
+//! terminal view of how replicas and Jobs move. Its inference scene: simulated vLLM engines
+//! ([`crate::engines`]) share a scripted queue of waiting requests, and the DSO `vllm`
+//! scales them on what they say (a `kedge-pod-metrics` trigger).
 
 use std::time::{Duration, Instant};
 
@@ -13,12 +15,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
+use crate::engines::Demand;
 use crate::fleet::{Fleet, HUB_CLUSTER};
 use crate::{Error, Result};
+use tokio_util::sync::CancellationToken;
 
 const DSO_YAML: &str = include_str!("../../deploy/examples/fleet/dso-nginx.yaml");
 const DSJ_YAML: &str = include_str!("../../deploy/examples/fleet/dsj-queue.yaml");
 const DEPLOYMENT_YAML: &str = include_str!("../../deploy/examples/fleet/nginx-deployment.yaml");
+const VLLM_DSO_YAML: &str = include_str!("../../deploy/examples/fleet/dso-vllm.yaml");
+const VLLM_DEPLOYMENT_YAML: &str = include_str!("../../deploy/examples/fleet/vllm-deployment.yaml");
+/// Name of the inference example's DSO (`dso-vllm.yaml`).
+pub const INFERENCE_DSO_NAME: &str = "vllm";
 const FIELD_MANAGER: &str = "kedge-demo";
 /// Name of the example DSO (`dso-nginx.yaml`).
 pub const DSO_NAME: &str = "nginx";
@@ -38,20 +46,31 @@ fn apply_params() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).force()
 }
 
-/// Installs the example: the Deployment in every member; the DSO, the DSJ and the
-/// ConfigMaps they read on the hub.
+/// Installs the example: the Deployments (`nginx`, `vllm`) in every member; the DSOs, the
+/// DSJ and the ConfigMaps they read on the hub.
 pub async fn install_example(fleet: &Fleet) -> Result<()> {
     for member in fleet.members() {
         let client = cluster_client(fleet, &member)?;
         let deployments: Api<Deployment> = Api::namespaced(client, "default");
-        for doc in documents(DEPLOYMENT_YAML)? {
+        for doc in documents(DEPLOYMENT_YAML)?
+            .into_iter()
+            .chain(documents(VLLM_DEPLOYMENT_YAML)?)
+        {
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             deployments
-                .patch("nginx", &apply_params(), &Patch::Apply(&doc))
+                .patch(&name, &apply_params(), &Patch::Apply(&doc))
                 .await?;
         }
     }
     let hub = cluster_client(fleet, HUB_CLUSTER)?;
-    for doc in documents(DSO_YAML)?.into_iter().chain(documents(DSJ_YAML)?) {
+    for doc in documents(DSO_YAML)?
+        .into_iter()
+        .chain(documents(DSJ_YAML)?)
+        .chain(documents(VLLM_DSO_YAML)?)
+    {
         apply_on_hub(&hub, &doc).await?;
     }
     Ok(())
@@ -136,6 +155,8 @@ enum Action {
     CutOff,
     /// member-3's agent running again.
     Reconnect,
+    /// Requests waiting across the inference fleet.
+    Demand(u32),
     /// Nothing to do: the text says what the view shows by now.
     Note,
 }
@@ -143,11 +164,16 @@ enum Action {
 /// The DSO and DSJ steps on one timeline; each text says what was seen to happen on the
 /// local fleet. The DSJ's Jobs run 15 s each, so every queue of 10 is back to 0 before its
 /// Jobs finish (a queue that stays at 10 would get 10 new Jobs each time they do).
-const SCRIPT: [(u64, Action, &str); 15] = [
+const SCRIPT: [(u64, Action, &str); 19] = [
     (
         0,
         Action::Metric(5),
         "metric 5: one replica per 5 → 1 replica",
+    ),
+    (
+        1,
+        Action::Demand(30),
+        "inference: 30 requests waiting on 1 engine → 3 engines, 10 each",
     ),
     (3, Action::Queue(10), "queue 10 → 10 Jobs, split 2:3:5"),
     (
@@ -159,6 +185,11 @@ const SCRIPT: [(u64, Action, &str); 15] = [
         13,
         Action::Queue(0),
         "queue 0: no new Jobs; each member keeps its last 2 finished Jobs",
+    ),
+    (
+        20,
+        Action::Demand(80),
+        "inference: 80 waiting → 8 engines (only above 11 per engine does it scale up)",
     ),
     (24, Action::Metric(45), "metric 45 → 9 replicas"),
     (
@@ -172,6 +203,11 @@ const SCRIPT: [(u64, Action, &str); 15] = [
         "queue 10, member-3 unreachable → 10 Jobs, split 2:3 over member-1 and member-2",
     ),
     (56, Action::Queue(0), "queue 0"),
+    (
+        58,
+        Action::Note,
+        "inference: member-3's engines count as missing, never as idle: no scale-down",
+    ),
     (
         75,
         Action::Reconnect,
@@ -195,6 +231,11 @@ const SCRIPT: [(u64, Action, &str); 15] = [
     (90, Action::Queue(0), "queue 0"),
     (95, Action::Metric(10), "metric 10 → 2 replicas"),
     (
+        96,
+        Action::Demand(10),
+        "inference: 10 waiting → down to 1 engine (only below 5 per engine does it scale down)",
+    ),
+    (
         100,
         Action::Member2Full(false),
         "member-2 has room again (its soft taint lasts 1 min)",
@@ -206,6 +247,24 @@ const LOG_LINES: usize = 8;
 
 /// Runs the script and redraws the view every second until `stop` resolves.
 pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()>) -> Result<()> {
+    let demand = Demand::default();
+    let engines_stop = CancellationToken::new();
+    let members = fleet.members();
+    let engines = crate::engines::serve(&fleet.sim, &members, demand.clone(), engines_stop.clone());
+    let script = async {
+        let outcome = script(fleet, &demand, stop).await;
+        engines_stop.cancel();
+        outcome
+    };
+    let ((), outcome) = tokio::join!(engines, script);
+    outcome
+}
+
+async fn script(
+    fleet: &Fleet,
+    demand: &Demand,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<()> {
     let hub = cluster_client(fleet, HUB_CLUSTER)?;
     let dsos: Api<DistributedScaledObject> = Api::namespaced(hub.clone(), "default");
     let dsjs: Api<DistributedScaledJob> = Api::namespaced(hub.clone(), "default");
@@ -230,6 +289,7 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
                 Action::Member2Full(full) => set_full(fleet, "member-2", full).await?,
                 Action::CutOff => signal(fleet.agent_pid("member-3"), "STOP").await,
                 Action::Reconnect => signal(fleet.agent_pid("member-3"), "CONT").await,
+                Action::Demand(v) => demand.set(v),
                 Action::Note => {}
             }
             log.push(format!("[{t:>3}s] {text}"));
@@ -240,7 +300,14 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
         }
         let dso = dsos.get_opt(DSO_NAME).await.ok().flatten();
         let dsj = dsjs.get_opt(DSJ_NAME).await.ok().flatten();
-        let view = render(dso.as_ref(), dsj.as_ref(), &log, t);
+        let inference = dsos.get_opt(INFERENCE_DSO_NAME).await.ok().flatten();
+        let mut view = render(dso.as_ref(), dsj.as_ref(), &log, t);
+        if let Some(at) = view.find("\nwhat happened:") {
+            view.insert_str(
+                at,
+                &format!("\n{}", render_inference(inference.as_ref(), demand.get())),
+            );
+        }
         print!("\x1b[2J\x1b[H{view}");
         tokio::select! {
             _ = &mut stop => break,
@@ -305,6 +372,43 @@ pub fn render_dso(dso: Option<&DistributedScaledObject>) -> String {
             s.desired_replicas,
             s.current_replicas,
             bar("█", s.current_replicas)
+        ));
+    }
+    out
+}
+
+/// The inference scene's section: the queue, the fleet's per-engine average the hub serves
+/// KEDA, and the engines per member with the pods each counted or missed.
+pub fn render_inference(dso: Option<&DistributedScaledObject>, demand: u32) -> String {
+    let Some(dso) = dso else {
+        return format!("waiting for DistributedScaledObject default/{INFERENCE_DSO_NAME}...\n");
+    };
+    let status = dso.status.clone().unwrap_or_default();
+    let reading = status.pod_metrics.first();
+    let mut out = format!(
+        "dso/{} (kedge-pod-metrics)  {} requests waiting   average {} per engine (target {})   engines {}\n\n",
+        dso.name_any(),
+        demand,
+        reading
+            .and_then(|r| r.average.clone())
+            .unwrap_or_else(|| "-".into()),
+        reading.map_or("-", |r| r.threshold.as_str()),
+        status.total_current_replicas,
+    );
+    out.push_str(&format!(
+        "{:<10} {:<12} {:>7} {:>7} {:>7}  {}\n",
+        "MEMBER", "STATE", "ENGINES", "COUNTED", "MISSING", "ENGINES"
+    ));
+    for (member, s) in &status.member_cluster_statuses {
+        let part = reading.and_then(|r| r.members.get(member));
+        out.push_str(&format!(
+            "{:<10} {:<12} {:>7} {:>7} {:>7}  {}\n",
+            member,
+            s.state.as_deref().unwrap_or("-"),
+            s.current_replicas,
+            part.map_or(0, |p| p.pods_counted),
+            part.map_or(0, |p| p.pods_missing),
+            bar("▓", s.current_replicas)
         ));
     }
     out
@@ -472,6 +576,65 @@ mod tests {
         let dsj = text.find("dsj/queue-worker").unwrap_or(usize::MAX);
         let log = text.find("[  3s] queue 10").unwrap_or(usize::MAX);
         assert!(dso < dsj && dsj < log, "{text}");
+    }
+
+    #[test]
+    fn the_inference_section_shows_the_queue_the_average_and_each_members_engines() {
+        use kedge_core::crd::dso::{
+            DistributedScaledObjectStatus, DsoMemberClusterStatus, PodMetricsMemberStatus,
+            PodMetricsStatus,
+        };
+        let mut dso: DistributedScaledObject = serde_yaml::from_str(VLLM_DSO_YAML).unwrap();
+        let member = |state: &str, current: i32| DsoMemberClusterStatus {
+            state: Some(state.into()),
+            current_replicas: current,
+            ..DsoMemberClusterStatus::default()
+        };
+        let part = |counted: i64, missing: i64| PodMetricsMemberStatus {
+            pods_counted: counted,
+            pods_missing: missing,
+            ..PodMetricsMemberStatus::default()
+        };
+        dso.status = Some(DistributedScaledObjectStatus {
+            total_current_replicas: 5,
+            member_cluster_statuses: BTreeMap::from([
+                ("member-1".to_owned(), member("Ready", 3)),
+                ("member-3".to_owned(), member("Unreachable", 2)),
+            ]),
+            pod_metrics: vec![PodMetricsStatus {
+                threshold: "10".into(),
+                average: Some("11.2".into()),
+                members: BTreeMap::from([
+                    ("member-1".to_owned(), part(3, 0)),
+                    ("member-3".to_owned(), part(0, 2)),
+                ]),
+                ..PodMetricsStatus::default()
+            }],
+            ..DistributedScaledObjectStatus::default()
+        });
+        let text = render_inference(Some(&dso), 40);
+        assert_eq!(
+            line_of(&text, "dso/"),
+            "dso/vllm (kedge-pod-metrics)  40 requests waiting   average 11.2 per engine (target 10)   engines 5"
+        );
+        let columns = |m: &str| {
+            line_of(&text, m)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            columns("member-1"),
+            ["member-1", "Ready", "3", "3", "0", "▓▓▓"]
+        );
+        assert_eq!(
+            columns("member-3"),
+            ["member-3", "Unreachable", "2", "0", "2", "▓▓"]
+        );
+        assert_eq!(
+            render_inference(None, 0),
+            "waiting for DistributedScaledObject default/vllm...\n"
+        );
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub struct Fleet {
     config: FleetConfig,
     quic_port: u16,
     ops_port: u16,
+    scaler_port: u16,
 }
 
 fn free_udp_port() -> Result<u16> {
@@ -124,8 +125,9 @@ impl Fleet {
             .ok_or_else(|| Error::Fleet("the hub cluster did not start".into()))?;
         install_crds(hub_cluster.client()?).await?;
 
-        let (quic_port, ops_port) = (free_udp_port()?, free_tcp_port()?);
-        let hub = start_hub(&config, quic_port, ops_port)?;
+        let (quic_port, ops_port, scaler_port) =
+            (free_udp_port()?, free_tcp_port()?, free_tcp_port()?);
+        let hub = start_hub(&config, quic_port, ops_port, scaler_port)?;
         let mut fleet = Fleet {
             sim,
             hub,
@@ -133,6 +135,7 @@ impl Fleet {
             config,
             quic_port,
             ops_port,
+            scaler_port,
         };
         fleet.wait_for_hub_ca(Duration::from_secs(30)).await?;
         std::fs::create_dir_all(fleet.config.dir.join("agents"))?;
@@ -279,6 +282,11 @@ impl Fleet {
         format!("http://127.0.0.1:{}", self.ops_port)
     }
 
+    /// The address of the hub's KEDA external scaler (gRPC with mutual TLS).
+    pub fn scaler_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.scaler_port)
+    }
+
     /// The hub's QUIC address.
     pub fn hub_addr(&self) -> String {
         format!("127.0.0.1:{}", self.quic_port)
@@ -360,7 +368,13 @@ impl Fleet {
     }
 }
 
-fn start_hub(config: &FleetConfig, quic_port: u16, ops_port: u16) -> Result<Child> {
+fn start_hub(
+    config: &FleetConfig,
+    quic_port: u16,
+    ops_port: u16,
+    scaler_port: u16,
+) -> Result<Child> {
+    let scaler = format!("127.0.0.1:{scaler_port}");
     // No certificate files: the hub keeps its CA in the Secret kedge-hub-ca of its namespace
     // and enrolls members.
     let args = vec![
@@ -383,6 +397,11 @@ fn start_hub(config: &FleetConfig, quic_port: u16, ops_port: u16) -> Result<Chil
         // The local fleet runs both controllers.
         "--dsj-enabled".into(),
         "true".into(),
+        // And the external scaler KEDA calls for `kedge-pod-metrics` triggers.
+        "--scaler-listen".into(),
+        scaler.clone(),
+        "--scaler-address".into(),
+        scaler,
     ];
     let log = config.dir.join("logs").join("hub.log");
     spawn(&config.bin_dir.join("kedge-hub"), &args, &log)

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod defaults;
 pub mod demo;
+pub mod engines;
 pub mod error;
 pub mod fleet;
 pub mod jsonpath;

@@ -1,6 +1,7 @@
 //! `kedge-sim up --headless`: the scripted fleet comes up with every agent connected, is
 //! usable with the real kubectl, and stops cleanly. The demo's example on that fleet: its
-//! DistributedScaledJob turns a queue into Jobs in the members.
+//! DistributedScaledJob turns a queue into Jobs in the members, and its inference scene
+//! scales simulated vLLM engines on the requests waiting on them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,8 +12,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kedge_core::crd::DistributedScaledJob;
-use kedge_sim::demo::{DSJ_NAME, install_example};
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
+use kedge_sim::demo::{DSJ_NAME, INFERENCE_DSO_NAME, install_example};
+use kedge_sim::engines::{self, Demand};
 use kedge_sim::fleet::{Fleet, FleetConfig, HUB_CLUSTER};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -239,5 +241,35 @@ async fn demo_example_dsj_turns_a_queue_into_jobs_in_the_members() {
         },
     )
     .await;
+
+    // The inference scene, through the agents as setup-member installs them (least
+    // privilege) and the hub's scaler as `kedge-sim up` starts it: engines share the
+    // requests waiting; the DSO keeps about 10 per engine.
+    let demand = Demand::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let members = fleet.members();
+    let serving = engines::serve(&fleet.sim, &members, demand.clone(), stop.clone());
+    let dsos: Api<DistributedScaledObject> = Api::namespaced(client(HUB_CLUSTER), "default");
+    let engines_of = |want: i32| {
+        let dsos = dsos.clone();
+        async move {
+            let status = dsos.get(INFERENCE_DSO_NAME).await.ok()?.status?;
+            let counted = status.pod_metrics.first()?.pods_counted;
+            (status.total_current_replicas == want && counted == i64::from(want)).then_some(())
+        }
+    };
+    let scene = async {
+        // 30 waiting on the one warm engine: 3 engines at 10 each.
+        demand.set(30);
+        wait_for(limit, "3 engines for 30 requests waiting", || engines_of(3)).await;
+        // 80 waiting: 8 engines.
+        demand.set(80);
+        wait_for(limit, "8 engines for 80 requests waiting", || engines_of(8)).await;
+        // 10 waiting, 1.25 per engine, under the scale-down tolerance: back to 1.
+        demand.set(10);
+        wait_for(limit, "1 engine for 10 requests waiting", || engines_of(1)).await;
+        stop.cancel();
+    };
+    tokio::join!(serving, scene);
     fleet.shutdown().await;
 }

@@ -247,7 +247,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         );
     }
     if pod_metrics && validated.is_ok() && !no_scaler {
-        let configured = pod_metrics_triggers(dso, &names, &targets, &snapshots, &decided.status);
+        let configured = pod_metrics_triggers(dso, &names, &targets, &snapshots);
         ctx.fleet.pod_metrics().configure(&owner, configured);
         let readings: Vec<_> = ctx
             .fleet
@@ -340,7 +340,6 @@ fn pod_metrics_triggers(
     names: &BTreeSet<String>,
     targets: &Targets<'_>,
     snapshots: &BTreeMap<String, crate::fleet::MemberSnapshot>,
-    status: &DistributedScaledObjectStatus,
 ) -> Vec<Configured> {
     let members: Vec<ConfiguredMember> = names
         .iter()
@@ -372,7 +371,6 @@ fn pod_metrics_triggers(
                 key: trigger_key(t).to_owned(),
                 trigger,
                 interval: polling_interval(dso),
-                current_replicas: u32::try_from(status.total_current_replicas).unwrap_or(0),
                 members: members.clone(),
             })
         })

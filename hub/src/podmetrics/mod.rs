@@ -46,9 +46,6 @@ pub struct Configured {
     pub trigger: PodMetricsTrigger,
     /// The DSO's `pollingInterval`.
     pub interval: Duration,
-    /// The DSO's current replicas (`status.totalCurrentReplicas`: what KEDA's HPA divides
-    /// the metric by).
-    pub current_replicas: u32,
     /// The members to scrape: each with its workload and the ready pods it last reported.
     pub members: Vec<ConfiguredMember>,
 }
@@ -87,7 +84,6 @@ struct TriggerState {
     key: String,
     trigger: PodMetricsTrigger,
     interval: Duration,
-    current_replicas: u32,
     members: BTreeMap<String, MemberState>,
 }
 
@@ -128,8 +124,6 @@ pub struct Reading {
     pub metric_name: String,
     /// Target average per pod.
     pub threshold: f64,
-    /// The DSO's current replicas.
-    pub current_replicas: u32,
     /// The fleet value; `None` when no pod anywhere had a value.
     pub value: Option<FleetValue>,
     /// Per member, in name order.
@@ -137,13 +131,22 @@ pub struct Reading {
 }
 
 impl Reading {
-    /// What the external scaler answers KEDA: the per-pod average times the replicas KEDA's
-    /// HPA divides an `AverageValue` metric by, so that the HPA's per-replica value is the
-    /// average itself (desired = ceil(current × average / threshold)).
+    /// What the external scaler answers KEDA: the per-pod average times the pods it is an
+    /// average over (those counted and those missing). KEDA's HPA divides an
+    /// `AverageValue` metric by the current replicas, so in a steady fleet its per-replica
+    /// value is the average itself and desired = ceil(pods × average / threshold).
+    ///
+    /// Not times the current replicas: while new pods start, the replicas grow before the
+    /// agents see the pods, and the old pods' average times the new count would make the
+    /// HPA overshoot (1 pod at 30 becomes 3, and 30 × 3 / 10 asks for 9).
+    ///
+    /// Rounded to thousandths, as KEDA turns a value into a milli-quantity: without it, ten
+    /// requests shared by nine pods would come back as 10.000000000000002 and ask for a
+    /// second replica.
     pub fn metric_value(&self) -> Option<f64> {
         self.value
             .as_ref()
-            .map(|v| v.average * f64::from(self.current_replicas.max(1)))
+            .map(|v| (v.average * (v.counted + v.missing) as f64 * 1000.0).round() / 1000.0)
     }
 }
 
@@ -246,7 +249,6 @@ impl PodMetrics {
                     key: c.key,
                     trigger: c.trigger,
                     interval: c.interval,
-                    current_replicas: c.current_replicas,
                     members,
                 },
             );
@@ -404,7 +406,6 @@ fn read(state: &TriggerState, now: Instant) -> Reading {
         key: state.key.clone(),
         metric_name: state.trigger.metric_name.clone(),
         threshold: state.trigger.threshold,
-        current_replicas: state.current_replicas,
         value: fleet_average(state.trigger.threshold, samples),
         members,
     }
@@ -492,13 +493,12 @@ mod tests {
         PodMetricsTrigger::parse("t", &metadata).unwrap()
     }
 
-    fn configured(members: &[(&str, u32)], current: u32) -> Configured {
+    fn configured(members: &[(&str, u32)]) -> Configured {
         Configured {
             index: 0,
             key: "kedge-pod-metrics".into(),
             trigger: trigger(10.0),
             interval: Duration::from_secs(5),
-            current_replicas: current,
             members: members
                 .iter()
                 .map(|(m, ready)| ConfiguredMember {
@@ -530,7 +530,7 @@ mod tests {
     fn members_get_their_targets_and_lose_them_when_the_dso_goes() {
         let metrics = PodMetrics::default();
         let mut a = metrics.targets("a");
-        metrics.configure("ns/llm", vec![configured(&[("a", 1), ("b", 1)], 2)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 1), ("b", 1)])]);
         assert!(a.has_changed().unwrap());
         let targets = a.borrow_and_update().clone();
         assert_eq!(targets.targets.len(), 1);
@@ -540,7 +540,7 @@ mod tests {
         assert!(t.https);
         assert_eq!((t.interval_ms, t.timeout_ms), (5000, 5000));
         // The same configuration again sends nothing.
-        metrics.configure("ns/llm", vec![configured(&[("a", 1), ("b", 1)], 2)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 1), ("b", 1)])]);
         assert!(!a.has_changed().unwrap());
         metrics.forget("ns/llm");
         assert!(a.borrow_and_update().targets.is_empty());
@@ -550,22 +550,35 @@ mod tests {
     #[test]
     fn the_fleet_average_spans_members_and_answers_kedas_average_value() {
         let metrics = PodMetrics::default();
-        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 2)], 4)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 2)])]);
         let now = Instant::now();
         let a = metrics.record("a", report(vec![sample("ns/llm", 30.0, 2, 0)]), now);
         let b = metrics.record("b", report(vec![sample("ns/llm", 50.0, 2, 0)]), now);
         assert_eq!((a.accepted, b.accepted), (1, 1));
         let reading = metrics.reading("ns/llm", 0, now).unwrap();
-        let value = reading.value.clone().unwrap();
+        let value = reading.value.unwrap();
         assert_eq!((value.average, value.counted, value.missing), (20.0, 4, 0));
-        // The HPA divides by the 4 current replicas: 80 / 4 = 20 per replica.
+        // Over the 4 pods: 80, which the HPA divides by its 4 current replicas.
         assert_eq!(reading.metric_value(), Some(80.0));
+    }
+
+    #[test]
+    fn the_answer_is_in_thousandths_so_a_shared_queue_adds_up() {
+        let metrics = PodMetrics::default();
+        metrics.configure("ns/llm", vec![configured(&[("a", 9)])]);
+        let now = Instant::now();
+        // Ten requests over nine pods, each reporting 10/9, summed by the agent.
+        let sum: f64 = std::iter::repeat_n(10.0 / 9.0, 9).sum();
+        metrics.record("a", report(vec![sample("ns/llm", sum, 9, 0)]), now);
+        let reading = metrics.reading("ns/llm", 0, now).unwrap();
+        assert_ne!(reading.value.unwrap().average * 9.0, 10.0);
+        assert_eq!(reading.metric_value(), Some(10.0));
     }
 
     #[test]
     fn a_silent_member_counts_its_pods_as_missing_not_as_zeros() {
         let metrics = PodMetrics::default();
-        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 3)], 5)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 3)])]);
         let t0 = Instant::now();
         metrics.record("a", report(vec![sample("ns/llm", 4.0, 2, 0)]), t0);
         metrics.record("b", report(vec![sample("ns/llm", 6.0, 3, 0)]), t0);
@@ -585,7 +598,7 @@ mod tests {
     #[test]
     fn a_member_that_cannot_list_its_pods_counts_the_pods_it_reported_as_missing() {
         let metrics = PodMetrics::default();
-        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 4)], 6)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 4)])]);
         let now = Instant::now();
         metrics.record("a", report(vec![sample("ns/llm", 40.0, 2, 0)]), now);
         let mut failed = sample("ns/llm", 0.0, 0, 0);
@@ -602,7 +615,7 @@ mod tests {
     #[test]
     fn samples_for_triggers_a_member_was_not_given_are_dropped() {
         let metrics = PodMetrics::default();
-        metrics.configure("ns/llm", vec![configured(&[("a", 1)], 1)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 1)])]);
         let now = Instant::now();
         let recorded = metrics.record(
             "b",
@@ -629,7 +642,7 @@ mod tests {
     #[test]
     fn the_status_shows_the_value_and_each_members_part_missing_first() {
         let metrics = PodMetrics::default();
-        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 3)], 5)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 2), ("b", 3)])]);
         let now = Instant::now();
         metrics.record("b", report(vec![sample("ns/llm", 24.0, 2, 0)]), now);
         let status = status_of(
@@ -657,10 +670,10 @@ mod tests {
     #[test]
     fn a_member_whose_workload_changes_starts_over() {
         let metrics = PodMetrics::default();
-        metrics.configure("ns/llm", vec![configured(&[("a", 1)], 1)]);
+        metrics.configure("ns/llm", vec![configured(&[("a", 1)])]);
         let now = Instant::now();
         metrics.record("a", report(vec![sample("ns/llm", 5.0, 1, 0)]), now);
-        let mut moved = configured(&[("a", 1)], 1);
+        let mut moved = configured(&[("a", 1)]);
         moved.members[0].workload = workload("other");
         metrics.configure("ns/llm", vec![moved]);
         let reading = metrics.reading("ns/llm", 0, now).unwrap();

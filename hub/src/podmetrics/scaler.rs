@@ -8,8 +8,8 @@
 //!
 //! - `GetMetricSpec`: one metric, target = the trigger's `threshold` per replica
 //!   (`AverageValue`).
-//! - `GetMetrics`: the fleet's per-pod average × the DSO's current replicas, so that the
-//!   HPA's division by the current replicas leaves the average (see
+//! - `GetMetrics`: the fleet's per-pod average × the pods it is an average over, so that
+//!   the HPA's division by the current replicas leaves the average in a steady fleet (see
 //!   [`Reading::metric_value`](super::Reading::metric_value)). `UNAVAILABLE` when no pod in
 //!   the fleet has a value: KEDA then keeps the replicas, or applies `fallback`.
 //! - `IsActive` / `StreamIsActive`: whether the average is above zero.
