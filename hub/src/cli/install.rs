@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::{Error, Result};
 use crate::install::agent::{DEFAULT_AGENT_NAMESPACE, DEFAULT_IMAGE, IDENTITY_SECRET};
+use crate::install::hub::ScalerInstall;
 use crate::install::hub_deployment::DEFAULT_HUB_IMAGE;
 use crate::install::{
     AgentInstall, AgentNamespaces, Credentials, HubDeployment, HubInstall, ServiceType,
@@ -97,6 +98,16 @@ pub struct HubArgs {
     /// IP addresses of the hub's server certificate, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub server_ips: Vec<String>,
+    /// Serve the KEDA external scaler for `kedge-pod-metrics` triggers (its Service, port and
+    /// RBAC in KEDA's namespace, which must exist).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub scaler_enabled: bool,
+    /// KEDA's namespace (where the scaler's client Secret for KEDA goes).
+    #[arg(long, default_value = "keda")]
+    pub keda_namespace: String,
+    /// TCP port of the external scaler and its Service `kedge-hub-scaler`.
+    #[arg(long, default_value_t = 9090)]
+    pub scaler_port: u16,
     /// Leave the CRDs out (installed separately, e.g. `kubectl kedge crds`).
     #[arg(long)]
     pub skip_crds: bool,
@@ -114,7 +125,11 @@ impl HubArgs {
                 lease_name: self.lease_name.clone(),
                 dsj_enabled: self.dsj_enabled,
                 enrollment: true,
-                scaler: defaults.rbac.scaler,
+                scaler: self.scaler_enabled.then(|| ScalerInstall {
+                    keda_namespace: self.keda_namespace.clone(),
+                    port: self.scaler_port,
+                    ..ScalerInstall::default()
+                }),
             },
             dso_enabled: self.dso_enabled,
             image: self.image.clone(),
