@@ -327,7 +327,7 @@ spec:
     gracePeriod: 10m
   scaledObjectSpec:
     scaleTargetRef: {kind: Deployment, name: vllm}
-    minReplicaCount: 1
+    minReplicaCount: 2
     maxReplicaCount: 12
     pollingInterval: 1
     triggers:
@@ -390,16 +390,19 @@ spec:
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(total(&fleet), 12, "5 per pod is inside the dead zone");
-    // 2 and 4 per pod (average 3, ratio 0.3): ceil(12 × 3 / 10) = 4.
+    // 2 and 4 per pod (average 3, ratio 0.3): down to ceil(12 × 3 / 10) = 4, then
+    // ceil(4 × 3 / 10) = 2, the minimum: one pod per member, at 2 and 4.
     pods.set("member-1", 2.0);
     pods.set("member-2", 4.0);
-    wait_for(STEP, "4 replicas for an average of 3", || async {
-        (total(&fleet) == 4).then_some(())
-    })
+    wait_for(
+        STEP,
+        "the minimum of 2 replicas for an average of 3",
+        || async { (fleet.split("vllm", &MEMBERS) == [Some(1), Some(1)]).then_some(()) },
+    )
     .await;
-    wait_for(STEP, "the status of 4 pods at 3", || async {
+    wait_for(STEP, "the status of 2 pods at 3", || async {
         let s = pod_metrics(&fleet);
-        (s["podsCounted"] == 4 && s["average"] == "3").then_some(())
+        (s["podsCounted"] == 2 && s["average"] == "3").then_some(())
     })
     .await;
     // 10.5 per pod: ratio 1.05, inside the scale-up tolerance of 0.1.
@@ -410,24 +413,26 @@ spec:
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(total(&fleet), 4, "10.5 per pod is inside the dead zone");
+    assert_eq!(total(&fleet), 2, "10.5 per pod is inside the dead zone");
 
-    // --- A pod without the metric counts as missing: 3 pods at 8, one missing → the
-    // measured average 8 is under the threshold, so it counts as 15: (24 + 15) / 4 = 9.75.
-    pods.set("member-1", 8.0);
-    pods.set("member-2", 8.0);
+    // --- A pod without the metric counts as missing: member-1's pod at 6, member-2's
+    // without the metric → the measured average 6 is under the threshold, so the missing
+    // pod counts as 15: (6 + 15) / 2 = 10.5, inside the dead zone.
+    pods.set("member-1", 6.0);
     let one_pod = live_pods(&fleet, "member-2")
         .pop()
         .expect("a pod in member-2");
     pods.without_metric.lock().unwrap().insert(one_pod);
     let status = wait_for(STEP, "one pod missing its metric", || async {
         let s = pod_metrics(&fleet);
-        (s["podsMissing"] == 1 && s["podsCounted"] == 3).then_some(s)
+        (s["podsMissing"] == 1 && s["podsCounted"] == 1).then_some(s)
     })
     .await;
-    assert_eq!(status["average"], "9.75");
+    assert_eq!(status["average"], "10.5");
+    assert_eq!(status["measuredAverage"], "6");
     assert_eq!(status["missingCountedAs"], "15");
     assert_eq!(status["members"]["member-2"]["podsMissing"], 1);
+    assert_eq!(total(&fleet), 2);
     pods.without_metric.lock().unwrap().clear();
 
     // --- A member cut off: its pods count as missing, not as zeros. member-1's pods are at
