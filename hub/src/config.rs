@@ -300,6 +300,57 @@ impl HubArgs {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_scaler_is_off_unless_asked_and_names_what_keda_dials() {
+        let off = HubArgs::try_parse_from(["kedge-hub"]).unwrap();
+        assert!(off.scaler().unwrap().is_none());
+        assert_eq!(off.controllers().unwrap().scaler_address, None);
+        let on = HubArgs::try_parse_from([
+            "kedge-hub",
+            "--namespace",
+            "hub-ns",
+            "--scaler-listen",
+            "0.0.0.0:9090",
+        ])
+        .unwrap();
+        let scaler = on.scaler().unwrap().unwrap();
+        assert_eq!(scaler.address, "kedge-hub.hub-ns.svc:9090");
+        assert_eq!(scaler.certs.names, ["kedge-hub.hub-ns.svc"]);
+        assert_eq!(scaler.certs.keda_namespace, "keda");
+        assert_eq!(scaler.certs.lifetime, Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(
+            on.controllers().unwrap().scaler_address.as_deref(),
+            Some("kedge-hub.hub-ns.svc:9090")
+        );
+        let ip = HubArgs::try_parse_from([
+            "kedge-hub",
+            "--scaler-listen",
+            "127.0.0.1:0",
+            "--scaler-address",
+            "[::1]:7000",
+        ])
+        .unwrap();
+        assert_eq!(ip.scaler().unwrap().unwrap().certs.names, ["::1"]);
+        let bad = HubArgs::try_parse_from([
+            "kedge-hub",
+            "--scaler-listen",
+            "127.0.0.1:0",
+            "--scaler-address",
+            "no-port",
+        ])
+        .unwrap();
+        assert!(bad.scaler().unwrap_err().contains("must be host:port"));
+        let alone = HubArgs::try_parse_from([
+            "kedge-hub",
+            "--scaler-listen",
+            "127.0.0.1:0",
+            "--controllers",
+            "false",
+        ])
+        .unwrap();
+        assert!(alone.scaler().unwrap_err().contains("--controllers true"));
+    }
+
     fn parse(extra: &[&str]) -> Result<HubArgs, clap::Error> {
         let mut args = vec![
             "kedge-hub",
