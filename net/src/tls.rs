@@ -108,6 +108,61 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A server certificate verifier for peers whose certificates carry no identity worth
+/// checking: pods' metrics endpoints, which serve self-signed certificates (the agent
+/// reaches a pod at the address its own API server gave it), and KEDA's `unsafeSsl` in
+/// kedge-sim. Any certificate is accepted; the handshake signatures are still verified with
+/// the provider's algorithms, so the peer holds the key of the certificate it presents and
+/// the session is encrypted to it.
+#[derive(Debug)]
+pub struct AnyServerCertificate {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl AnyServerCertificate {
+    /// The verifier, checking signatures with `provider`'s algorithms.
+    pub fn new(provider: &CryptoProvider) -> Self {
+        Self {
+            algorithms: provider.signature_verification_algorithms,
+        }
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> std::result::Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> std::result::Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
 /// Liveness settings of the QUIC transport.
 #[derive(Debug, Clone, Copy)]
 pub struct TransportTuning {

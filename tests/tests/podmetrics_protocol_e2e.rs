@@ -9,16 +9,15 @@ mod support;
 
 use std::time::Duration;
 
-use kedge_net::tls::{self, TlsMaterial, TransportTuning};
+use kedge_net::tls::TlsMaterial;
 use kedge_protocol::{
-    AgentMessage, FramedStream, Heartbeat, Hello, HubMessage, PodMetricsReport, PodMetricsSample,
-    StatusReport, WorkloadRef, WorkloadStatus,
+    AgentMessage, HubMessage, PodMetricsReport, PodMetricsSample, StatusReport, WorkloadRef,
+    WorkloadStatus,
 };
 use serde_json::Value;
 use support::dso::*;
+use support::enroll::AgentSide;
 use support::*;
-
-type AgentSide = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
 
 const MEMBERS: [&str; 2] = ["member-1", "member-2"];
 
@@ -42,46 +41,9 @@ async fn scripted(fleet: &Fleet, member: &str, version: u16) -> (quinn::Connecti
         &read("ca.pem".into()),
     )
     .unwrap();
-    let config =
-        tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let connection = endpoint
-        .connect_with(config, fleet.ports.quic_addr(), "localhost")
-        .unwrap()
-        .await
-        .unwrap();
-    let (send, recv) = connection.open_bi().await.unwrap();
-    let mut control = AgentSide::new(recv, send);
-    control
-        .send(&AgentMessage::Hello(Hello {
-            protocol_version: version,
-            agent_version: format!("scripted-v{version}"),
-            kubernetes_version: String::new(),
-            last_applied_revision: 0,
-            namespaces: vec![],
-        }))
-        .await
-        .unwrap();
-    let Some(HubMessage::Welcome(welcome)) = control.recv().await.unwrap() else {
-        panic!("expected Welcome");
-    };
+    let (connection, mut control, welcome) =
+        support::enroll::scripted_agent(fleet.ports.quic_addr(), material, version).await;
     assert_eq!(welcome.protocol_version, version);
-    let (send, recv) = connection.open_bi().await.unwrap();
-    let mut beats = AgentSide::new(recv, send);
-    tokio::spawn(async move {
-        for seq in 1..10_000 {
-            let beat = AgentMessage::Heartbeat(Heartbeat {
-                seq,
-                sent_unix_ms: 0,
-            });
-            if beats.send(&beat).await.is_err() {
-                return;
-            }
-            // Acks are read so that the stream never backs up.
-            let _ = beats.recv().await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
     let mut status = WorkloadStatus::absent(workload());
     status.exists = true;
     status.spec_replicas = 1;

@@ -10,10 +10,6 @@ use std::time::Duration;
 
 use kedge_scaler_api::external_scaler_client::ExternalScalerClient;
 use kedge_scaler_api::{GetMetricsRequest, ScaledObjectRef};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::task::JoinHandle;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -278,7 +274,9 @@ fn connect(target: &ScalerTarget) -> Result<Channel, String> {
         }
         endpoint = if tls.skip_verify {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            endpoint.tls_config_with_verifier(config, Arc::new(SkipVerify(provider)))
+            // `unsafeSsl`: any server certificate (its handshake signatures still checked).
+            let verifier = kedge_net::tls::AnyServerCertificate::new(&provider);
+            endpoint.tls_config_with_verifier(config, Arc::new(verifier))
         } else {
             if let Some(ca) = &tls.ca {
                 config = config.ca_certificate(Certificate::from_pem(ca));
@@ -290,51 +288,3 @@ fn connect(target: &ScalerTarget) -> Result<Channel, String> {
     Ok(endpoint.connect_lazy())
 }
 
-/// `unsafeSsl`: any server certificate is accepted (its handshake signatures still checked).
-#[derive(Debug)]
-struct SkipVerify(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for SkipVerify {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}

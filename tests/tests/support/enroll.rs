@@ -37,6 +37,54 @@ pub struct EnrollFleet {
 /// An agent's side of a stream.
 pub type AgentSide = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
 
+/// A scripted agent's session with the hub at `addr`: the QUIC connection with `material`,
+/// the control stream after `Hello` (speaking `protocol_version`) and `Welcome`, and a
+/// heartbeat stream kept alive in the background (at most ~17 minutes).
+pub async fn scripted_agent(
+    addr: SocketAddr,
+    material: TlsMaterial,
+    protocol_version: u16,
+) -> (quinn::Connection, AgentSide, kedge_protocol::Welcome) {
+    let config =
+        tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let connection = endpoint
+        .connect_with(config, addr, "localhost")
+        .unwrap()
+        .await
+        .unwrap();
+    let (send, recv) = connection.open_bi().await.unwrap();
+    let mut control = AgentSide::new(recv, send);
+    control
+        .send(&AgentMessage::Hello(Hello {
+            protocol_version,
+            agent_version: format!("scripted-v{protocol_version}"),
+            kubernetes_version: String::new(),
+            last_applied_revision: 0,
+            namespaces: vec![],
+        }))
+        .await
+        .unwrap();
+    let Some(HubMessage::Welcome(welcome)) = control.recv().await.unwrap() else {
+        panic!("expected Welcome");
+    };
+    let (send, recv) = connection.open_bi().await.unwrap();
+    let mut beats = AgentSide::new(recv, send);
+    tokio::spawn(async move {
+        for seq in 1..10_000 {
+            let beat = AgentMessage::Heartbeat(Heartbeat {
+                seq,
+                sent_unix_ms: 0,
+            });
+            if beats.send(&beat).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (connection, control, welcome)
+}
+
 impl EnrollFleet {
     /// Starts the clusters and a hub issuing member certificates of `member_lifetime`.
     pub async fn start(dir: &Path, members: &[&str], member_lifetime: &str) -> EnrollFleet {
@@ -217,44 +265,8 @@ impl EnrollFleet {
         key_pem: &str,
     ) -> (quinn::Connection, AgentSide, String) {
         let material = TlsMaterial::from_pem(cert_pem, key_pem, &self.ca_pem().await).unwrap();
-        let config =
-            tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
-        let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr: SocketAddr = self.ports.quic_addr();
-        let connection = endpoint
-            .connect_with(config, addr, "localhost")
-            .unwrap()
-            .await
-            .unwrap();
-        let (send, recv) = connection.open_bi().await.unwrap();
-        let mut control = AgentSide::new(recv, send);
-        control
-            .send(&AgentMessage::Hello(Hello {
-                protocol_version: PROTOCOL_VERSION,
-                agent_version: "scripted".into(),
-                kubernetes_version: String::new(),
-                last_applied_revision: 0,
-                namespaces: vec![],
-            }))
-            .await
-            .unwrap();
-        let Some(HubMessage::Welcome(welcome)) = control.recv().await.unwrap() else {
-            panic!("expected Welcome");
-        };
-        let (send, recv) = connection.open_bi().await.unwrap();
-        let mut beats = AgentSide::new(recv, send);
-        tokio::spawn(async move {
-            for seq in 1.. {
-                let beat = AgentMessage::Heartbeat(Heartbeat {
-                    seq,
-                    sent_unix_ms: 0,
-                });
-                if beats.send(&beat).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        });
+        let (connection, control, welcome) =
+            scripted_agent(self.ports.quic_addr(), material, PROTOCOL_VERSION).await;
         (connection, control, welcome.session_id)
     }
 }
