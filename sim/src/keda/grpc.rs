@@ -287,4 +287,3 @@ fn connect(target: &ScalerTarget) -> Result<Channel, String> {
     }
     Ok(endpoint.connect_lazy())
 }
-
