@@ -222,6 +222,20 @@ impl PodMetrics {
                 old.insert(key.1, state);
             }
         }
+        // Most DSOs have no pod-metrics trigger: nothing to do for them.
+        if old.is_empty() && triggers.is_empty() {
+            return;
+        }
+        // Only the members the owner scrapes in, before or after, can see their set change.
+        let affected: std::collections::BTreeSet<String> = old
+            .values()
+            .flat_map(|s| s.members.keys().cloned())
+            .chain(
+                triggers
+                    .iter()
+                    .flat_map(|c| c.members.iter().map(|m| m.member.clone())),
+            )
+            .collect();
         for c in triggers {
             let mut previous = old.remove(&c.index).map(|s| s.members).unwrap_or_default();
             let members = c
@@ -253,7 +267,7 @@ impl PodMetrics {
                 },
             );
         }
-        Self::publish(&mut inner);
+        Self::publish(&mut inner, affected);
     }
 
     /// Forgets `owner` (its DSO was deleted).
@@ -261,25 +275,21 @@ impl PodMetrics {
         self.configure(owner, Vec::new());
     }
 
-    /// Recomputes every member's targets and sends those that changed.
-    fn publish(inner: &mut Inner) {
+    /// Recomputes the targets of `members` and sends those that changed.
+    fn publish(inner: &mut Inner, members: std::collections::BTreeSet<String>) {
         let mut wanted: BTreeMap<String, Vec<ScrapeTarget>> = BTreeMap::new();
         for ((owner, index), state) in &inner.triggers {
             for (member, m) in &state.members {
-                wanted.entry(member.clone()).or_default().push(target(
-                    owner,
-                    *index,
-                    state,
-                    &m.workload,
-                ));
+                if members.contains(member) {
+                    wanted.entry(member.clone()).or_default().push(target(
+                        owner,
+                        *index,
+                        state,
+                        &m.workload,
+                    ));
+                }
             }
         }
-        let members: std::collections::BTreeSet<String> = inner
-            .published
-            .keys()
-            .chain(wanted.keys())
-            .cloned()
-            .collect();
         for member in members {
             let targets = wanted.remove(&member).unwrap_or_default();
             let sender = inner
@@ -545,6 +555,31 @@ mod tests {
         metrics.forget("ns/llm");
         assert!(a.borrow_and_update().targets.is_empty());
         assert!(metrics.reading("ns/llm", 0, Instant::now()).is_none());
+    }
+
+    #[test]
+    fn a_member_scraped_for_two_dsos_keeps_the_other_when_one_goes() {
+        let metrics = PodMetrics::default();
+        let mut a = metrics.targets("a");
+        let mut b = metrics.targets("b");
+        metrics.configure("ns/one", vec![configured(&[("a", 1)])]);
+        metrics.configure("ns/two", vec![configured(&[("a", 1), ("b", 1)])]);
+        let owners = |rx: &mut watch::Receiver<Arc<ScrapeTargets>>| {
+            rx.borrow_and_update()
+                .targets
+                .iter()
+                .map(|t| t.owner.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(owners(&mut a), ["ns/one", "ns/two"]);
+        assert_eq!(owners(&mut b), ["ns/two"]);
+        metrics.forget("ns/one");
+        assert_eq!(owners(&mut a), ["ns/two"]);
+        // b was not in ns/one: its set is not sent again.
+        assert!(!b.has_changed().unwrap());
+        // A DSO that never had a pod-metrics trigger changes nothing.
+        metrics.forget("ns/three");
+        assert!(!a.has_changed().unwrap());
     }
 
     #[test]
