@@ -60,6 +60,18 @@ impl HubPeer {
 
     /// [`HubPeer::accept`] with heartbeats every `heartbeat_ms`.
     pub async fn accept_with_heartbeat(&self, member: &str, heartbeat_ms: u64) -> Session {
+        self.accept_speaking(member, heartbeat_ms, PROTOCOL_VERSION)
+            .await
+    }
+
+    /// [`HubPeer::accept_with_heartbeat`], welcoming the agent to `protocol_version` (an
+    /// older hub).
+    pub async fn accept_speaking(
+        &self,
+        member: &str,
+        heartbeat_ms: u64,
+        protocol_version: u16,
+    ) -> Session {
         let connection = tokio::time::timeout(Duration::from_secs(20), async {
             self.endpoint.accept().await.unwrap().await.unwrap()
         })
@@ -72,7 +84,7 @@ impl HubPeer {
         };
         control
             .send(&HubMessage::Welcome(Welcome {
-                protocol_version: PROTOCOL_VERSION,
+                protocol_version,
                 hub_version: "test".into(),
                 session_id: format!("s-{}", connection.stable_id()),
                 member: member.into(),
