@@ -93,7 +93,7 @@ fn configure(pod_metrics: &PodMetrics) {
             index: 0,
             key: "kedge-pod-metrics".into(),
             trigger: PodMetricsTrigger::parse("t", &metadata).unwrap(),
-            interval: Duration::from_secs(5),
+            interval: Duration::from_secs(1),
             members: vec![ConfiguredMember {
                 member: "edge-1".into(),
                 workload: WorkloadRef {
@@ -189,6 +189,17 @@ async fn keda_gets_the_spec_and_the_value_over_mutual_tls() {
         .unwrap()
         .into_inner();
     assert!(stream.message().await.unwrap().unwrap().result);
+    // The queue empties: the stream says so within a polling interval (1 s here).
+    hub.pod_metrics
+        .record("edge-1", sample(0.0, 3), tokio::time::Instant::now());
+    let change = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("the change is pushed")
+        .unwrap()
+        .unwrap();
+    assert!(!change.result);
+    hub.pod_metrics
+        .record("edge-1", sample(36.0, 3), tokio::time::Instant::now());
 
     // A trigger that is not configured, or a call without kedge's metadata.
     let missing = client.get_metric_spec(so_ref("7")).await.unwrap_err();

@@ -124,6 +124,8 @@ pub struct Reading {
     pub metric_name: String,
     /// Target average per pod.
     pub threshold: f64,
+    /// The DSO's polling interval: how often the agents scrape.
+    pub interval: Duration,
     /// The fleet value; `None` when no pod anywhere had a value.
     pub value: Option<FleetValue>,
     /// Per member, in name order.
@@ -416,6 +418,7 @@ fn read(state: &TriggerState, now: Instant) -> Reading {
         key: state.key.clone(),
         metric_name: state.trigger.metric_name.clone(),
         threshold: state.trigger.threshold,
+        interval: state.interval,
         value: fleet_average(state.trigger.threshold, samples),
         members,
     }

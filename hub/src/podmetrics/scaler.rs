@@ -12,7 +12,8 @@
 //!   the HPA's division by the current replicas leaves the average in a steady fleet (see
 //!   [`Reading::metric_value`](super::Reading::metric_value)). `UNAVAILABLE` when no pod in
 //!   the fleet has a value: KEDA then keeps the replicas, or applies `fallback`.
-//! - `IsActive` / `StreamIsActive`: whether the average is above zero.
+//! - `IsActive` / `StreamIsActive`: whether the average is above zero (the stream looks
+//!   again at every polling interval and sends each change).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -46,8 +47,9 @@ pub const DEFAULT_PORT: u16 = 9090;
 pub const MAX_CONNECTIONS: usize = 256;
 /// How long a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often `StreamIsActive` looks at the value again.
-pub const STREAM_INTERVAL: Duration = Duration::from_secs(5);
+/// Bounds of how often `StreamIsActive` looks at the value again: the DSO's polling
+/// interval (how often new samples come), within these.
+pub const STREAM_INTERVAL: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 
 /// The external-scaler service.
 #[derive(Debug, Clone)]
@@ -175,11 +177,12 @@ impl ExternalScaler for Scaler {
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let so = request.into_inner();
         let first = self.count("StreamIsActive", self.reading(Some(&so)))?;
+        let interval = first.interval.clamp(STREAM_INTERVAL.0, STREAM_INTERVAL.1);
         let scaler = self.clone();
         // The current activity at once, then each change.
         let stream = futures::stream::unfold(
             (scaler, so, None::<bool>, Some(active(&first))),
-            |(scaler, so, mut last, mut pending)| async move {
+            move |(scaler, so, mut last, mut pending)| async move {
                 loop {
                     if let Some(now) = pending.take()
                         && last != Some(now)
@@ -190,7 +193,7 @@ impl ExternalScaler for Scaler {
                             (scaler, so, last, None),
                         ));
                     }
-                    tokio::time::sleep(STREAM_INTERVAL).await;
+                    tokio::time::sleep(interval).await;
                     match scaler.reading(Some(&so)) {
                         Ok(r) => pending = Some(active(&r)),
                         Err(status) => return Some((Err(status), (scaler, so, last, None))),
