@@ -106,7 +106,7 @@ pub struct HubArgs {
     #[arg(long, default_value = "keda")]
     pub keda_namespace: String,
     /// TCP port of the external scaler and its Service `kedge-hub-scaler`.
-    #[arg(long, default_value_t = 9090)]
+    #[arg(long, default_value_t = crate::podmetrics::scaler::DEFAULT_PORT)]
     pub scaler_port: u16,
     /// Leave the CRDs out (installed separately, e.g. `kubectl kedge crds`).
     #[arg(long)]

@@ -36,7 +36,7 @@ impl Default for ScalerInstall {
     fn default() -> Self {
         Self {
             keda_namespace: "keda".to_owned(),
-            port: 9090,
+            port: crate::podmetrics::scaler::DEFAULT_PORT,
             cert_lifetime: "30d".to_owned(),
             address: String::new(),
         }
