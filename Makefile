@@ -1,6 +1,7 @@
 # Every recipe CI runs lives here, so a developer runs exactly what CI runs.
 CARGO ?= cargo
 
+.PHONY: chaos-dsj
 .PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet e2e-fleet charts
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up).
@@ -71,3 +72,10 @@ e2e-fleet:
 bench-dsj-latency:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-e2e --bench dsj_latency
+
+## Exactly-once Jobs, longer than CI runs it: 20 members, 6 restart rounds and a 10-minute
+## hub outage (docs/dsj.md "Exactly-once Jobs"); about 15 minutes.
+chaos-dsj:
+	$(CARGO) build --workspace --bins
+	KEDGE_CHAOS_MEMBERS=20 KEDGE_CHAOS_ROUNDS=6 KEDGE_CHAOS_OUTAGE_S=600 \
+		$(CARGO) test -p kedge-e2e --test dsj_restart_e2e -- --nocapture

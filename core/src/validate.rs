@@ -260,6 +260,9 @@ pub struct DsjSettings {
     pub min_jobs: u32,
     /// `maxReplicaCount` (default 100).
     pub max_jobs: u32,
+    /// KEDA's `MaxReplicaCount()`, what the scaling strategies bound by:
+    /// [`crate::dsj::scaling::keda_max`].
+    pub strategy_max: u32,
     /// Taint timing.
     pub timing: FailoverTiming,
     /// Duplicate handling.
@@ -678,12 +681,7 @@ fn scaling_strategy(p: &mut Problems, spec: &DistributedScaledJobSpec) -> Scalin
                     deduction,
                     running_percentage: pct,
                 },
-                None if strategy.custom_scaling_queue_length_deduction.is_some() => {
-                    ScalingStrategyKind::Custom {
-                        deduction,
-                        running_percentage: 0.0,
-                    }
-                }
+                // KEDA (and the reference): no percentage that parses, the default strategy.
                 _ => ScalingStrategyKind::Basic,
             }
         }
@@ -955,6 +953,12 @@ pub fn dsj(
         multiple_scalers,
         min_jobs,
         max_jobs,
+        strategy_max: crate::dsj::scaling::keda_max(
+            sj.max_replica_count.map(|_| max_jobs),
+            sj.min_replica_count
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(0),
+        ),
         timing,
         duplication,
         successful_jobs_history_limit,

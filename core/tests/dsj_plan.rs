@@ -69,6 +69,7 @@ fn run(
         members,
         taints,
         wrr,
+        failover_only: false,
         now: at(100),
     })
 }

@@ -356,7 +356,7 @@ fn huge_job_counts_are_refused_not_simulated() {
     // `custom` with a negative deduction creates maxReplicaCount Jobs on every step, however
     // many run: the eleventh step would pass the simulator's bound.
     let err = error_of(&format!(
-        "kind: DistributedScaledJob\nspec: {{scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, maxReplicaCount: 10000, scalingStrategy: {{strategy: custom, customScalingQueueLengthDeduction: -10000}}, triggers: [{{type: t, name: q}}]}}}}\nmembers: [{{name: a}}]\nsteps: [{{metrics: {{q: {{value: 10000, target: 1}}}}}}{}]",
+        "kind: DistributedScaledJob\nspec: {{scaledJobSpec: {{jobTargetRef: {{template: {{spec: {{containers: [{{name: c}}]}}}}}}, maxReplicaCount: 10000, scalingStrategy: {{strategy: custom, customScalingQueueLengthDeduction: -10000, customScalingRunningJobPercentage: \"0\"}}, triggers: [{{type: t, name: q}}]}}}}\nmembers: [{{name: a}}]\nsteps: [{{metrics: {{q: {{value: 10000, target: 1}}}}}}{}]",
         ", {}".repeat(10)
     ));
     assert!(

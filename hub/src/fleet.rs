@@ -40,6 +40,10 @@ pub struct MemberJobs {
     /// Whether the member's set of Jobs is complete (its first full report of the session,
     /// with every part, has arrived): only then is a Job missing from it gone.
     pub complete: bool,
+    /// Whether this hub has had a complete report of the member's Jobs at all since it
+    /// started (in this session or an earlier one): until then the hub cannot see what the
+    /// member runs, and counts what the DSJ's status last recorded there.
+    pub known: bool,
     /// The commands the hub holds for the owner there.
     pub commands: JobCommands,
     /// Job commands that failed in the latest acknowledged revision, by `namespace/name`.
@@ -133,6 +137,8 @@ struct MemberEntry {
     /// Reported Jobs, and whether the set is complete (see [`MemberJobs::complete`]).
     reported_jobs: BTreeMap<JobRef, JobStatus>,
     jobs_complete: bool,
+    /// A complete report has arrived in some session since the hub started.
+    jobs_known: bool,
     /// A full report is arriving in parts.
     jobs_filling: bool,
     /// Revision of the latest desired state.
@@ -299,6 +305,7 @@ impl Fleet {
                 jobs: BTreeMap::new(),
                 reported_jobs: BTreeMap::new(),
                 jobs_complete: false,
+                jobs_known: false,
                 jobs_filling: false,
                 revision: self.base_revision.load(Ordering::Acquire),
                 desired: watch::channel(None).0,
@@ -455,6 +462,7 @@ impl Fleet {
                 .cloned()
                 .collect(),
             complete: entry.jobs_complete,
+            known: entry.jobs_known,
             failures: entry
                 .failures
                 .iter()
@@ -619,6 +627,7 @@ impl Fleet {
             if entry.jobs_filling && !report.more {
                 entry.jobs_filling = false;
                 entry.jobs_complete = true;
+                entry.jobs_known = true;
             }
             // Commands done: creates the member reports, deletes of Jobs it no longer has.
             if entry.jobs_complete {

@@ -473,9 +473,11 @@ fn pending_dsj(name: &str, strategy: &str) -> String {
 /// (target 1 per Job, `maxReplicaCount` 6), every Job pending in member-1 (so running =
 /// pending = the Jobs there), polled every second. By KEDA's formulas, from 0 Jobs:
 /// - default: maxScale − running = 4 − R: 4 Jobs.
-/// - custom (deduction 1, running 0.5): trunc(4 − 1 − 0.5·R): 3, then 1 at R=3 and 4, then 0
-///   at R=5: 5 Jobs.
-/// - accurate: 4 − pending while 4 + R ≤ 6, else 6 − R: 4, then 2 (4 + 4 > 6): 6 Jobs.
+/// - custom (deduction 1, running 0.5): 4 − 1 − trunc(0.5·R), KEDA truncating the running
+///   share on its own: 3, then 2 at R=3, 1 at R=5, 0 at R=6: 6 Jobs (truncating the whole
+///   expression, as kedge once did, gives 5).
+/// - accurate (KEDA ≥ 2.19): 4 − pending while 4 + R − pending ≤ 6, else 6 − R: 4, then 0
+///   (every Job pending): 4 Jobs.
 /// - eager: min(6 − R − pending, 4) = min(6 − 2R, 4): 4, then 0: 4 Jobs.
 /// - pendingAware: 4 − R + stuck: 4 Jobs.
 ///
@@ -493,9 +495,9 @@ async fn the_five_scaling_strategies_create_what_the_formulas_give() {
             "s-custom",
             "strategy: custom, customScalingQueueLengthDeduction: 1, \
              customScalingRunningJobPercentage: \"0.5\"",
-            5,
+            6,
         ),
-        ("s-accurate", "strategy: accurate", 6),
+        ("s-accurate", "strategy: accurate", 4),
         ("s-eager", "strategy: eager", 4),
         ("s-pending-aware", "strategy: pendingAware", 4),
     ];
@@ -515,7 +517,7 @@ async fn the_five_scaling_strategies_create_what_the_formulas_give() {
         settles(&fleet, name, &[*want, 0], &format!("{name}: {want} Jobs")).await;
     }
     let status = dsj_named(&fleet, "s-accurate")["status"].clone();
-    assert_eq!(status["pendingJobs"], 6, "{status}");
+    assert_eq!(status["pendingJobs"], 4, "{status}");
     assert_eq!(status["desiredJobs"], 4, "{status}");
 
     // Stuck: only pendingAware re-creates the stuck Jobs, away from member-1.

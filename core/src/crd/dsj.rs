@@ -49,8 +49,8 @@ pub const DEFAULT_SOFT_TAINT_DURATION: &str = "3m";
     printcolumn(
         name = "Strategy",
         type_ = "string",
-        json_path = ".spec.clusterScheduling.strategy",
-        description = "cluster scheduling strategy"
+        json_path = ".status.clusterStrategy",
+        description = "cluster scheduling strategy in effect (defaulted ones included)"
     ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".status.desiredJobs"),
     printcolumn(name = "Running", type_ = "integer", json_path = ".status.runningJobs"),
@@ -232,6 +232,10 @@ pub struct DistributedScaledJobStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub trigger_metrics_status: Vec<TriggerMetricStatus>,
+    /// The cluster scheduling strategy in effect (`weightedRoundRobin` when the spec leaves
+    /// it out), for the STRATEGY column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_strategy: Option<String>,
     /// What the hub keeps from one poll to the next (taints, round robin, stuck Jobs, the
     /// next Job's index), so that a hub restart loses no taint and creates no Job twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -273,6 +277,25 @@ pub struct DsjScheduling {
     /// Index of the next Job to create (Job names are derived from it).
     #[serde(default)]
     pub next_job_index: i64,
+    /// Non-terminal Jobs per member after the poll, the Jobs it created included; written
+    /// before those creates are sent. A restarted hub counts them for a member until that
+    /// member reports its Jobs, so it creates none a second time elsewhere.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub member_jobs: BTreeMap<String, MemberJobCount>,
+}
+
+/// One entry of `status.scheduling.memberJobs`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberJobCount {
+    /// Non-terminal Jobs (includes pending).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_JOBS))]
+    pub running: i32,
+    /// Of those, pending.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_JOBS))]
+    pub pending: i32,
 }
 
 /// One taint in `status.scheduling.taints`.

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod overrides;
 pub mod pending;
 pub mod persist;
+pub mod outcome;
 mod plan;
 pub mod render;
 pub mod scaling;

@@ -2,6 +2,7 @@
 //! and reads it back on the next, so a hub restart loses no taint, forgets no stuck Job and
 //! reuses no Job name.
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use super::schedule::WrrState;
@@ -79,6 +80,7 @@ impl DsjState {
             round_robin: self.wrr.current.clone(),
             stuck_jobs: self.stuck.iter().cloned().collect(),
             next_job_index,
+            member_jobs: BTreeMap::new(),
         }
     }
 
@@ -113,7 +115,6 @@ impl DsjState {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
     use super::*;

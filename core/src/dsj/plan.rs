@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::scaling::{JobCounts, TriggerMetric, desired_jobs, jobs_to_create};
+use super::scaling::{JobCounts, TriggerMetric, combine, jobs_to_create};
 use super::schedule::{WrrState, highest_priority};
 use super::taint::{TaintBook, TaintLevel};
 use crate::dso::MemberState;
@@ -40,6 +40,9 @@ pub struct DsjPlanInput<'a> {
     pub taints: &'a TaintBook,
     /// Round-robin state from the previous plan.
     pub wrr: &'a WrrState,
+    /// Only failover Jobs for stuck ones are created (a timer's tick between two polls,
+    /// with the last poll's metrics).
+    pub failover_only: bool,
     /// The time taints are evaluated at.
     pub now: SystemTime,
 }
@@ -157,7 +160,7 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
             })
         })
         .collect();
-    let desired = desired_jobs(s.multiple_scalers, &metrics, s.min_jobs, s.max_jobs);
+    let metric = combine(s.multiple_scalers, &metrics, s.strategy_max);
     let mut running = 0u32;
     let mut pending = 0u32;
     let mut stuck = 0u32;
@@ -169,12 +172,16 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
         }
     }
     let counts = JobCounts {
-        desired,
+        metric,
         running,
         pending,
         stuck,
-        max: s.max_jobs,
+        min: s.min_jobs,
+        max: s.strategy_max,
     };
+    let desired = u32::try_from(counts.desired())
+        .unwrap_or(u32::MAX)
+        .min(s.max_jobs);
     let to_create = if s.paused {
         0
     } else {
@@ -263,6 +270,9 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
                 }
             }
         }
+    }
+    if input.failover_only {
+        left = 0;
     }
     // The rest at once: arithmetic, not one pick per Job, since maxReplicaCount is user
     // input and may be huge.

@@ -63,6 +63,20 @@ pub struct DsjState {
     pub stuck: BTreeSet<String>,
 }
 
+/// The Jobs of a member the hub has had no complete report from since it started: what the
+/// DSJ's last status recorded there (`status.scheduling.memberJobs`, written before any
+/// create it counts was sent). Counted as they were until the member reports, so that a
+/// restarted hub creates nothing a second time for Jobs it cannot see yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Remembered {
+    /// Member name.
+    pub member: String,
+    /// Non-terminal Jobs (includes pending).
+    pub running: u32,
+    /// Of those, pending.
+    pub pending: u32,
+}
+
 /// Everything [`step`] decides from.
 #[derive(Clone, Copy, Debug)]
 pub struct StepInput<'a> {
@@ -75,6 +89,11 @@ pub struct StepInput<'a> {
     pub members: &'a [DsjMember],
     /// Every Job of the DSJ in every member, in a stable order (oldest first).
     pub jobs: &'a [JobView],
+    /// Jobs known only by count, of members that have not reported since the hub started.
+    pub remembered: &'a [Remembered],
+    /// A timer's tick between two polls (a grace period or taint ended): the metrics are
+    /// the last poll's, so only failover Jobs for stuck ones are created, never new work.
+    pub failover_only: bool,
     /// The time of the poll.
     pub now: SystemTime,
 }
@@ -135,6 +154,8 @@ pub fn step(input: &StepInput<'_>, state: &mut DsjState) -> StepOutput {
         metrics,
         members,
         jobs,
+        remembered,
+        failover_only,
         now,
     } = *input;
     state.taints.reconfigure(settings);
@@ -175,11 +196,18 @@ pub fn step(input: &StepInput<'_>, state: &mut DsjState) -> StepOutput {
         .iter()
         .map(|m| {
             let mine = jobs.iter().filter(|j| j.member == m.name);
+            let (running, pending) = remembered
+                .iter()
+                .filter(|r| r.member == m.name)
+                .fold((0u32, 0u32), |(a, b), r| {
+                    (a.saturating_add(r.running), b.saturating_add(r.pending))
+                });
             DsjMemberObservation {
                 name: m.name.clone(),
                 state: m.state,
-                running_jobs: count(mine.clone().filter(|j| j.active())),
-                pending_jobs: count(mine.clone().filter(|j| j.phase == JobPhase::Pending)),
+                running_jobs: count(mine.clone().filter(|j| j.active())).saturating_add(running),
+                pending_jobs: count(mine.clone().filter(|j| j.phase == JobPhase::Pending))
+                    .saturating_add(pending),
                 stuck_jobs: count(mine.filter(|j| waiting(&replaced, j))),
             }
         })
@@ -196,6 +224,7 @@ pub fn step(input: &StepInput<'_>, state: &mut DsjState) -> StepOutput {
         members: &observations,
         taints: &state.taints,
         wrr: &state.wrr,
+        failover_only,
         now,
     });
     if !unreadable.is_empty() {
@@ -500,6 +529,8 @@ mod tests {
                     metrics: &metrics,
                     members: &members,
                     jobs,
+                    remembered: &[],
+                    failover_only: false,
                     now,
                 },
                 state,
@@ -535,6 +566,84 @@ mod tests {
         assert_eq!(taint_level(&s, &state, "a", t(121)), TaintLevel::Soft);
     }
 
+    /// A restarted hub that has not heard from member `a` yet counts the Jobs the last status
+    /// recorded there: with 6 running in `a` and 3 in `b` at queue 9, nothing is created
+    /// (without the record, 6 would be created a second time in `b`).
+    #[test]
+    fn remembered_jobs_are_counted_until_their_member_reports() {
+        let s = settings("");
+        let members = vec![
+            DsjMember {
+                name: "a".into(),
+                state: MemberState::Unreachable,
+            },
+            DsjMember {
+                name: "b".into(),
+                state: MemberState::Ready,
+            },
+        ];
+        let jobs: Vec<JobView> = (0..3)
+            .map(|i| job(&format!("b{i}"), "b", JobPhase::Running, 0))
+            .collect();
+        let remembered = [Remembered {
+            member: "a".into(),
+            running: 6,
+            pending: 1,
+        }];
+        let metrics = queue(9.0);
+        let poll = |remembered: &[Remembered]| {
+            step(
+                &StepInput {
+                    settings: &s,
+                    metrics: &metrics,
+                    members: &members,
+                    jobs: &jobs,
+                    remembered,
+                    failover_only: false,
+                    now: t(0),
+                },
+                &mut DsjState::default(),
+            )
+        };
+        let out = poll(&remembered);
+        assert!(out.creates.is_empty(), "{out:?}");
+        assert_eq!((out.plan.running_jobs, out.plan.pending_jobs), (9, 1));
+        assert_eq!(out.observations[0].running_jobs, 6);
+        // Without the record the hub would create the 6 again, all in b.
+        let out = poll(&[]);
+        assert_eq!(out.creates.iter().map(Creates::total).sum::<u64>(), 6);
+    }
+
+    /// A tick between polls (the grace period just ended) creates the failover Job of a stuck
+    /// one, and no new work from the last poll's metrics.
+    #[test]
+    fn a_tick_creates_failover_jobs_only() {
+        let s = settings("");
+        let (members, metrics) = (members(), queue(5.0));
+        let jobs = vec![job("j1", "a", JobPhase::Pending, 0)];
+        let out = step(
+            &StepInput {
+                settings: &s,
+                metrics: &metrics,
+                members: &members,
+                jobs: &jobs,
+                remembered: &[],
+                failover_only: true,
+                now: t(61),
+            },
+            &mut DsjState::default(),
+        );
+        assert_eq!(out.newly_stuck, ["j1"]);
+        assert_eq!(
+            out.creates,
+            [Creates {
+                member: "b".into(),
+                failovers: vec!["j1".into()],
+                new: 0,
+            }]
+        );
+    }
+
     #[test]
     fn an_unreadable_metric_creates_nothing() {
         let s = settings("");
@@ -547,6 +656,8 @@ mod tests {
                 metrics: &none,
                 members: &members,
                 jobs: &[],
+                remembered: &[],
+                failover_only: false,
                 now: t(0),
             },
             &mut state,
@@ -562,6 +673,8 @@ mod tests {
                 metrics: &metrics,
                 members: &members,
                 jobs: &[],
+                remembered: &[],
+                failover_only: false,
                 now: t(0),
             },
             &mut state,

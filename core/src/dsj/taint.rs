@@ -414,6 +414,7 @@ mod tests {
             multiple_scalers: crate::validate::MultipleScalers::Max,
             min_jobs: 0,
             max_jobs: 100,
+            strategy_max: 100,
             timing: FailoverTiming {
                 soft_taint_duration: Duration::ZERO,
                 ..FailoverTiming::default()

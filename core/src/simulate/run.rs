@@ -386,6 +386,8 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                 metrics: &metrics,
                 members: &views,
                 jobs: &jobs.jobs,
+                remembered: &[],
+                failover_only: false,
                 now,
             },
             &mut state,

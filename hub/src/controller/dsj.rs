@@ -10,28 +10,24 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use kedge_core::crd::conditions::{ANNOTATION_REPLACES, ANNOTATION_TEMPLATE};
 use kedge_core::crd::conditions::{
-    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, LABEL_DSJ, REASON_PAUSED_BY_ANNOTATION,
-    REASON_RECONCILED, condition,
+    ANNOTATION_REPLACES, ANNOTATION_TEMPLATE, CONDITION_READY, LABEL_DSJ, condition,
 };
-use kedge_core::crd::dsj::{DsjMemberClusterStatus, TriggerMetricStatus};
 use kedge_core::crd::keda::trigger_key;
-use kedge_core::crd::{
-    DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION, bound_member_statuses,
-};
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
 use kedge_core::dsj::duplication::JobPhase as Phase;
-use kedge_core::dsj::metrics::{Reading, TriggerState, usable};
+use kedge_core::dsj::metrics::{Reading, usable};
+use kedge_core::dsj::outcome::{EventKind, OutcomeInput, next_wake, outcome};
 use kedge_core::dsj::pending::is_pending;
 use kedge_core::dsj::persist::saved_taints;
 use kedge_core::dsj::render::{JobOf, job, job_name, template_hash};
 use kedge_core::dsj::step::{
-    Cleanup, DsjMember, DsjState, JobView, StepInput, cleanup, create_failed, rollout, step,
-    taint_level,
+    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepInput, cleanup,
+    create_failed, rollout, step, taint_level,
 };
 use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
 use kedge_core::dso::MemberState;
-use kedge_core::time::{from_unix_ms, to_time};
+use kedge_core::time::from_unix_ms;
 use kedge_core::validate;
 use kedge_protocol::{JobCreate, JobDelete, JobPhase, JobStatus, Propagation};
 use kube::api::{Api, Patch, PatchParams};
@@ -54,56 +50,69 @@ pub const CONTROLLER: &str = "distributedscaledjob";
 
 /// What the DSJ controller remembers in this process: when each Job create was first sent
 /// (a Job no member has reported yet counts as pending since then, so it can become stuck
-/// like any other), and when each DSJ was last polled with which spec and annotations (a
-/// status write or a shadow ScaledObject update does not make an extra poll).
+/// like any other), when each DSJ was last polled with which spec and annotations (a status
+/// write or a shadow ScaledObject update does not make an extra poll), and the readings of
+/// its last poll (what a tick between polls plans with).
 #[derive(Debug, Default)]
 pub struct Sent {
-    sent: Mutex<HashMap<String, SystemTime>>,
+    /// By owner, by Job name.
+    sent: Mutex<HashMap<String, HashMap<String, SystemTime>>>,
     polls: Mutex<HashMap<String, (SystemTime, u64)>>,
     /// The status this process wrote last, by owner: the next poll starts from it rather
     /// than from a watch cache that may not have seen the write yet (which would reuse Job
     /// indexes and forget taints).
     written: Mutex<HashMap<String, DistributedScaledJobStatus>>,
+    /// The trigger readings of each owner's last poll.
+    readings: Mutex<HashMap<String, BTreeMap<String, Reading>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every map here is replaced entry by entry; a poisoned lock holds no torn entry.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Sent {
     fn written(&self, owner: &str) -> Option<DistributedScaledJobStatus> {
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(owner)
-            .cloned()
+        lock(&self.written).get(owner).cloned()
     }
 
     fn remember(&self, owner: &str, status: &DistributedScaledJobStatus) {
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(owner.to_owned(), status.clone());
+        lock(&self.written).insert(owner.to_owned(), status.clone());
     }
 
-    fn since(&self, name: &str, now: SystemTime) -> SystemTime {
-        *self
-            .sent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    fn readings(&self, owner: &str) -> Option<BTreeMap<String, Reading>> {
+        lock(&self.readings).get(owner).cloned()
+    }
+
+    fn keep_readings(&self, owner: &str, readings: BTreeMap<String, Reading>) {
+        lock(&self.readings).insert(owner.to_owned(), readings);
+    }
+
+    fn since(&self, owner: &str, name: &str, now: SystemTime) -> SystemTime {
+        *lock(&self.sent)
+            .entry(owner.to_owned())
+            .or_default()
             .entry(name.to_owned())
             .or_insert(now)
     }
 
-    /// Forgets when `owner` was last polled, so that its next reconcile polls.
-    fn not_polled(&self, owner: &str) {
-        self.polls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(owner);
+    /// Forgets when the creates of `owner` not in `keep` were sent.
+    fn forget_except(&self, owner: &str, keep: &BTreeSet<String>) {
+        let mut sent = lock(&self.sent);
+        if let Some(mine) = sent.get_mut(owner) {
+            mine.retain(|name, _| keep.contains(name));
+            if mine.is_empty() {
+                sent.remove(owner);
+            }
+        }
     }
 
-    fn forget_except(&self, keep: &BTreeSet<String>) {
-        self.sent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|name, _| keep.contains(name));
+    /// Forgets everything about `owner` (a deleted DSJ).
+    fn forget(&self, owner: &str) {
+        lock(&self.sent).remove(owner);
+        lock(&self.polls).remove(owner);
+        lock(&self.written).remove(owner);
+        lock(&self.readings).remove(owner);
     }
 
     /// `None` when `owner` is due for a poll (recorded as polled now), else how long until
@@ -115,7 +124,7 @@ impl Sent {
         interval: Duration,
         now: SystemTime,
     ) -> Option<Duration> {
-        let mut polls = self.polls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut polls = lock(&self.polls);
         if let Some((at, seen)) = polls.get(owner)
             && *seen == version
         {
@@ -128,6 +137,15 @@ impl Sent {
         }
         polls.insert(owner.to_owned(), (now, version));
         None
+    }
+
+    /// How long until `owner`'s next poll.
+    fn until_poll(&self, owner: &str, interval: Duration, now: SystemTime) -> Duration {
+        lock(&self.polls)
+            .get(owner)
+            .map(|(at, _)| kedge_core::time::saturating_add(*at, interval))
+            .and_then(|next| next.duration_since(now).ok())
+            .unwrap_or(interval)
     }
 }
 
@@ -229,8 +247,18 @@ fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
             },
         );
     }
+    ctx.dsj_sent.forget(&owner);
     // The shadow ScaledObject goes with the DSJ through its ownerReference.
     Ok(Action::await_change())
+}
+
+/// Whether a reconcile polls the triggers or only ticks (a grace period or taint ended, a
+/// failover pair changed phase) on the last poll's readings.
+enum Wake {
+    /// Read the triggers and plan.
+    Poll,
+    /// Plan on the last poll's readings: failover Jobs, cleanup, status; no new work.
+    Tick(BTreeMap<String, Reading>),
 }
 
 async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> {
@@ -245,31 +273,7 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     let generation = obj.metadata.generation;
     let settings = match validate::dsj(&obj.spec, obj.annotations()) {
         Ok(s) => s,
-        Err(e) => {
-            let message = e.to_string();
-            let mut status = previous.clone();
-            status.conditions = vec![condition(
-                &previous.conditions,
-                CONDITION_READY,
-                false,
-                "InvalidSpec",
-                message.clone(),
-                generation,
-                now,
-            )];
-            if status != previous {
-                ctx.publish(
-                    &*obj,
-                    EventType::Warning,
-                    "InvalidSpec",
-                    "Validate",
-                    message,
-                )
-                .await;
-                write_status(ctx, &namespace, &name, &status).await?;
-            }
-            return Ok(Action::await_change());
-        }
+        Err(e) => return refuse(&obj, ctx, &previous, &e.to_string(), now).await,
     };
     let polling = Duration::from_secs(
         u64::try_from(obj.spec.scaled_job_spec.polling_interval.unwrap_or(30)).unwrap_or(30),
@@ -280,108 +284,225 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         (generation, obj.annotations()).hash(&mut h);
         h.finish()
     };
-    if let Some(wait) = ctx.dsj_sent.due(&owner, version, polling, now) {
-        return Ok(Action::requeue(wait));
-    }
+    let wake = match ctx.dsj_sent.due(&owner, version, polling, now) {
+        None => Wake::Poll,
+        Some(wait) => match ctx.dsj_sent.readings(&owner) {
+            Some(readings) => Wake::Tick(readings),
+            None => return Ok(Action::requeue(wait)),
+        },
+    };
+    let (readings, failover_only) = match wake {
+        Wake::Poll => (read_triggers(&obj, ctx, &namespace, &name, &settings).await, false),
+        Wake::Tick(readings) => (readings, true),
+    };
+    let world = gather(ctx, &obj, &owner, &settings, &previous, now).await?;
+    let decided = decide(&obj, &settings, &previous, world, &readings, failover_only, polling, now)?;
 
-    // The triggers, through the shadow ScaledObject.
-    let so = shadow_scaled_object(&obj, &namespace, &name)?;
+    // Write ahead: the status that counts this poll's creates is stored before any of them
+    // is sent, so a hub that restarts at any point counts every Job it may have created.
+    if decided.status != observed {
+        write_status(ctx, &namespace, &name, &decided.status).await?;
+    }
+    ctx.dsj_sent.remember(&owner, &decided.status);
+    if !failover_only {
+        ctx.dsj_sent.keep_readings(&owner, readings);
+    }
+    ctx.dsj_sent.forget_except(&owner, &decided.sent_names);
+    for (member, (session, held)) in decided.commands {
+        ctx.fleet.set_jobs(&member, &session, &owner, held);
+    }
+    let events = kedge_core::events::fold_alike(
+        decided.events,
+        |e| e.1,
+        |e| &e.2,
+        |(kind, reason, _), note| (kind, reason, note),
+    );
+    futures::future::join_all(
+        events
+            .into_iter()
+            .map(|(kind, reason, note)| ctx.publish(&*obj, kind, reason, "Reconcile", note)),
+    )
+    .await;
+    let until_poll = ctx.dsj_sent.until_poll(&owner, polling, now);
+    let until_wake = decided
+        .wake
+        .and_then(|w| w.duration_since(now).ok())
+        .unwrap_or(Duration::MAX);
+    Ok(Action::requeue(until_poll.min(until_wake)))
+}
+
+/// An invalid spec: `Ready=False` with every bad field, one Warning Event per change; the
+/// DSJ's Jobs are left as they are.
+async fn refuse(
+    obj: &DistributedScaledJob,
+    ctx: &Context,
+    previous: &DistributedScaledJobStatus,
+    message: &str,
+    now: SystemTime,
+) -> Result<Action> {
+    let (namespace, name) = ns_name(obj)?;
+    let mut status = previous.clone();
+    status.conditions = vec![condition(
+        &previous.conditions,
+        CONDITION_READY,
+        false,
+        "InvalidSpec",
+        message.to_owned(),
+        obj.metadata.generation,
+        now,
+    )];
+    if status != *previous {
+        ctx.publish(
+            obj,
+            EventType::Warning,
+            "InvalidSpec",
+            "Validate",
+            message.to_owned(),
+        )
+        .await;
+        write_status(ctx, &namespace, &name, &status).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// The triggers, through the shadow ScaledObject.
+async fn read_triggers(
+    obj: &DistributedScaledJob,
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    settings: &validate::DsjSettings,
+) -> BTreeMap<String, Reading> {
+    let so = match shadow_scaled_object(obj, namespace, name) {
+        Ok(so) => so,
+        Err(e) => return failed(settings, &e.to_string()),
+    };
     let sos: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.scaled_objects);
-    let mut readings: BTreeMap<String, Reading> = BTreeMap::new();
-    match super::bounded(
+        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
+    let applied = super::bounded(
         "apply shadow ScaledObject",
         sos.patch(
-            &name,
+            name,
             &PatchParams::apply(super::FIELD_MANAGER).force(),
             &Patch::Apply(&so),
         ),
     )
-    .await
-    {
-        Ok(applied) => {
-            let names: Vec<String> = applied.data["status"]["externalMetricNames"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let keys: Vec<String> = obj
-                .spec
-                .scaled_job_spec
-                .triggers
-                .iter()
-                .map(|t| trigger_key(t).to_owned())
-                .collect();
-            let source = Source {
-                namespace: &namespace,
-                scaled_object: &name,
-                metric_names: &names,
-            };
-            readings = read(
-                &ctx.client,
-                &source,
-                &obj.spec.scaled_job_spec.triggers,
-                &keys,
-            )
-            .await;
-        }
-        Err(e) => {
-            for key in &settings.triggers {
-                readings.insert(
-                    key.clone(),
-                    Reading::Failed(format!("applying the shadow KEDA ScaledObject: {e}")),
-                );
-            }
-        }
-    }
-    let metrics = usable(&readings);
-
-    // Members and their Jobs.
-    let snapshots: BTreeMap<String, crate::fleet::MemberSnapshot> = ctx
-        .fleet
-        .members()
-        .into_iter()
-        .map(|m| (m.name.clone(), m))
-        .collect();
-    let names: Vec<String> = match &settings.members {
-        Some(listed) => listed.iter().map(|m| m.name.clone()).collect(),
-        None => snapshots.keys().cloned().collect(),
+    .await;
+    let applied = match applied {
+        Ok(applied) => applied,
+        Err(e) => return failed(settings, &format!("applying the shadow KEDA ScaledObject: {e}")),
     };
-    let conditions = obj
+    let names: Vec<String> = applied.data["status"]["externalMetricNames"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let triggers = &obj.spec.scaled_job_spec.triggers;
+    let keys: Vec<String> = triggers.iter().map(|t| trigger_key(t).to_owned()).collect();
+    let source = Source {
+        namespace,
+        scaled_object: name,
+        metric_names: &names,
+    };
+    read(&ctx.client, &source, triggers, &keys).await
+}
+
+/// Every trigger of `settings` failed for `why`.
+fn failed(settings: &validate::DsjSettings, why: &str) -> BTreeMap<String, Reading> {
+    settings
+        .triggers
+        .iter()
+        .map(|key| (key.clone(), Reading::Failed(why.to_owned())))
+        .collect()
+}
+
+/// What the hub sees of the DSJ's members.
+struct World {
+    /// Member names: those listed, else every registered MemberCluster.
+    names: Vec<String>,
+    members: Vec<DsjMember>,
+    /// Jobs reported, and creates sent and not reported yet.
+    views: Vec<JobView>,
+    /// Jobs of members not reported since the hub started, as the last status recorded.
+    remembered: Vec<Remembered>,
+    /// Commands held per connected member with a complete report (session id, commands).
+    commands: BTreeMap<String, (String, JobCommands)>,
+    /// Session id of each connected member.
+    ids: BTreeMap<String, String>,
+    /// Members whose creates failed in their latest acknowledged revision, with why.
+    create_failures: Vec<(String, String)>,
+    /// Refused deletes, said once per poll.
+    delete_failures: Vec<String>,
+    /// Taints the other DSJs of the namespace keep.
+    shared: Vec<((String, TaintScope), Taint)>,
+}
+
+/// The DSJ's members: listed ones, else every registered MemberCluster (whether or not
+/// this hub has heard from it yet: a member that has not reported keeps its last recorded
+/// Jobs counted, so the hub never plans as if they did not exist).
+async fn member_names(ctx: &Context, settings: &validate::DsjSettings) -> Result<Vec<String>> {
+    if let Some(listed) = &settings.members {
+        return Ok(listed.iter().map(|m| m.name.clone()).collect());
+    }
+    let registered: BTreeSet<String> = ctx
+        .member_clusters()
+        .await?
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .map(|m| m.name_any())
+        .collect();
+    Ok(registered.into_iter().collect())
+}
+
+/// Reads the members, their Jobs and the commands held for them.
+async fn gather(
+    ctx: &Context,
+    obj: &DistributedScaledJob,
+    owner: &str,
+    settings: &validate::DsjSettings,
+    previous: &DistributedScaledJobStatus,
+    now: SystemTime,
+) -> Result<World> {
+    let names = member_names(ctx, settings).await?;
+    let pending_conditions = obj
         .spec
         .scaled_job_spec
         .scaling_strategy
         .as_ref()
         .and_then(|s| s.pending_pod_conditions.clone())
         .unwrap_or_default();
-    let mut members = Vec::new();
-    let mut views: Vec<JobView> = Vec::new();
-    let mut commands: BTreeMap<String, (String, JobCommands)> = BTreeMap::new();
-    let mut state =
-        DsjState::from_status(&settings, &previous.scheduling.clone().unwrap_or_default());
-    state.taints.share(shared_taints(ctx, &namespace, &name));
-    let mut next_index = previous
+    let recorded = previous
         .scheduling
         .as_ref()
-        .map_or(0, |s| s.next_job_index)
-        .max(0);
-    let mut events: Vec<(EventType, &str, String)> = Vec::new();
-    let mut sent_names = BTreeSet::new();
-    let mut ids: BTreeMap<String, String> = BTreeMap::new();
+        .map(|s| &s.member_jobs)
+        .cloned()
+        .unwrap_or_default();
+    let mut world = World {
+        names: names.clone(),
+        members: Vec::new(),
+        views: Vec::new(),
+        remembered: Vec::new(),
+        commands: BTreeMap::new(),
+        ids: BTreeMap::new(),
+        create_failures: Vec::new(),
+        delete_failures: Vec::new(),
+        shared: shared_taints(ctx, &obj.namespace().unwrap_or_default(), &obj.name_any()),
+    };
     for member in &names {
-        let snapshot = snapshots.get(member);
-        let session = snapshot
-            .and_then(|s| s.session.as_ref())
+        let session = ctx
+            .fleet
+            .member(member)
+            .and_then(|s| s.session)
             .filter(|s| s.state == SessionState::Connected);
-        let jobs = ctx.fleet.jobs_of(member, &owner);
-        let ready = session.is_some() && jobs.complete;
-        if let Some(session) = session {
-            ids.insert(member.clone(), session.session_id.clone());
+        let jobs = ctx.fleet.jobs_of(member, owner);
+        if let Some(session) = &session {
+            world.ids.insert(member.clone(), session.session_id.clone());
         }
-        members.push(DsjMember {
+        let ready = session.is_some() && jobs.complete;
+        world.members.push(DsjMember {
             name: member.clone(),
             state: if ready {
                 MemberState::Ready
@@ -389,28 +510,33 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
                 MemberState::Unreachable
             },
         });
-        for j in &jobs.jobs {
-            views.push(view(member, j, &conditions));
+        if !jobs.known {
+            if let Some(r) = recorded.get(member) {
+                let n = |x: i32| u32::try_from(x).unwrap_or(0);
+                world.remembered.push(Remembered {
+                    member: member.clone(),
+                    running: n(r.running),
+                    pending: n(r.pending).min(n(r.running)),
+                });
+            }
+            continue;
         }
-        // Creates sent and not reported yet count as pending Jobs; failed ones are dropped
-        // (and taint the member once per poll, under weightedRoundRobin).
+        for j in &jobs.jobs {
+            world.views.push(view(member, j, &pending_conditions));
+        }
+        // Creates sent and not reported yet count as pending Jobs; failed ones are dropped.
         let mut held = jobs.commands.clone();
         let failed: BTreeSet<&str> = jobs.failures.iter().map(|(n, _)| n.as_str()).collect();
         let before = held.creates.len();
         held.creates
             .retain(|c| !failed.contains(format!("{}/{}", c.namespace, c.name).as_str()));
         if held.creates.len() < before {
-            let level = create_failed(&settings, &mut state, member, now);
             let why = jobs
                 .failures
                 .first()
                 .map(|(_, f)| f.message.clone())
                 .unwrap_or_default();
-            events.push((
-                EventType::Warning,
-                "JobCreateFailed",
-                format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
-            ));
+            world.create_failures.push((member.clone(), why));
         }
         // A refused delete (the Job lost kedge's label, say) is retried, and said.
         if let Some((name, f)) = jobs.failures.iter().find(|(n, _)| {
@@ -418,22 +544,17 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
                 .iter()
                 .any(|d| format!("{}/{}", d.namespace, d.name) == *n)
         }) {
-            events.push((
-                EventType::Warning,
-                "JobDeleteFailed",
-                format!(
-                    "deleting Job {name} in {member} failed ({:?}: {})",
-                    f.code, f.message
-                ),
+            world.delete_failures.push(format!(
+                "deleting Job {name} in {member} failed ({:?}: {})",
+                f.code, f.message
             ));
         }
         for c in &held.creates {
-            sent_names.insert(c.name.clone());
-            views.push(JobView {
+            world.views.push(JobView {
                 name: c.name.clone(),
                 member: member.clone(),
                 phase: Phase::Pending,
-                pending_since: ctx.dsj_sent.since(&c.name, now),
+                pending_since: ctx.dsj_sent.since(owner, &c.name, now),
                 finished_at: None,
                 replaces: annotation_of(c, ANNOTATION_REPLACES),
                 template: annotation_of(c, ANNOTATION_TEMPLATE),
@@ -442,28 +563,87 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         if let Some(session) = session
             && jobs.complete
         {
-            commands.insert(member.clone(), (session.session_id.clone(), held));
+            world
+                .commands
+                .insert(member.clone(), (session.session_id.clone(), held));
         }
     }
-    // Right after a hub start, a member whose agent has not reported yet hides its Jobs: the
-    // poll would count too few and create Jobs a second time elsewhere. Wait for every listed
-    // member (or for the startup grace to end: an agent that does not come back in it is
-    // unreachable, and its Jobs cannot be counted).
-    let unreported: Vec<&str> = members
-        .iter()
-        .filter(|m| m.state != MemberState::Ready)
-        .map(|m| m.name.as_str())
-        .collect();
-    if ctx.starting() && !unreported.is_empty() {
-        debug!(
-            ?unreported,
-            "hub starting: waiting for every member's Jobs before polling"
-        );
-        ctx.dsj_sent.not_polled(&owner);
-        return Ok(Action::requeue(Duration::from_secs(1)));
+    world
+        .views
+        .sort_by(|a, b| (a.pending_since, &a.name).cmp(&(b.pending_since, &b.name)));
+    Ok(world)
+}
+
+type Published = (EventType, &'static str, String);
+
+/// What one poll decided: the status to write first, then the commands and Events.
+struct Decided {
+    status: DistributedScaledJobStatus,
+    commands: BTreeMap<String, (String, JobCommands)>,
+    events: Vec<Published>,
+    /// Names of the creates held after this poll (when each was first sent is kept).
+    sent_names: BTreeSet<String>,
+    wake: Option<SystemTime>,
+}
+
+fn kind(k: EventKind) -> EventType {
+    match k {
+        EventKind::Normal => EventType::Normal,
+        EventKind::Warning => EventType::Warning,
     }
-    ctx.dsj_sent.forget_except(&sent_names);
-    views.sort_by(|a, b| (a.pending_since, &a.name).cmp(&(b.pending_since, &b.name)));
+}
+
+/// Runs `kedge_core`'s step, cleanup and outcome on the world, and renders the Jobs they
+/// create into the held commands.
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    obj: &DistributedScaledJob,
+    settings: &validate::DsjSettings,
+    previous: &DistributedScaledJobStatus,
+    world: World,
+    readings: &BTreeMap<String, Reading>,
+    failover_only: bool,
+    polling: Duration,
+    now: SystemTime,
+) -> Result<Decided> {
+    let (namespace, name) = ns_name(obj)?;
+    let owner = format!("{namespace}/{name}");
+    let World {
+        names,
+        members,
+        mut views,
+        remembered,
+        mut commands,
+        ids,
+        create_failures,
+        delete_failures,
+        shared,
+    } = world;
+    let mut events: Vec<Published> = Vec::new();
+    let mut state =
+        DsjState::from_status(settings, &previous.scheduling.clone().unwrap_or_default());
+    state.taints.share(shared);
+    for (member, why) in &create_failures {
+        let level = create_failed(settings, &mut state, member, now);
+        events.push((
+            EventType::Warning,
+            "JobCreateFailed",
+            format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
+        ));
+    }
+    let levels_before: BTreeMap<String, TaintLevel> = names
+        .iter()
+        .map(|m| (m.clone(), taint_level(settings, &state, m, now)))
+        .collect();
+    for note in delete_failures {
+        events.push((EventType::Warning, "JobDeleteFailed", note));
+    }
+    let metrics = usable(readings);
+    let mut next_index = previous
+        .scheduling
+        .as_ref()
+        .map_or(0, |s| s.next_job_index)
+        .max(0);
 
     // Jobs made from an earlier spec go (rollout.strategy default) and are left out of the
     // plan, so their replacements are created in this same poll. A create still in flight is
@@ -472,7 +652,7 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         .iter()
         .map(|m| (m.clone(), template_hash(&obj.spec, m)))
         .collect();
-    let rolled_out = rollout(&settings, &views, &current);
+    let rolled_out = rollout(settings, &views, &current);
     for d in &rolled_out {
         if let Some((_, held)) = commands.get_mut(&d.member) {
             held.creates.retain(|c| c.name != d.name);
@@ -480,25 +660,23 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     }
     views.retain(|v| !rolled_out.iter().any(|d| d.name == v.name));
 
-    let levels_before: BTreeMap<&str, TaintLevel> = names
-        .iter()
-        .map(|m| (m.as_str(), taint_level(&settings, &state, m, now)))
-        .collect();
     let out = step(
         &StepInput {
-            settings: &settings,
+            settings,
             metrics: &metrics,
             members: &members,
             jobs: &views,
+            remembered: &remembered,
+            failover_only,
             now,
         },
         &mut state,
     );
     let mut deletions = rolled_out;
-    deletions.extend(cleanup(&settings, &views));
+    deletions.extend(cleanup(settings, &views));
     debug!(plan = ?out.plan, creates = ?out.creates, deletions = ?deletions, "decided");
 
-    // New Jobs, rendered; deletes of reported Jobs.
+    // New Jobs, rendered.
     let uid = obj.uid().unwrap_or_default();
     let labels = obj.labels().clone();
     let annotations = obj.annotations().clone();
@@ -549,118 +727,90 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         }
     }
     for d in &deletions {
-        if let Some((_, held)) = commands.get_mut(&d.member)
-            && !held.deletes.iter().any(|x| x.name == d.name)
-            && (d.why == Cleanup::Rollout
-                || views
-                    .iter()
-                    .any(|v| v.name == d.name && v.member == d.member))
-        {
-            let (propagation, why) = match d.why {
-                Cleanup::Rollout => (
-                    match settings.propagation {
-                        validate::Propagation::Background => Propagation::Background,
-                        validate::Propagation::Foreground => Propagation::Foreground,
-                    },
-                    "made from an earlier spec; rollout.strategy default",
-                ),
-                Cleanup::Duplicate => (Propagation::Background, "duplicationPolicy"),
-                Cleanup::History => (Propagation::Background, "beyond the history limit"),
-            };
-            held.deletes.push(JobDelete {
-                namespace: namespace.clone(),
-                name: d.name.clone(),
-                owner: owner.clone(),
-                propagation,
-            });
-            events.push((
-                EventType::Normal,
-                if d.why == Cleanup::Rollout {
-                    "JobRolledOut"
-                } else {
-                    "JobCleanedUp"
-                },
-                format!("deleting Job {} in {} ({why})", d.name, d.member),
-            ));
-        }
+        delete(settings, &mut commands, &views, d, &namespace, &owner, &mut events);
     }
-    for (member, (session, held)) in commands {
-        ctx.fleet.set_jobs(&member, &session, &owner, held);
-    }
-    for name in &out.newly_stuck {
-        events.push((
-            EventType::Warning,
-            "JobStuck",
-            format!("Job {name} has been pending longer than the grace period"),
-        ));
-    }
-    for member in &names {
-        let after = taint_level(&settings, &state, member, now);
-        if levels_before.get(member.as_str()) != Some(&after) {
-            events.push((
-                if after == TaintLevel::None {
-                    EventType::Normal
-                } else {
-                    EventType::Warning
-                },
-                "TaintChanged",
-                format!("{member}: taint {after:?}"),
-            ));
-        }
-    }
-
-    // Status.
-    let status = status_of(&StatusInput {
-        previous: &previous,
-        generation,
+    let decided = outcome(&OutcomeInput {
+        previous,
+        generation: obj.metadata.generation,
         name: &name,
-        names: &names,
+        settings,
+        polling,
         members: &members,
         ids: &ids,
-        views: &views,
-        readings: &readings,
+        jobs: &views,
+        remembered: &remembered,
+        readings,
         out: &out,
         state: &state,
-        settings: &settings,
-        paused: settings.paused,
+        levels_before: &levels_before,
+        create_failures: &create_failures,
         next_index,
         now,
     });
-    for t in &status.trigger_metrics_status {
-        let before = previous
-            .trigger_metrics_status
-            .iter()
-            .find(|p| p.name == t.name);
-        if t.state == "Error" && before.is_none_or(|b| b.state != "Error") {
-            events.push((
-                EventType::Warning,
-                "MetricUnavailable",
-                format!(
-                    "trigger {} cannot be read, no Job is created: {}",
-                    t.name,
-                    t.info.clone().unwrap_or_default()
-                ),
-            ));
-        }
-    }
-    // Stuck Jobs and taints alike share one Event past a handful; written together.
-    let events = kedge_core::events::fold_alike(
-        events,
-        |e| e.1,
-        |e| &e.2,
-        |(kind, reason, _), note| (kind, reason, note),
-    );
-    futures::future::join_all(
-        events
+    events.extend(
+        decided
+            .events
             .into_iter()
-            .map(|(kind, reason, note)| ctx.publish(&*obj, kind, reason, "Reconcile", note)),
-    )
-    .await;
-    if status != observed {
-        write_status(ctx, &namespace, &name, &status).await?;
+            .map(|n| (kind(n.kind), n.reason, n.note)),
+    );
+    let sent_names = commands
+        .values()
+        .flat_map(|(_, held)| held.creates.iter().map(|c| c.name.clone()))
+        .collect();
+    Ok(Decided {
+        status: decided.status,
+        commands,
+        events,
+        sent_names,
+        wake: next_wake(settings, &state, &views, now),
+    })
+}
+
+/// Adds the delete of `d` to its member's commands, once, with its Event.
+fn delete(
+    settings: &validate::DsjSettings,
+    commands: &mut BTreeMap<String, (String, JobCommands)>,
+    views: &[JobView],
+    d: &Deletion,
+    namespace: &str,
+    owner: &str,
+    events: &mut Vec<Published>,
+) {
+    let Some((_, held)) = commands.get_mut(&d.member) else {
+        return;
+    };
+    let reported = views
+        .iter()
+        .any(|v| v.name == d.name && v.member == d.member);
+    if held.deletes.iter().any(|x| x.name == d.name) || (d.why != Cleanup::Rollout && !reported) {
+        return;
     }
-    ctx.dsj_sent.remember(&owner, &status);
-    Ok(Action::requeue(polling))
+    let (propagation, why) = match d.why {
+        Cleanup::Rollout => (
+            match settings.propagation {
+                validate::Propagation::Background => Propagation::Background,
+                validate::Propagation::Foreground => Propagation::Foreground,
+            },
+            "made from an earlier spec; rollout.strategy default",
+        ),
+        Cleanup::Duplicate => (Propagation::Background, "duplicationPolicy"),
+        Cleanup::History => (Propagation::Background, "beyond the history limit"),
+    };
+    held.deletes.push(JobDelete {
+        namespace: namespace.to_owned(),
+        name: d.name.clone(),
+        owner: owner.to_owned(),
+        propagation,
+    });
+    events.push((
+        EventType::Normal,
+        if d.why == Cleanup::Rollout {
+            "JobRolledOut"
+        } else {
+            "JobCleanedUp"
+        },
+        format!("deleting Job {} in {} ({why})", d.name, d.member),
+    ));
 }
 
 /// The taints the other DSJs of `namespace` keep (the status this process wrote last for
@@ -711,183 +861,6 @@ fn view(member: &str, j: &JobStatus, conditions: &[String]) -> JobView {
             .map(|ms| kedge_core::time::from_time(&from_unix_ms(ms))),
         replaces: j.replaces.clone(),
         template: j.template.clone(),
-    }
-}
-
-struct StatusInput<'a> {
-    previous: &'a DistributedScaledJobStatus,
-    generation: Option<i64>,
-    name: &'a str,
-    names: &'a [String],
-    members: &'a [DsjMember],
-    /// Session id of each connected member.
-    ids: &'a BTreeMap<String, String>,
-    views: &'a [JobView],
-    readings: &'a BTreeMap<String, Reading>,
-    out: &'a kedge_core::dsj::step::StepOutput,
-    state: &'a DsjState,
-    settings: &'a validate::DsjSettings,
-    paused: bool,
-    next_index: i64,
-    now: SystemTime,
-}
-
-fn count(n: u32) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
-/// The DSJ's status after a poll.
-fn status_of(i: &StatusInput<'_>) -> DistributedScaledJobStatus {
-    let p = i.previous;
-    let mut member_statuses = BTreeMap::new();
-    let observations: BTreeMap<&str, _> = i
-        .out
-        .observations
-        .iter()
-        .rev()
-        .map(|o| (o.name.as_str(), o))
-        .collect();
-    for m in i.members {
-        let o = observations.get(m.name.as_str()).copied();
-        let level = taint_level(i.settings, i.state, &m.name, i.now);
-        let state = match m.state {
-            MemberState::Ready => "Ready",
-            MemberState::Unreachable => "Unreachable",
-        };
-        let before = p.member_cluster_statuses.get(&m.name);
-        let description = match (m.state, level) {
-            (MemberState::Unreachable, _) => "agent not connected, or its Jobs not reported yet",
-            (_, TaintLevel::Hard) => "hard-tainted: receives no Jobs until the taint expires",
-            (_, TaintLevel::Soft) => {
-                "soft-tainted: a second failure within softTaintDuration excludes it"
-            }
-            _ => "Cluster is healthy",
-        };
-        member_statuses.insert(
-            m.name.clone(),
-            DsjMemberClusterStatus {
-                description: Some(description.to_owned()),
-                id: i
-                    .ids
-                    .get(&m.name)
-                    .cloned()
-                    .or_else(|| before.and_then(|b| b.id.clone())),
-                running_jobs: o.map_or(0, |o| count(o.running_jobs)),
-                pending_jobs: o.map_or(0, |o| count(o.pending_jobs)),
-                stuck_jobs: o.map_or(0, |o| count(o.stuck_jobs)),
-                soft_tainted: level == TaintLevel::Soft,
-                hard_tainted: level == TaintLevel::Hard,
-                hard_taint_scopes: i.state.hard_taint_scopes(i.settings, &m.name, i.now),
-                excluded: level == TaintLevel::Hard || m.state == MemberState::Unreachable,
-                last_status_change_time: match before {
-                    Some(b) if b.state.as_deref() == Some(state) => {
-                        b.last_status_change_time.clone()
-                    }
-                    _ => Some(to_time(i.now)),
-                },
-                state: Some(state.to_owned()),
-            },
-        );
-    }
-    bound_member_statuses(&mut member_statuses, |m| {
-        m.state.as_deref() == Some("Ready") && !m.soft_tainted && !m.hard_tainted
-    });
-    let trigger_metrics_status = i
-        .readings
-        .iter()
-        .map(|(name, r)| {
-            let state = match r.state() {
-                TriggerState::Active => "Active",
-                TriggerState::Inactive => "Inactive",
-                TriggerState::Error => "Error",
-            };
-            let before = p.trigger_metrics_status.iter().find(|t| &t.name == name);
-            TriggerMetricStatus {
-                name: name.clone(),
-                state: state.to_owned(),
-                info: Some(r.info()),
-                last_change_time: match before {
-                    Some(b) if b.state == state => b.last_change_time.clone(),
-                    _ => Some(to_time(i.now)),
-                },
-            }
-        })
-        .collect();
-    let scalers_target_average_value = i
-        .readings
-        .iter()
-        .filter_map(|(name, r)| match r {
-            Reading::Read(m) => Some((name.clone(), format!("{}", m.target))),
-            Reading::Failed(_) => None,
-        })
-        .collect();
-    let unreadable = &i.out.unreadable;
-    let mut conditions = vec![
-        condition(
-            &p.conditions,
-            CONDITION_READY,
-            true,
-            REASON_RECONCILED,
-            "Jobs are planned every pollingInterval".to_owned(),
-            i.generation,
-            i.now,
-        ),
-        condition(
-            &p.conditions,
-            CONDITION_PAUSED,
-            i.paused,
-            if i.paused {
-                REASON_PAUSED_BY_ANNOTATION
-            } else {
-                "NotPaused"
-            },
-            if i.paused {
-                "autoscaling.keda.sh/paused: no new Jobs are created"
-            } else {
-                "Jobs are created as the triggers ask"
-            }
-            .to_owned(),
-            i.generation,
-            i.now,
-        ),
-    ];
-    let degraded = if unreadable.is_empty() {
-        (
-            false,
-            "NoFailures",
-            String::from("every trigger can be read"),
-        )
-    } else {
-        (
-            true,
-            "MetricUnavailable",
-            format!(
-                "no Job is created while these triggers cannot be read: {}",
-                unreadable.join(", ")
-            ),
-        )
-    };
-    conditions.push(condition(
-        &p.conditions,
-        CONDITION_DEGRADED,
-        degraded.0,
-        degraded.1,
-        degraded.2,
-        i.generation,
-        i.now,
-    ));
-    let _ = i.names;
-    let _ = i.views;
-    DistributedScaledJobStatus {
-        desired_jobs: count(i.out.plan.desired_jobs),
-        running_jobs: count(i.out.plan.running_jobs),
-        pending_jobs: count(i.out.plan.pending_jobs),
-        member_cluster_statuses: member_statuses,
-        selector: Some(format!("{LABEL_DSJ}={}", i.name)),
-        scalers_target_average_value,
-        trigger_metrics_status,
-        scheduling: Some(i.state.to_status(i.next_index)),
-        conditions,
     }
 }
 
