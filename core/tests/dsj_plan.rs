@@ -243,3 +243,44 @@ proptest! {
         prop_assert!(a.replacements.iter().all(|r| r.from != r.to));
     }
 }
+
+/// A member away keeps its round-robin credit: the Jobs it was owed when it left are its
+/// first ones when it returns, for a DSJ that lists its members and one that does not (whose
+/// members the hub passes in as every registered one, away or not).
+#[test]
+fn an_away_member_keeps_what_the_round_robin_owes_it() {
+    let unlisted = r#"
+scaledJobSpec:
+  jobTargetRef: {template: {spec: {containers: [{name: c}]}}}
+  maxReplicaCount: 20
+  triggers: [{type: rabbitmq, name: rabbit}]
+"#;
+    let listed = "memberClusters: [{name: a}, {name: b}]\n".to_owned() + unlisted;
+    for yaml in [unlisted, listed.as_str()] {
+        let s = settings(yaml);
+        let taints = TaintBook::new(&s);
+        // a is owed the next Job.
+        let owed = WrrState {
+            current: BTreeMap::from([("a".to_owned(), 1), ("b".to_owned(), -1)]),
+        };
+        let away = [
+            DsjMemberObservation {
+                state: MemberState::Unreachable,
+                ..member("a", 0, 0, 0)
+            },
+            member("b", 0, 0, 0),
+        ];
+        // Two Jobs while a is away: both in b; a's credit is kept.
+        let p = run(&s, 2.0, &away, &taints, &owed);
+        assert_eq!(p.create()["b"], 2, "{yaml}");
+        assert_eq!(
+            p.wrr.current.get("a"),
+            Some(&1),
+            "{yaml}: a's credit dropped"
+        );
+        // a is back: the next Job is a's.
+        let back = [member("a", 0, 0, 0), member("b", 2, 0, 0)];
+        let p = run(&s, 3.0, &back, &taints, &p.wrr);
+        assert_eq!(p.create()["a"], 1, "{yaml}: {p:?}");
+    }
+}

@@ -67,7 +67,11 @@ async fn set_queue(fleet: &Fleet, length: u64) {
         "metadata": {"name": "queue", "namespace": "default"},
         "data": {"length": length.to_string()}});
     Api::<ConfigMap>::namespaced(client, "default")
-        .patch("queue", &PatchParams::apply("test").force(), &Patch::Apply(&cm))
+        .patch(
+            "queue",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&cm),
+        )
         .await
         .unwrap();
 }
@@ -133,7 +137,11 @@ async fn exactly(fleet: &Fleet, seen: &Seen, want: usize, what: &str) {
         );
         assert_eq!(current, ever, "{what}: {dsj} lost a running Job");
         let names: BTreeSet<&String> = ever.iter().map(|(_, n)| n).collect();
-        assert_eq!(names.len(), ever.len(), "{what}: {dsj}: one name in two members");
+        assert_eq!(
+            names.len(),
+            ever.len(),
+            "{what}: {dsj}: one name in two members"
+        );
     }
 }
 
@@ -193,7 +201,10 @@ async fn no_job_is_created_twice_across_hub_restarts() {
                         {
                             now.insert(
                                 member.clone(),
-                                list.items.into_iter().filter_map(|j| j.metadata.name).collect(),
+                                list.items
+                                    .into_iter()
+                                    .filter_map(|j| j.metadata.name)
+                                    .collect(),
                             );
                         }
                     }
@@ -209,7 +220,13 @@ async fn no_job_is_created_twice_across_hub_restarts() {
     apply(&fleet, &dsj_yaml("unlisted", None), "unlisted.yaml").await;
     let mut want = 3 * count;
     set_queue(&fleet, want).await;
-    settles(&fleet, &seen, usize::try_from(want).unwrap(), "the first burst").await;
+    settles(
+        &fleet,
+        &seen,
+        usize::try_from(want).unwrap(),
+        "the first burst",
+    )
+    .await;
 
     for round in 1..=rounds {
         // A graceful stop with member-1's agent frozen across it, for longer than the old

@@ -6,10 +6,10 @@
 pub mod duplication;
 pub mod history;
 pub mod metrics;
+pub mod outcome;
 pub mod overrides;
 pub mod pending;
 pub mod persist;
-pub mod outcome;
 mod plan;
 pub mod render;
 pub mod scaling;

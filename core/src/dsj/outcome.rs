@@ -15,8 +15,8 @@ use super::step::{DsjMember, DsjState, JobView, Remembered, StepOutput, taint_le
 use super::taint::TaintLevel;
 use super::{Eligibility, MemberJobs};
 use crate::crd::conditions::{
-    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, LABEL_DSJ,
-    REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILED, condition,
+    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, LABEL_DSJ, REASON_PAUSED_BY_ANNOTATION,
+    REASON_RECONCILED, condition,
 };
 use crate::crd::dsj::{DsjMemberClusterStatus, MemberJobCount, TriggerMetricStatus};
 use crate::crd::{DistributedScaledJobStatus, bound_member_statuses};
@@ -240,7 +240,11 @@ fn trigger_statuses(i: &OutcomeInput<'_>, events: &mut Vec<Note>) -> Vec<Trigger
     i.readings
         .iter()
         .map(|(name, r)| {
-            let before = i.previous.trigger_metrics_status.iter().find(|t| &t.name == name);
+            let before = i
+                .previous
+                .trigger_metrics_status
+                .iter()
+                .find(|t| &t.name == name);
             let waiting_since = match before {
                 None => Some(i.now),
                 Some(b) if b.state == TRIGGER_PENDING => Some(
@@ -254,9 +258,8 @@ fn trigger_statuses(i: &OutcomeInput<'_>, events: &mut Vec<Note>) -> Vec<Trigger
                 TriggerState::Active => "Active",
                 TriggerState::Inactive => "Inactive",
                 TriggerState::Error
-                    if waiting_since.is_some_and(|since| {
-                        crate::time::saturating_add(since, grace) > i.now
-                    }) =>
+                    if waiting_since
+                        .is_some_and(|since| crate::time::saturating_add(since, grace) > i.now) =>
                 {
                     TRIGGER_PENDING
                 }
@@ -327,7 +330,9 @@ fn member_statuses(
             .jobs
             .iter()
             .filter(|j| {
-                j.member == m.name && j.phase == JobPhase::Pending && i.state.stuck.contains(&j.name)
+                j.member == m.name
+                    && j.phase == JobPhase::Pending
+                    && i.state.stuck.contains(&j.name)
             })
             .count();
         statuses.insert(
@@ -339,8 +344,14 @@ fn member_statuses(
                     .get(&m.name)
                     .cloned()
                     .or_else(|| before.and_then(|b| b.id.clone())),
-                running_jobs: count(o.map_or(0, |o| u64::from(o.running_jobs)).saturating_add(new)),
-                pending_jobs: count(o.map_or(0, |o| u64::from(o.pending_jobs)).saturating_add(new)),
+                running_jobs: count(
+                    o.map_or(0, |o| u64::from(o.running_jobs))
+                        .saturating_add(new),
+                ),
+                pending_jobs: count(
+                    o.map_or(0, |o| u64::from(o.pending_jobs))
+                        .saturating_add(new),
+                ),
                 stuck_jobs: count(u64::try_from(stuck).unwrap_or(u64::MAX)),
                 soft_tainted: level == TaintLevel::Soft,
                 hard_tainted: level == TaintLevel::Hard,
@@ -404,7 +415,12 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
     let eligible: Vec<&str> = plan
         .members
         .iter()
-        .filter(|m| matches!(m.eligibility, Eligibility::Eligible | Eligibility::SoftTainted))
+        .filter(|m| {
+            matches!(
+                m.eligibility,
+                Eligibility::Eligible | Eligibility::SoftTainted
+            )
+        })
         .map(|m| m.name.as_str())
         .collect();
     let refusing_all = !i.create_failures.is_empty()
@@ -426,7 +442,9 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
                 errors.join(", ")
             ),
         ))
-    } else if eligible.is_empty() && !i.settings.paused && (plan.desired_jobs > 0 || plan.unplaced > 0)
+    } else if eligible.is_empty()
+        && !i.settings.paused
+        && (plan.desired_jobs > 0 || plan.unplaced > 0)
     {
         Some((
             REASON_NO_ELIGIBLE_MEMBER,
@@ -712,8 +730,14 @@ mod tests {
             ],
         );
         let o = p.run(t(0));
-        assert_eq!(cond(&o.status, "Ready"), ("False", REASON_NO_ELIGIBLE_MEMBER));
-        assert_eq!(cond(&o.status, "Degraded"), ("True", REASON_NO_ELIGIBLE_MEMBER));
+        assert_eq!(
+            cond(&o.status, "Ready"),
+            ("False", REASON_NO_ELIGIBLE_MEMBER)
+        );
+        assert_eq!(
+            cond(&o.status, "Degraded"),
+            ("True", REASON_NO_ELIGIBLE_MEMBER)
+        );
         let ready = &o.status.conditions[0];
         assert!(
             ready.message.starts_with("3 Jobs cannot be placed")
@@ -737,15 +761,24 @@ mod tests {
         ];
         let mut p = poll(
             settings(""),
-            vec![member("a", MemberState::Ready), member("b", MemberState::Ready)],
+            vec![
+                member("a", MemberState::Ready),
+                member("b", MemberState::Ready),
+            ],
         );
         p.failures = &failures;
         let o = p.run(t(0));
-        assert_eq!(cond(&o.status, "Ready"), ("False", REASON_JOB_CREATE_FAILED));
+        assert_eq!(
+            cond(&o.status, "Ready"),
+            ("False", REASON_JOB_CREATE_FAILED)
+        );
         p.failures = &failures[..1];
         let o = p.run(t(1));
         assert_eq!(cond(&o.status, "Ready"), ("True", REASON_RECONCILED));
-        assert_eq!(cond(&o.status, "Degraded"), ("True", REASON_JOB_CREATE_FAILED));
+        assert_eq!(
+            cond(&o.status, "Degraded"),
+            ("True", REASON_JOB_CREATE_FAILED)
+        );
     }
 
     #[test]
@@ -754,7 +787,10 @@ mod tests {
         p.readings = BTreeMap::from([("q".to_owned(), Reading::Failed("not found".into()))]);
         let o = p.run(t(0));
         assert_eq!(o.status.trigger_metrics_status[0].state, TRIGGER_PENDING);
-        assert_eq!(cond(&o.status, "Degraded"), ("False", REASON_AWAITING_METRIC));
+        assert_eq!(
+            cond(&o.status, "Degraded"),
+            ("False", REASON_AWAITING_METRIC)
+        );
         assert_eq!(cond(&o.status, "Ready"), ("True", REASON_RECONCILED));
         assert!(o.events.is_empty(), "{:?}", o.events);
         // Still within pollingInterval (5 s) + 10 s.
@@ -763,8 +799,14 @@ mod tests {
         // Past it: an error, said once.
         let o = p.run(t(16));
         assert_eq!(o.status.trigger_metrics_status[0].state, "Error");
-        assert_eq!(cond(&o.status, "Ready"), ("False", REASON_METRIC_UNAVAILABLE));
-        assert_eq!(cond(&o.status, "Degraded"), ("True", REASON_METRIC_UNAVAILABLE));
+        assert_eq!(
+            cond(&o.status, "Ready"),
+            ("False", REASON_METRIC_UNAVAILABLE)
+        );
+        assert_eq!(
+            cond(&o.status, "Degraded"),
+            ("True", REASON_METRIC_UNAVAILABLE)
+        );
         assert_eq!(o.events.len(), 1);
         assert_eq!(o.events[0].reason, EVENT_METRIC_UNAVAILABLE);
         assert!(p.run(t(17)).events.is_empty());
@@ -780,7 +822,10 @@ mod tests {
     fn creates_are_counted_recorded_and_announced() {
         let mut p = poll(
             settings(""),
-            vec![member("a", MemberState::Ready), member("b", MemberState::Ready)],
+            vec![
+                member("a", MemberState::Ready),
+                member("b", MemberState::Ready),
+            ],
         );
         p.remembered = vec![];
         let o = p.run(t(0));
@@ -826,7 +871,10 @@ mod tests {
     fn stuck_jobs_count_while_they_pend_replaced_or_not() {
         let mut p = poll(
             settings(""),
-            vec![member("a", MemberState::Ready), member("b", MemberState::Ready)],
+            vec![
+                member("a", MemberState::Ready),
+                member("b", MemberState::Ready),
+            ],
         );
         p.readings = queue(1.0);
         p.jobs = vec![pending("j1", "a", 0)];
@@ -843,13 +891,22 @@ mod tests {
 
     #[test]
     fn wakes_at_the_grace_period_taint_ends_and_for_pairs() {
-        let s = settings("clusterScheduling: {failoverPolicy: {gracePeriod: 3s, duplicationPolicy: immediateSourceCleanup}}");
+        let s = settings(
+            "clusterScheduling: {failoverPolicy: {gracePeriod: 3s, duplicationPolicy: immediateSourceCleanup}}",
+        );
         let mut state = DsjState::default();
         let jobs = vec![pending("j1", "a", 100)];
         let wake = next_wake(&s, &state, &jobs, t(101)).unwrap();
         assert_eq!(wake, t(103) + Duration::from_millis(1));
         crate::dsj::step::create_failed(&s, &mut state, "a", t(101));
-        let soft_end = state.taints.taints.values().next().unwrap().soft_until.unwrap();
+        let soft_end = state
+            .taints
+            .taints
+            .values()
+            .next()
+            .unwrap()
+            .soft_until
+            .unwrap();
         state.stuck.insert("j1".into());
         assert_eq!(next_wake(&s, &state, &jobs, t(101)), Some(soft_end));
         // A source and its failover both active: look again in a second.

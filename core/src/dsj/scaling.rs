@@ -85,7 +85,11 @@ pub fn combine(how: MultipleScalers, metrics: &[TriggerMetric], max_jobs: u32) -
             .fold((0.0, 0.0), |best, m| if m.0 > best.0 { m } else { best }),
         MultipleScalers::Min => active.iter().copied().fold((0.0, 0.0), |best, m| {
             // KEDA's `queueLength == 0 || q < queueLength`.
-            if best.0 == 0.0 || m.0 < best.0 { m } else { best }
+            if best.0 == 0.0 || m.0 < best.0 {
+                m
+            } else {
+                best
+            }
         }),
         MultipleScalers::Sum | MultipleScalers::Avg => {
             let (q, v) = active
@@ -364,7 +368,11 @@ mod tests {
             );
         }
         // Single trigger: q 20, target 2, KEDA's MaxReplicaCount 99 (max 100, min 1).
-        let c = combine(MultipleScalers::Max, &[m(20.0, 2.0)], keda_max(Some(100), 1));
+        let c = combine(
+            MultipleScalers::Max,
+            &[m(20.0, 2.0)],
+            keda_max(Some(100), 1),
+        );
         assert_eq!((c.queue, c.max_scale), (20, 10));
         // Queue empty: inactive, nothing asked.
         let c = combine(MultipleScalers::Max, &[m(0.0, 1.0)], 100);

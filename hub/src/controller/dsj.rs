@@ -22,8 +22,8 @@ use kedge_core::dsj::pending::is_pending;
 use kedge_core::dsj::persist::saved_taints;
 use kedge_core::dsj::render::{JobOf, job, job_name, template_hash};
 use kedge_core::dsj::step::{
-    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepInput, cleanup,
-    create_failed, rollout, step, taint_level,
+    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepInput, cleanup, create_failed,
+    rollout, step, taint_level,
 };
 use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
 use kedge_core::dso::MemberState;
@@ -292,11 +292,23 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         },
     };
     let (readings, failover_only) = match wake {
-        Wake::Poll => (read_triggers(&obj, ctx, &namespace, &name, &settings).await, false),
+        Wake::Poll => (
+            read_triggers(&obj, ctx, &namespace, &name, &settings).await,
+            false,
+        ),
         Wake::Tick(readings) => (readings, true),
     };
     let world = gather(ctx, &obj, &owner, &settings, &previous, now).await?;
-    let decided = decide(&obj, &settings, &previous, world, &readings, failover_only, polling, now)?;
+    let decided = decide(
+        &obj,
+        &settings,
+        &previous,
+        world,
+        &readings,
+        failover_only,
+        polling,
+        now,
+    )?;
 
     // Write ahead: the status that counts this poll's creates is stored before any of them
     // is sent, so a hub that restarts at any point counts every Job it may have created.
@@ -390,7 +402,12 @@ async fn read_triggers(
     .await;
     let applied = match applied {
         Ok(applied) => applied,
-        Err(e) => return failed(settings, &format!("applying the shadow KEDA ScaledObject: {e}")),
+        Err(e) => {
+            return failed(
+                settings,
+                &format!("applying the shadow KEDA ScaledObject: {e}"),
+            );
+        }
     };
     let names: Vec<String> = applied.data["status"]["externalMetricNames"]
         .as_array()
@@ -727,7 +744,15 @@ fn decide(
         }
     }
     for d in &deletions {
-        delete(settings, &mut commands, &views, d, &namespace, &owner, &mut events);
+        delete(
+            settings,
+            &mut commands,
+            &views,
+            d,
+            &namespace,
+            &owner,
+            &mut events,
+        );
     }
     let decided = outcome(&OutcomeInput {
         previous,
