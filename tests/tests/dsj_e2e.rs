@@ -869,3 +869,54 @@ async fn a_workload_taint_excludes_only_equal_or_larger_sizes_across_dsjs() {
     // which avoids member-1.
     settles(&fleet, "big", &[1, 2], "big's new Job in member-2").await;
 }
+
+/// Timings act at their own time, not at the next poll: with `pollingInterval: 12` and
+/// `gracePeriod: 2s`, a Job stuck in member-1 is replaced in member-2 about 2 s after it was
+/// created (a poll would take 12), and `immediateSourceCleanup` deletes the source as soon
+/// as member-2 reports the failover Job, not a poll later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grace_periods_and_cleanup_act_between_polls() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
+    set_queue(&fleet, 1).await;
+    let yaml = dsj_yaml("queue")
+        .replace(
+            "  - {name: member-1, weight: 2}\n  - {name: member-2, weight: 3}\n",
+            "  - name: member-1\n    weight: 1\n    podOverrides: {nodeSelector: {kedge.dev/none: \"true\"}}\n  \
+             - {name: member-2, weight: 1}\n",
+        )
+        .replace(
+            "  scaledJobSpec:\n",
+            "  clusterScheduling:\n    failoverPolicy: {gracePeriod: 2s, duplicationPolicy: \
+             immediateSourceCleanup}\n  scaledJobSpec:\n",
+        )
+        .replace("    pollingInterval: 1\n", "    pollingInterval: 12\n");
+    apply(&fleet, &yaml, "work.yaml").await;
+    // The first Job goes to member-1 (first on a tie); its pod never starts.
+    let source = wait_for(Duration::from_secs(40), "a Job in member-1", || async {
+        jobs(&fleet).await[0].first().cloned()
+    })
+    .await;
+    let created = |j: &Job| j.metadata.creation_timestamp.clone().unwrap().0;
+    let failover = wait_for(Duration::from_secs(20), "its failover Job in member-2", || async {
+        jobs(&fleet).await[1].first().cloned()
+    })
+    .await;
+    let after = created(&failover).duration_since(created(&source)).as_secs_f64();
+    assert!(
+        after < 7.0,
+        "failover {after:.1} s after the source; the next poll was 12 s away"
+    );
+    // The source goes as soon as the failover Job is reported.
+    let gone_by = wait_for(Duration::from_secs(20), "the source deleted", || async {
+        jobs(&fleet).await[0]
+            .is_empty()
+            .then(k8s_openapi::jiff::Timestamp::now)
+    })
+    .await;
+    let cleanup = gone_by.duration_since(created(&failover)).as_secs_f64();
+    assert!(
+        cleanup < 7.0,
+        "source deleted {cleanup:.1} s after its failover Job was created"
+    );
+}

@@ -57,14 +57,8 @@ pub fn first_reading_grace(polling: Duration) -> Duration {
     polling.saturating_add(Duration::from_secs(10))
 }
 
-/// Whether an Event is routine or a warning.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventKind {
-    /// Routine.
-    Normal,
-    /// Something the user should look at.
-    Warning,
-}
+/// Severity of an Event: one type for DSOs and DSJs.
+pub use crate::dso::outcome::EventKind;
 
 /// One Event to publish about the DSJ.
 #[derive(Clone, Debug, PartialEq, Eq)]
