@@ -898,11 +898,15 @@ async fn grace_periods_and_cleanup_act_between_polls() {
     })
     .await;
     let created = |j: &Job| j.metadata.creation_timestamp.clone().unwrap().0;
-    let failover = wait_for(Duration::from_secs(20), "its failover Job in member-2", || async {
-        jobs(&fleet).await[1].first().cloned()
-    })
+    let failover = wait_for(
+        Duration::from_secs(20),
+        "its failover Job in member-2",
+        || async { jobs(&fleet).await[1].first().cloned() },
+    )
     .await;
-    let after = created(&failover).duration_since(created(&source)).as_secs_f64();
+    let after = created(&failover)
+        .duration_since(created(&source))
+        .as_secs_f64();
     assert!(
         after < 7.0,
         "failover {after:.1} s after the source; the next poll was 12 s away"
