@@ -96,9 +96,12 @@ async fn names_now(fleet: &Fleet, dsj: &str) -> BTreeMap<String, BTreeSet<String
     out
 }
 
+/// (member, Job name) pairs.
+type Placed = BTreeSet<(String, String)>;
+
 /// Every (member, Job name) ever seen per DSJ, sampled every 100 ms in the background.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<BTreeMap<String, BTreeSet<(String, String)>>>>);
+struct Seen(Arc<Mutex<BTreeMap<String, Placed>>>);
 
 impl Seen {
     fn record(&self, dsj: &str, now: &BTreeMap<String, BTreeSet<String>>) {
@@ -111,7 +114,7 @@ impl Seen {
         }
     }
 
-    fn of(&self, dsj: &str) -> BTreeSet<(String, String)> {
+    fn of(&self, dsj: &str) -> Placed {
         self.0.lock().unwrap().get(dsj).cloned().unwrap_or_default()
     }
 }
@@ -124,7 +127,7 @@ async fn exactly(fleet: &Fleet, seen: &Seen, want: usize, what: &str) {
     for dsj in DSJS {
         let now = names_now(fleet, dsj).await;
         seen.record(dsj, &now);
-        let current: BTreeSet<(String, String)> = now
+        let current: Placed = now
             .iter()
             .flat_map(|(m, names)| names.iter().map(move |n| (m.clone(), n.clone())))
             .collect();

@@ -246,7 +246,8 @@ mod tests {
             running_percentage,
         };
         // strategy, (maxScale, running, pending, maxReplicaCount), KEDA's effective max.
-        let table: &[(ScalingStrategyKind, (u64, u32, u32, u32), i64)] = &[
+        type Row = (ScalingStrategyKind, (u64, u32, u32, u32), i64);
+        let table: &[Row] = &[
             (ScalingStrategyKind::Basic, (3, 2, 0, 5), 1),
             (ScalingStrategyKind::Basic, (2, 0, 0, 5), 2),
             (custom(1, 0.5), (3, 2, 0, 5), 1),
