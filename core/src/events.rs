@@ -1,4 +1,47 @@
-//! Event volume: what one reconciliation publishes stays a handful, whatever the fleet size.
+//! Events the controllers publish: one type for DSOs and DSJs, decided in kedge-core; and
+//! their volume: what one reconciliation publishes stays a handful, whatever the fleet size.
+
+/// Severity of an Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// Something worth knowing.
+    Normal,
+    /// Something worth acting on.
+    Warning,
+}
+
+/// An Event to publish about a DSO or DSJ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Severity.
+    pub kind: EventKind,
+    /// Reason (one of the `EVENT_*` constants).
+    pub reason: &'static str,
+    /// Action, for `events.k8s.io/v1`.
+    pub action: &'static str,
+    /// What happened, naming members.
+    pub note: String,
+}
+
+impl Event {
+    /// A `Normal` Event of the `Reconcile` action.
+    pub fn normal(reason: &'static str, note: String) -> Self {
+        Self {
+            kind: EventKind::Normal,
+            reason,
+            action: "Reconcile",
+            note,
+        }
+    }
+
+    /// A `Warning` Event of the `Reconcile` action.
+    pub fn warning(reason: &'static str, note: String) -> Self {
+        Self {
+            kind: EventKind::Warning,
+            ..Self::normal(reason, note)
+        }
+    }
+}
 
 /// Events of the same reason that one reconciliation publishes one by one; beyond, one Event
 /// names this many and counts the rest.

@@ -21,6 +21,7 @@ use crate::crd::conditions::{
 use crate::crd::dsj::{DsjMemberClusterStatus, MemberJobCount, TriggerMetricStatus};
 use crate::crd::{DistributedScaledJobStatus, bound_member_statuses};
 use crate::dso::MemberState;
+use crate::events::Event;
 use crate::time::to_time;
 use crate::validate::{ClusterStrategy, DsjSettings, DuplicationPolicy};
 
@@ -49,26 +50,26 @@ pub const EVENT_JOB_STUCK: &str = "JobStuck";
 pub const EVENT_TAINT_CHANGED: &str = "TaintChanged";
 /// Event: a trigger could not be read (once per change).
 pub const EVENT_METRIC_UNAVAILABLE: &str = REASON_METRIC_UNAVAILABLE;
+/// Event: a member refused or failed the Jobs it was sent (with the agent's reason).
+pub const EVENT_JOB_CREATE_FAILED: &str = REASON_JOB_CREATE_FAILED;
+/// Event: a member refused or failed a delete (it is retried).
+pub const EVENT_JOB_DELETE_FAILED: &str = "JobDeleteFailed";
+/// Event: a `containerOverrides` entry names no container of the Job template.
+pub const EVENT_UNKNOWN_CONTAINER: &str = "UnknownContainer";
+/// Event: a failover Job replaces a stuck one.
+pub const EVENT_FAILOVER: &str = "Failover";
+/// Event: a Job made from an earlier spec is deleted (`rollout.strategy: default`).
+pub const EVENT_JOB_ROLLED_OUT: &str = "JobRolledOut";
+/// Event: a Job is deleted by the duplication policy or the history limits.
+pub const EVENT_JOB_CLEANED_UP: &str = "JobCleanedUp";
+/// Event: the spec or annotations are invalid.
+pub const EVENT_INVALID_SPEC: &str = crate::dso::outcome::EVENT_INVALID_SPEC;
 
 /// How long a trigger new to the DSJ may fail to read before it counts as an error: KEDA
 /// publishes its first value after one polling interval of its own, and its metrics adapter
 /// needs a few seconds to serve a new ScaledObject.
 pub fn first_reading_grace(polling: Duration) -> Duration {
     polling.saturating_add(Duration::from_secs(10))
-}
-
-/// Severity of an Event: one type for DSOs and DSJs.
-pub use crate::dso::outcome::EventKind;
-
-/// One Event to publish about the DSJ.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Note {
-    /// Normal or Warning.
-    pub kind: EventKind,
-    /// One of the `EVENT_*` reasons.
-    pub reason: &'static str,
-    /// What happened.
-    pub note: String,
 }
 
 /// Everything the status of a poll is decided from.
@@ -114,7 +115,7 @@ pub struct Outcome {
     /// The status to write (before any create is sent).
     pub status: DistributedScaledJobStatus,
     /// Events, in order.
-    pub events: Vec<Note>,
+    pub events: Vec<Event>,
 }
 
 fn count(n: u64) -> i32 {
@@ -164,34 +165,29 @@ pub fn outcome(i: &OutcomeInput<'_>) -> Outcome {
             .iter()
             .map(|c| format!("{} in {}", c.total(), c.member))
             .collect();
-        events.push(Note {
-            kind: EventKind::Normal,
-            reason: EVENT_JOBS_CREATED,
-            note: format!(
+        events.push(Event::normal(
+            EVENT_JOBS_CREATED,
+            format!(
                 "created {total} Job{}: {}",
                 if total == 1 { "" } else { "s" },
                 spread.join(", ")
             ),
-        });
+        ));
     }
     for name in &i.out.newly_stuck {
-        events.push(Note {
-            kind: EventKind::Warning,
-            reason: EVENT_JOB_STUCK,
-            note: format!("Job {name} has been pending longer than the grace period"),
-        });
+        events.push(Event::warning(
+            EVENT_JOB_STUCK,
+            format!("Job {name} has been pending longer than the grace period"),
+        ));
     }
     for m in i.members {
         let after = taint_level(i.settings, i.state, &m.name, i.now);
         if i.levels_before.get(&m.name) != Some(&after) {
-            events.push(Note {
-                kind: if after == TaintLevel::None {
-                    EventKind::Normal
-                } else {
-                    EventKind::Warning
-                },
-                reason: EVENT_TAINT_CHANGED,
-                note: format!("{}: taint {after:?}", m.name),
+            let note = format!("{}: taint {after:?}", m.name);
+            events.push(if after == TaintLevel::None {
+                Event::normal(EVENT_TAINT_CHANGED, note)
+            } else {
+                Event::warning(EVENT_TAINT_CHANGED, note)
             });
         }
     }
@@ -229,7 +225,7 @@ pub fn outcome(i: &OutcomeInput<'_>) -> Outcome {
 /// Each trigger's state. A reading that fails while the trigger is new to the DSJ (no
 /// earlier state, or `Pending` for less than [`first_reading_grace`]) is `Pending`, not an
 /// error: KEDA has not had the chance to publish it. Nothing is created either way.
-fn trigger_statuses(i: &OutcomeInput<'_>, events: &mut Vec<Note>) -> Vec<TriggerMetricStatus> {
+fn trigger_statuses(i: &OutcomeInput<'_>, events: &mut Vec<Event>) -> Vec<TriggerMetricStatus> {
     let grace = first_reading_grace(i.polling);
     i.readings
         .iter()
@@ -260,14 +256,13 @@ fn trigger_statuses(i: &OutcomeInput<'_>, events: &mut Vec<Note>) -> Vec<Trigger
                 TriggerState::Error => "Error",
             };
             if state == "Error" && before.is_none_or(|b| b.state != "Error") {
-                events.push(Note {
-                    kind: EventKind::Warning,
-                    reason: EVENT_METRIC_UNAVAILABLE,
-                    note: format!(
+                events.push(Event::warning(
+                    EVENT_METRIC_UNAVAILABLE,
+                    format!(
                         "trigger {name} cannot be read, no Job is created: {}",
                         r.info()
                     ),
-                });
+                ));
             }
             TriggerMetricStatus {
                 name: name.clone(),
@@ -828,7 +823,7 @@ mod tests {
         let record = &s.scheduling.as_ref().unwrap().member_jobs;
         let total: i32 = record.values().map(|r| r.running).sum();
         assert_eq!(total, 3, "{record:?}");
-        let created: Vec<&Note> = o
+        let created: Vec<&Event> = o
             .events
             .iter()
             .filter(|e| e.reason == EVENT_JOBS_CREATED)

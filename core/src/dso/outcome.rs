@@ -37,6 +37,8 @@ use crate::crd::listed_members;
 use crate::time::{elapsed, to_time};
 use crate::validate::{DsoSettings, Pause};
 
+pub use crate::events::{Event, EventKind};
+
 /// Longest wait between two reconciliations of one DSO.
 pub const RESYNC: Duration = Duration::from_secs(30);
 /// Wait before retrying after part of a reconciliation failed.
@@ -78,28 +80,6 @@ pub enum Command {
     Clear,
 }
 
-/// Severity of an Event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventKind {
-    /// Something worth knowing.
-    Normal,
-    /// Something worth acting on.
-    Warning,
-}
-
-/// An Event to publish about the DSO.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DsoEvent {
-    /// Severity.
-    pub kind: EventKind,
-    /// Reason (one of the `EVENT_*` constants).
-    pub reason: &'static str,
-    /// Action, for `events.k8s.io/v1`.
-    pub action: &'static str,
-    /// What happened, naming members.
-    pub note: String,
-}
-
 /// Everything one reconciliation decides from.
 #[derive(Clone, Copy, Debug)]
 pub struct DsoInput<'a> {
@@ -134,7 +114,7 @@ pub struct DsoOutcome {
     /// The status to write (when it differs from what is there).
     pub status: DistributedScaledObjectStatus,
     /// Events to publish.
-    pub events: Vec<DsoEvent>,
+    pub events: Vec<Event>,
     /// What each member is told; members not listed are left as they are.
     pub commands: BTreeMap<String, Command>,
     /// Phase and since when, per member, for the next reconciliation's facts.
@@ -461,7 +441,7 @@ fn refuse(
     let events = if said_before {
         Vec::new()
     } else {
-        vec![DsoEvent {
+        vec![Event {
             kind: EventKind::Warning,
             reason: event,
             action: "Validate",
@@ -659,7 +639,7 @@ fn events(
     input: &DsoInput<'_>,
     status: &DistributedScaledObjectStatus,
     views: &[MemberView],
-) -> Vec<DsoEvent> {
+) -> Vec<Event> {
     let previous = input.previous;
     let mut per_member = Vec::new();
     // Members the status does not list (beyond `MAX_LISTED_MEMBERS`, all Ready) get no
@@ -697,7 +677,7 @@ fn events(
             MemberPhase::Conflict => (EventKind::Warning, EVENT_CONFLICT),
             _ => continue,
         };
-        per_member.push(DsoEvent {
+        per_member.push(Event {
             kind,
             reason,
             action: "Observe",
@@ -708,7 +688,7 @@ fn events(
         per_member,
         |e| e.reason,
         |e| &e.note,
-        |e, note| DsoEvent { note, ..e },
+        |e, note| Event { note, ..e },
     );
     let degraded = |s: &DistributedScaledObjectStatus| {
         s.conditions
@@ -725,19 +705,19 @@ fn events(
             .map(|c| c.message.clone())
             .unwrap_or_default();
         match degraded_now.as_deref() {
-            Some(REASON_KEDA_UNAVAILABLE) => out.push(DsoEvent {
+            Some(REASON_KEDA_UNAVAILABLE) => out.push(Event {
                 kind: EventKind::Warning,
                 reason: EVENT_KEDA_UNAVAILABLE,
                 action: "ApplyScaledObject",
                 note: message,
             }),
-            Some(REASON_COMMAND_FAILING) => out.push(DsoEvent {
+            Some(REASON_COMMAND_FAILING) => out.push(Event {
                 kind: EventKind::Warning,
                 reason: EVENT_COMMAND_FAILING,
                 action: "Apply",
                 note: message,
             }),
-            Some(REASON_RECONCILE_FAILED) => out.push(DsoEvent {
+            Some(REASON_RECONCILE_FAILED) => out.push(Event {
                 kind: EventKind::Warning,
                 reason: REASON_RECONCILE_FAILED,
                 action: "Reconcile",
@@ -779,7 +759,7 @@ fn events(
         } else {
             EVENT_SCALED
         };
-        out.push(DsoEvent {
+        out.push(Event {
             kind: EventKind::Normal,
             reason,
             action: "Distribute",

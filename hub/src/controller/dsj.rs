@@ -17,7 +17,11 @@ use kedge_core::crd::keda::trigger_key;
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, usable};
-use kedge_core::dsj::outcome::{EventKind, OutcomeInput, next_wake, outcome};
+use kedge_core::dsj::outcome::{
+    EVENT_FAILOVER, EVENT_INVALID_SPEC, EVENT_JOB_CLEANED_UP, EVENT_JOB_CREATE_FAILED,
+    EVENT_JOB_DELETE_FAILED, EVENT_JOB_ROLLED_OUT, EVENT_UNKNOWN_CONTAINER, OutcomeInput,
+    next_wake, outcome,
+};
 use kedge_core::dsj::pending::is_pending;
 use kedge_core::dsj::persist::saved_taints;
 use kedge_core::dsj::render::{JobOf, job, job_name, template_hash};
@@ -27,13 +31,13 @@ use kedge_core::dsj::step::{
 };
 use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
 use kedge_core::dso::MemberState;
+use kedge_core::events::Event;
 use kedge_core::time::from_unix_ms;
 use kedge_core::validate;
 use kedge_protocol::{JobCreate, JobDelete, JobPhase, JobStatus, Propagation};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -325,16 +329,11 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     }
     let events = kedge_core::events::fold_alike(
         decided.events,
-        |e| e.1,
-        |e| &e.2,
-        |(kind, reason, _), note| (kind, reason, note),
+        |e| e.reason,
+        |e| &e.note,
+        |e, note| Event { note, ..e },
     );
-    futures::future::join_all(
-        events
-            .into_iter()
-            .map(|(kind, reason, note)| ctx.publish(&*obj, kind, reason, "Reconcile", note)),
-    )
-    .await;
+    futures::future::join_all(events.into_iter().map(|e| ctx.publish_event(&*obj, e))).await;
     let until_poll = ctx.dsj_sent.until_poll(&owner, polling, now);
     let until_wake = decided
         .wake
@@ -364,12 +363,12 @@ async fn refuse(
         now,
     )];
     if status != *previous {
-        ctx.publish(
+        ctx.publish_event(
             obj,
-            EventType::Warning,
-            "InvalidSpec",
-            "Validate",
-            message.to_owned(),
+            Event {
+                action: "Validate",
+                ..Event::warning(EVENT_INVALID_SPEC, message.to_owned())
+            },
         )
         .await;
         write_status(ctx, &namespace, &name, &status).await?;
@@ -591,23 +590,14 @@ async fn gather(
     Ok(world)
 }
 
-type Published = (EventType, &'static str, String);
-
 /// What one poll decided: the status to write first, then the commands and Events.
 struct Decided {
     status: DistributedScaledJobStatus,
     commands: BTreeMap<String, (String, JobCommands)>,
-    events: Vec<Published>,
+    events: Vec<Event>,
     /// Names of the creates held after this poll (when each was first sent is kept).
     sent_names: BTreeSet<String>,
     wake: Option<SystemTime>,
-}
-
-fn kind(k: EventKind) -> EventType {
-    match k {
-        EventKind::Normal => EventType::Normal,
-        EventKind::Warning => EventType::Warning,
-    }
 }
 
 /// Runs `kedge_core`'s step, cleanup and outcome on the world, and renders the Jobs they
@@ -636,15 +626,14 @@ fn decide(
         delete_failures,
         shared,
     } = world;
-    let mut events: Vec<Published> = Vec::new();
+    let mut events: Vec<Event> = Vec::new();
     let mut state =
         DsjState::from_status(settings, &previous.scheduling.clone().unwrap_or_default());
     state.taints.share(shared);
     for (member, why) in &create_failures {
         let level = create_failed(settings, &mut state, member, now);
-        events.push((
-            EventType::Warning,
-            "JobCreateFailed",
+        events.push(Event::warning(
+            EVENT_JOB_CREATE_FAILED,
             format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
         ));
     }
@@ -653,7 +642,7 @@ fn decide(
         .map(|m| (m.clone(), taint_level(settings, &state, m, now)))
         .collect();
     for note in delete_failures {
-        events.push((EventType::Warning, "JobDeleteFailed", note));
+        events.push(Event::warning(EVENT_JOB_DELETE_FAILED, note));
     }
     let metrics = usable(readings);
     let mut next_index = previous
@@ -718,12 +707,11 @@ fn decide(
                 },
             );
             for w in warnings {
-                events.push((EventType::Warning, "UnknownContainer", w));
+                events.push(Event::warning(EVENT_UNKNOWN_CONTAINER, w));
             }
             if let Some(source) = replaces {
-                events.push((
-                    EventType::Normal,
-                    "Failover",
+                events.push(Event::normal(
+                    EVENT_FAILOVER,
                     format!(
                         "Job {source} is stuck; {job_name} replaces it in {}",
                         creates.member
@@ -772,12 +760,7 @@ fn decide(
         next_index,
         now,
     });
-    events.extend(
-        decided
-            .events
-            .into_iter()
-            .map(|n| (kind(n.kind), n.reason, n.note)),
-    );
+    events.extend(decided.events);
     let sent_names = commands
         .values()
         .flat_map(|(_, held)| held.creates.iter().map(|c| c.name.clone()))
@@ -799,7 +782,7 @@ fn delete(
     d: &Deletion,
     namespace: &str,
     owner: &str,
-    events: &mut Vec<Published>,
+    events: &mut Vec<Event>,
 ) {
     let Some((_, held)) = commands.get_mut(&d.member) else {
         return;
@@ -827,12 +810,11 @@ fn delete(
         owner: owner.to_owned(),
         propagation,
     });
-    events.push((
-        EventType::Normal,
+    events.push(Event::normal(
         if d.why == Cleanup::Rollout {
-            "JobRolledOut"
+            EVENT_JOB_ROLLED_OUT
         } else {
-            "JobCleanedUp"
+            EVENT_JOB_CLEANED_UP
         },
         format!("deleting Job {} in {} ({why})", d.name, d.member),
     ));

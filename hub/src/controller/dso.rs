@@ -13,13 +13,12 @@ use kedge_core::crd::keda::{DEFAULT_POLLING_INTERVAL, trigger_key};
 use kedge_core::crd::member::NamespaceMapping;
 use kedge_core::crd::{DistributedScaledObject, GROUP, VERSION};
 use kedge_core::dso::member::{Claim, Targets, members_of};
-use kedge_core::dso::outcome::{Command, DsoInput, EventKind, outcome};
+use kedge_core::dso::outcome::{Command, DsoInput, outcome};
 use kedge_core::{podmetrics, tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -267,13 +266,12 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     }
     ctx.track(&owner, std::mem::take(&mut decided.tracked));
     // A handful at most (members that changed alike share one): written together.
-    futures::future::join_all(decided.events.into_iter().map(|event| {
-        let kind = match event.kind {
-            EventKind::Normal => EventType::Normal,
-            EventKind::Warning => EventType::Warning,
-        };
-        ctx.publish(dso, kind, event.reason, event.action, event.note)
-    }))
+    futures::future::join_all(
+        decided
+            .events
+            .into_iter()
+            .map(|e| ctx.publish_event(dso, e)),
+    )
     .await;
     let mut requeue = decided.requeue;
     if decided.status != observed {

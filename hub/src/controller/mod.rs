@@ -349,6 +349,20 @@ impl Context {
         lock(&self.written).insert(owner.to_owned(), status);
     }
 
+    /// Publishes an Event kedge-core decided about a DSO or DSJ.
+    pub async fn publish_event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        event: kedge_core::events::Event,
+    ) {
+        let kind = match event.kind {
+            kedge_core::events::EventKind::Normal => EventType::Normal,
+            kedge_core::events::EventKind::Warning => EventType::Warning,
+        };
+        self.publish(obj, kind, event.reason, event.action, event.note)
+            .await;
+    }
+
     /// Publishes an Event about a DSO or DSJ; a failure is logged, never fatal.
     pub async fn publish<K: Resource<DynamicType = ()>>(
         &self,
