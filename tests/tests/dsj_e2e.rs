@@ -10,7 +10,6 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -102,21 +101,6 @@ async fn settles(fleet: &Fleet, name: &str, want: &[usize], what: &str) {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(counts(fleet, name).await, want, "{what}: did not stay");
-}
-
-async fn set_queue(fleet: &Fleet, length: u32) {
-    let client = fleet.sim.cluster("hub").unwrap().client().unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "queue", "namespace": "default"},
-        "data": {"length": length.to_string()}});
-    api.patch(
-        "queue",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&cm),
-    )
-    .await
-    .unwrap();
 }
 
 /// Waits until the DSJ's status shows both members Ready: connected, with their Jobs

@@ -18,10 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
-use serde_json::json;
+use kube::api::ListParams;
 use support::dso::*;
 use support::*;
 
@@ -59,21 +57,6 @@ spec:
       metadata: {{resourceKind: ConfigMap, resourceName: queue, key: length, targetValue: "1"}}
 "#
     )
-}
-
-async fn set_queue(fleet: &Fleet, length: u64) {
-    let client = fleet.sim.cluster("hub").unwrap().client().unwrap();
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "queue", "namespace": "default"},
-        "data": {"length": length.to_string()}});
-    Api::<ConfigMap>::namespaced(client, "default")
-        .patch(
-            "queue",
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(&cm),
-        )
-        .await
-        .unwrap();
 }
 
 /// Job names of DSJ `dsj` now, by member.

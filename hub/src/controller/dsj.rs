@@ -43,8 +43,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, instrument, warn};
 
-use super::Context;
 use super::external_metrics::{Source, read};
+use super::{Context, lock};
 use crate::fleet::JobCommands;
 use crate::registry::SessionState;
 use crate::{Error, Result};
@@ -68,11 +68,6 @@ pub struct Sent {
     written: Mutex<HashMap<String, DistributedScaledJobStatus>>,
     /// The trigger readings of each owner's last poll.
     readings: Mutex<HashMap<String, BTreeMap<String, Reading>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Every map here is replaced entry by entry; a poisoned lock holds no torn entry.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Sent {
@@ -141,15 +136,6 @@ impl Sent {
         }
         polls.insert(owner.to_owned(), (now, version));
         None
-    }
-
-    /// How long until `owner`'s next poll.
-    fn until_poll(&self, owner: &str, interval: Duration, now: SystemTime) -> Duration {
-        lock(&self.polls)
-            .get(owner)
-            .map(|(at, _)| kedge_core::time::saturating_add(*at, interval))
-            .and_then(|next| next.duration_since(now).ok())
-            .unwrap_or(interval)
     }
 }
 
@@ -256,15 +242,6 @@ fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Whether a reconcile polls the triggers or only ticks (a grace period or taint ended, a
-/// failover pair changed phase) on the last poll's readings.
-enum Wake {
-    /// Read the triggers and plan.
-    Poll,
-    /// Plan on the last poll's readings: failover Jobs, cleanup, status; no new work.
-    Tick(BTreeMap<String, Reading>),
-}
-
 async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(&obj)?;
     let owner = format!("{namespace}/{name}");
@@ -288,20 +265,21 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         (generation, obj.annotations()).hash(&mut h);
         h.finish()
     };
-    let wake = match ctx.dsj_sent.due(&owner, version, polling, now) {
-        None => Wake::Poll,
-        Some(wait) => match ctx.dsj_sent.readings(&owner) {
-            Some(readings) => Wake::Tick(readings),
-            None => return Ok(Action::requeue(wait)),
-        },
-    };
-    let (readings, failover_only) = match wake {
-        Wake::Poll => (
-            read_triggers(&obj, ctx, &namespace, &name, &settings).await,
-            false,
-        ),
-        Wake::Tick(readings) => (readings, true),
-    };
+    // Due: a poll reads the triggers. Woken before (a grace period or taint ended, a
+    // failover pair changed phase, the object changed): a tick on the last poll's readings,
+    // which creates failover Jobs only, never new work.
+    let (readings, failover_only, until_poll) =
+        match ctx.dsj_sent.due(&owner, version, polling, now) {
+            None => (
+                read_triggers(&obj, ctx, &namespace, &name, &settings).await,
+                false,
+                polling,
+            ),
+            Some(wait) => match ctx.dsj_sent.readings(&owner) {
+                Some(readings) => (readings, true, wait),
+                None => return Ok(Action::requeue(wait)),
+            },
+        };
     let world = gather(ctx, &obj, &owner, &settings, &previous, now).await?;
     let decided = decide(
         &obj,
@@ -334,7 +312,6 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         |e, note| Event { note, ..e },
     );
     futures::future::join_all(events.into_iter().map(|e| ctx.publish_event(&*obj, e))).await;
-    let until_poll = ctx.dsj_sent.until_poll(&owner, polling, now);
     let until_wake = decided
         .wake
         .and_then(|w| w.duration_since(now).ok())
@@ -490,12 +467,7 @@ async fn gather(
         .as_ref()
         .and_then(|s| s.pending_pod_conditions.clone())
         .unwrap_or_default();
-    let recorded = previous
-        .scheduling
-        .as_ref()
-        .map(|s| &s.member_jobs)
-        .cloned()
-        .unwrap_or_default();
+    let recorded = previous.scheduling.as_ref().map(|s| &s.member_jobs);
     let mut world = World {
         names: names.clone(),
         members: Vec::new(),
@@ -527,7 +499,7 @@ async fn gather(
             },
         });
         if !jobs.known {
-            if let Some(r) = recorded.get(member) {
+            if let Some(r) = recorded.and_then(|r| r.get(member)) {
                 let n = |x: i32| u32::try_from(x).unwrap_or(0);
                 world.remembered.push(Remembered {
                     member: member.clone(),

@@ -350,6 +350,23 @@ pub async fn start_with(
     (dir, fleet)
 }
 
+/// Sets the length of the queue the DSJ tests scale on: the key `length` of the ConfigMap
+/// `default/queue` in the hub cluster, which their `kubernetes-resource` trigger reads.
+pub async fn set_queue(fleet: &Fleet, length: u64) {
+    let client = fleet.sim.cluster("hub").unwrap().client().unwrap();
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "queue", "namespace": "default"},
+        "data": {"length": length.to_string()}});
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client, "default")
+        .patch(
+            "queue",
+            &kube::api::PatchParams::apply("test").force(),
+            &kube::api::Patch::Apply(&cm),
+        )
+        .await
+        .unwrap();
+}
+
 /// A `MemberCluster` named `member`, as enrollment creates it.
 pub fn member_cluster_yaml(member: &str) -> String {
     format!(
