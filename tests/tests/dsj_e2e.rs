@@ -908,3 +908,39 @@ async fn grace_periods_and_cleanup_act_between_polls() {
         "source deleted {cleanup:.1} s after its failover Job was created"
     );
 }
+
+/// A DSJ no member can serve (no agent acts in its namespace) does not look healthy: the
+/// creates are refused, the members are tainted until none is eligible, and the status says
+/// `Ready=False` with the Jobs it cannot place, `Degraded` agreeing, `runningJobs` 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dsj_no_member_serves_is_not_ready_and_says_why() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet) = start_with(&TWO, |c| c.job_duration = Duration::from_secs(600)).await;
+    let _hub = fleet.start_hub_with("hub.log", &["--dsj-enabled", "true"]);
+    // Both agents act only in namespace `shop`; the DSJ lives in `default`.
+    let _agents = TWO.map(|m| fleet.start_agent(m, Some("shop"), &format!("{m}.log")));
+    wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
+    set_queue(&fleet, 3).await;
+    apply(&fleet, &dsj_yaml("queue"), "work.yaml").await;
+    let status = wait_for(Duration::from_secs(40), "Ready=False: no member can take Jobs", || async {
+        let s = dsj(&fleet)["status"].clone();
+        condition(&s, "Ready")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "NoEligibleMember")
+            .then_some(s)
+    })
+    .await;
+    let ready = condition(&status, "Ready").unwrap();
+    assert!(
+        ready["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cannot be placed") && m.contains("member-1 hard-tainted")),
+        "{status}"
+    );
+    let degraded = condition(&status, "Degraded").unwrap();
+    assert_eq!(degraded["status"], "True", "{status}");
+    assert_eq!(degraded["reason"], "NoEligibleMember", "{status}");
+    assert_eq!(status["desiredJobs"], 3, "{status}");
+    assert_eq!(status["runningJobs"], 0, "{status}");
+    assert!(jobs(&fleet).await.iter().all(Vec::is_empty));
+    fleet.wait_event("work", "JobCreateFailed", "member-").await;
+}

@@ -44,7 +44,7 @@ metadata: {{name: {name}, namespace: default}}
 spec:
 {listed}  scaledJobSpec:
     pollingInterval: 1
-    maxReplicaCount: 200
+    maxReplicaCount: 5000
     scalingStrategy: {{strategy: basic}}
     jobTargetRef:
       template:
