@@ -922,18 +922,30 @@ async fn a_dsj_no_member_serves_is_not_ready_and_says_why() {
     wait_for_states(fleet.ports, &TWO, "Connected", LIMIT).await;
     set_queue(&fleet, 3).await;
     apply(&fleet, &dsj_yaml("queue"), "work.yaml").await;
-    let status = wait_for(Duration::from_secs(40), "Ready=False: no member can take Jobs", || async {
-        let s = dsj(&fleet)["status"].clone();
-        condition(&s, "Ready")
-            .is_some_and(|c| c["status"] == "False" && c["reason"] == "NoEligibleMember")
-            .then_some(s)
-    })
+    let status = wait_for(
+        Duration::from_secs(40),
+        "Ready=False: no member can take Jobs",
+        || async {
+            let s = dsj(&fleet)["status"].clone();
+            // Both members tried and tainted (right after the start, not reported yet).
+            condition(&s, "Ready")
+                .is_some_and(|c| {
+                    c["status"] == "False"
+                        && c["reason"] == "NoEligibleMember"
+                        && c["message"].as_str().is_some_and(|m| {
+                            m.contains("member-1 hard-tainted")
+                                && m.contains("member-2 hard-tainted")
+                        })
+                })
+                .then_some(s)
+        },
+    )
     .await;
     let ready = condition(&status, "Ready").unwrap();
     assert!(
         ready["message"]
             .as_str()
-            .is_some_and(|m| m.contains("cannot be placed") && m.contains("member-1 hard-tainted")),
+            .is_some_and(|m| m.starts_with("3 Jobs cannot be placed")),
         "{status}"
     );
     let degraded = condition(&status, "Degraded").unwrap();

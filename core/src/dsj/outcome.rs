@@ -435,14 +435,14 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
         && !i.settings.paused
         && (plan.desired_jobs > 0 || plan.unplaced > 0)
     {
+        let why = why_not(&plan.members);
         Some((
             REASON_NO_ELIGIBLE_MEMBER,
-            format!(
-                "{} Job{} cannot be placed: no member can take Jobs ({})",
-                plan.unplaced,
-                if plan.unplaced == 1 { "" } else { "s" },
-                why_not(&plan.members)
-            ),
+            match plan.unplaced {
+                0 => format!("no member can take Jobs ({why})"),
+                1 => format!("1 Job cannot be placed: no member can take Jobs ({why})"),
+                n => format!("{n} Jobs cannot be placed: no member can take Jobs ({why})"),
+            },
         ))
     } else if plan.unplaced > 0 {
         Some((

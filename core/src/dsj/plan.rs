@@ -271,12 +271,16 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
             }
         }
     }
-    if input.failover_only {
-        left = 0;
-    }
     // The rest at once: arithmetic, not one pick per Job, since maxReplicaCount is user
     // input and may be huge.
     let candidates: Vec<usize> = (0..listed.len()).filter(|&i| eligible[i]).collect();
+    if input.failover_only {
+        // A tick creates no new work; what no member could take is still unplaced.
+        if candidates.is_empty() {
+            unplaced = unplaced.saturating_add(left);
+        }
+        left = 0;
+    }
     match &s.cluster_strategy {
         ClusterStrategy::WeightedRoundRobin => {
             let c: Vec<(&str, u32)> = candidates

@@ -642,6 +642,28 @@ mod tests {
                 new: 0,
             }]
         );
+        // No member eligible: a tick creates nothing, and says what it could not place.
+        let away: Vec<DsjMember> = members
+            .iter()
+            .map(|m| DsjMember {
+                state: MemberState::Unreachable,
+                ..m.clone()
+            })
+            .collect();
+        let out = step(
+            &StepInput {
+                settings: &s,
+                metrics: &metrics,
+                members: &away,
+                jobs: &[],
+                remembered: &[],
+                failover_only: true,
+                now: t(61),
+            },
+            &mut DsjState::default(),
+        );
+        assert!(out.creates.is_empty());
+        assert_eq!(out.plan.unplaced, 5);
     }
 
     #[test]
