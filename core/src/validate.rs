@@ -380,6 +380,18 @@ pub fn pause(annotations: &BTreeMap<String, String>) -> Result<Pause> {
 }
 
 /// The length of `spec.memberClusters` and its names: not empty, no duplicates.
+/// Whether `name` is an RFC 1123 DNS label (what a MemberCluster may be named).
+pub fn is_dns1123_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
 fn check_member_list<'a>(problems: &mut Problems, names: impl ExactSizeIterator<Item = &'a str>) {
     if names.len() > MAX_MEMBERS {
         problems.add(
@@ -396,6 +408,16 @@ fn check_member_list<'a>(problems: &mut Problems, names: impl ExactSizeIterator<
             problems.add(
                 format!("spec.memberClusters[{i}].name"),
                 "must not be empty",
+            );
+        } else if !is_dns1123_label(name) {
+            let shown: String = name.chars().take(70).collect();
+            problems.add(
+                format!("spec.memberClusters[{i}].name"),
+                format!(
+                    "{shown:?}{} is not a member name: at most 63 lower-case letters, digits \
+                     and '-', starting and ending with a letter or digit (RFC 1123)",
+                    if shown.len() < name.len() { "..." } else { "" }
+                ),
             );
         } else if !seen.insert(name) {
             problems.add(
@@ -1005,6 +1027,21 @@ mod tests {
     const TARGET: &str = "scaledObjectSpec: {scaleTargetRef: {name: web}}";
     const JOB: &str =
         "scaledJobSpec: {jobTargetRef: {template: {spec: {containers: [{name: c}]}}}}";
+
+    #[test]
+    fn member_names_are_rfc1123_labels_and_a_huge_one_is_shown_cut() {
+        for good in ["edge-1", "a", &"x".repeat(63)] {
+            assert!(is_dns1123_label(good), "{good}");
+        }
+        for bad in ["", "Edge", "-a", "a-", "a.b", "a_b", &"x".repeat(64)] {
+            assert!(!is_dns1123_label(bad), "{bad}");
+        }
+        let huge = "y".repeat(5000);
+        let spec = dso_spec(&format!("memberClusters: [{{name: {huge}}}]\n{TARGET}"));
+        let e = dso(&spec, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("spec.memberClusters[0].name"), "{e}");
+        assert!(e.contains("RFC 1123") && e.len() < 400, "{e}");
+    }
 
     #[test]
     fn dso_defaults() {

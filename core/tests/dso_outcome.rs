@@ -439,9 +439,10 @@ fn an_unset_total_holds_what_runs() {
     assert_eq!(command(&o, "a"), Some(Command::Replicas(1)));
 }
 
-/// An invalid spec changes nothing anywhere and says so once.
+/// An invalid spec scales nothing anywhere: it releases what it commanded (the workloads
+/// keep their replicas, and it holds no claim another DSO must lose to) and says so once.
 #[test]
-fn an_invalid_spec_commands_nothing() {
+fn an_invalid_spec_scales_nothing_and_releases_its_workloads() {
     let prev = previous(&[("a", MemberPhase::Ready, 3, 0)]);
     let members = [ready("a", 3)];
     let input = DsoInput {
@@ -458,7 +459,10 @@ fn an_invalid_spec_commands_nothing() {
         now: t(0),
     };
     let o = outcome(&input);
-    assert!(o.commands.is_empty());
+    assert_eq!(
+        o.commands,
+        BTreeMap::from([("a".to_owned(), Command::Clear)])
+    );
     assert_eq!(condition(&o, "Ready").0, "False");
     assert_eq!(o.events.len(), 1);
     assert_eq!(o.events[0].reason, EVENT_INVALID_SPEC);
@@ -470,13 +474,14 @@ fn an_invalid_spec_commands_nothing() {
     // A negative total is invalid, not "scale to zero".
     let s = settings(&[("a", 1)]);
     let o = run(&s, Some(-1), &prev, &members, t(0));
-    assert!(o.commands.is_empty());
+    assert!(o.commands.values().all(|c| *c == Command::Clear));
 }
 
-/// A DSO targeting a member namespace its namespace was not granted plans nothing, clears
-/// what it held in that member (never scaling the workload there) and says why, once.
+/// A DSO targeting a member namespace its namespace was not granted plans nothing, releases
+/// what it held in every member (never scaling the workloads there: refused as a whole, it
+/// holds no claim) and says why, once.
 #[test]
-fn a_namespace_not_granted_refuses_the_dso_and_clears_only_that_member() {
+fn a_namespace_not_granted_refuses_the_dso_and_releases_its_workloads() {
     let prev = previous(&[
         ("a", MemberPhase::Ready, 3, 0),
         ("b", MemberPhase::Ready, 2, 0),
@@ -503,7 +508,10 @@ fn a_namespace_not_granted_refuses_the_dso_and_clears_only_that_member() {
     let o = outcome(&input);
     assert_eq!(
         o.commands,
-        BTreeMap::from([("b".to_owned(), Command::Clear)])
+        BTreeMap::from([
+            ("a".to_owned(), Command::Clear),
+            ("b".to_owned(), Command::Clear)
+        ])
     );
     assert!(o.plan.is_none());
     let (status, reason, message) = condition(&o, "Ready");
@@ -842,4 +850,85 @@ fn members_that_change_alike_share_one_event() {
         notes[0]
     );
     assert!(notes[0].ends_with("and 25 more"), "{}", notes[0]);
+}
+
+/// Status truth: members that all refuse the workload (the agents were installed for other
+/// namespaces) leave nothing able to run it. The DSO is not Ready, and Degraded says the
+/// same thing, not "insufficient capacity", which would send the user looking for nodes.
+#[test]
+fn every_member_refusing_is_not_ready_and_says_why_not_capacity() {
+    let refusing = |name: &str| MemberFacts {
+        report: Some(WorkloadStatus {
+            failure: Some(failure(FailureCode::NamespaceNotAllowed, Retry::Permanent)),
+            ..report(0)
+        }),
+        ..ready(name, 0)
+    };
+    let members = [refusing("a"), refusing("b")];
+    let s = settings(&[("a", 1), ("b", 1)]);
+    let o = run(
+        &s,
+        Some(8),
+        &DistributedScaledObjectStatus::default(),
+        &members,
+        t(0),
+    );
+    let (status, reason, message) = condition(&o, "Ready");
+    assert_eq!((status, reason), ("False", "NoMemberAvailable"));
+    assert!(
+        message.contains("a: agent cannot act on") && message.contains("NamespaceNotAllowed"),
+        "{message}"
+    );
+    let (status, reason, _) = condition(&o, "Degraded");
+    assert_eq!((status, reason), ("True", "NoMemberAvailable"));
+    // One member usable again: Ready, and the shortfall names the member that is not.
+    let members = [refusing("a"), ready("b", 0)];
+    let o = run(
+        &s,
+        Some(8),
+        &DistributedScaledObjectStatus::default(),
+        &members,
+        t(0),
+    );
+    assert_eq!(condition(&o, "Ready").0, "True");
+}
+
+/// Status truth: a DSO naming a member that has no MemberCluster is not Ready, and the
+/// member's status names the command that enrolls it.
+#[test]
+fn a_member_that_does_not_exist_is_named_with_its_fix() {
+    let members = [MemberFacts {
+        session: Session::NotEnrolled,
+        ..MemberFacts::new("edge-9", workload())
+    }];
+    let s = settings(&[("edge-9", 1)]);
+    let o = run(
+        &s,
+        Some(3),
+        &DistributedScaledObjectStatus::default(),
+        &members,
+        t(0),
+    );
+    let (status, reason, message) = condition(&o, "Ready");
+    assert_eq!((status, reason), ("False", "NoMemberAvailable"));
+    assert!(
+        message.contains("kubectl kedge mc setup-member edge-9"),
+        "{message}"
+    );
+    assert_eq!(
+        o.status.member_cluster_statuses["edge-9"].state.as_deref(),
+        Some("Pending")
+    );
+    assert!(o.commands.values().all(|c| *c != Command::Replicas(3)));
+    // No member selected at all (memberClusters empty, nothing enrolled): not Ready either.
+    let o = run(
+        &settings(&[]),
+        Some(3),
+        &DistributedScaledObjectStatus::default(),
+        &[],
+        t(0),
+    );
+    let (status, reason, message) = condition(&o, "Ready");
+    assert_eq!((status, reason), ("False", "NoMemberAvailable"));
+    assert!(message.contains("no member is selected"), "{message}");
 }

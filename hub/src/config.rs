@@ -100,6 +100,11 @@ pub struct HubArgs {
     /// rounded up). A standby takes over within about this long after the active hub dies.
     #[arg(long, env = "KEDGE_HUB_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
+    /// How long a watch of the hub cluster (DSOs, DSJs, MemberClusters) may fail to list or
+    /// watch before `/readyz` answers 503 naming it (the controllers act on nothing new
+    /// meanwhile).
+    #[arg(long, env = "KEDGE_HUB_WATCH_FAILURE_TOLERANCE", default_value = "30s", value_parser = duration_within(WATCH_FAILURE_TOLERANCE))]
+    pub watch_failure_tolerance: Duration,
     /// Serve KEDA's external-scaler gRPC API (for `kedge-pod-metrics` triggers) on this
     /// address, with mutual TLS from certificates the hub issues and rotates; unset: no
     /// scaler, and DSOs with such triggers are Degraded. The Helm chart sets 0.0.0.0:9090.
@@ -158,6 +163,9 @@ pub const SERVER_CERT_LIFETIME: (Duration, Duration) = (
     Duration::from_secs(10),
     Duration::from_secs(5 * 365 * 24 * 3600),
 );
+/// Bounds of `--watch-failure-tolerance`.
+pub const WATCH_FAILURE_TOLERANCE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(3600));
 /// Bounds of `--lease-duration`.
 pub const LEASE_DURATION: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
 
@@ -192,6 +200,7 @@ impl HubArgs {
                 dso: self.dso_enabled,
                 dsj: self.dsj_enabled,
                 scaler_address: self.scaler().ok().flatten().map(|s| s.address),
+                watch_failure_tolerance: self.watch_failure_tolerance,
             })
     }
 

@@ -43,6 +43,9 @@ pub struct LeaseConfig {
     pub identity: String,
 }
 
+/// Longest wait for each of the two calls that release the Lease on shutdown.
+const STEP_DOWN_CALL: Duration = Duration::from_millis(1500);
+
 impl LeaseConfig {
     /// How often the Lease is read (by a standby) and renewed (by the holder): a third of the
     /// duration, so a holder has two more chances before its lease runs out.
@@ -405,7 +408,8 @@ impl Elector {
     /// Gives the lease up so a standby need not wait for it to expire. Best effort: if the
     /// write fails the lease simply expires.
     async fn step_down(&self) {
-        let limit = self.config.retry_period();
+        // Both calls within a bound a SIGTERM's grace period holds, whatever the duration.
+        let limit = self.config.retry_period().min(STEP_DOWN_CALL);
         let Ok(Ok(Some(lease))) = timeout(limit, self.api.get_opt(&self.config.name)).await else {
             return;
         };

@@ -158,6 +158,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let leadership = match (args.controllers(), lease) {
         (Some(config), Some(lease)) => Some(tokio::spawn(lead(
             Leading {
+                health: watch_health(&config, &readiness),
                 config,
                 lease,
                 fleet: fleet.clone(),
@@ -294,8 +295,32 @@ async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>
     }
 }
 
+/// The health of the controllers' watches, which `/readyz` reports.
+fn watch_health(
+    config: &controller::ControllerConfig,
+    readiness: &Readiness,
+) -> Arc<controller::decode::WatchHealth> {
+    let health = Arc::new(controller::decode::WatchHealth::new(
+        config.watch_failure_tolerance,
+    ));
+    let check = health.clone();
+    readiness.add_check(Arc::new(move || check.problem()));
+    health
+}
+
+/// Once told to stop, the hub process exits by this deadline even if some task hangs
+/// (`kedge-hub`'s `main` enforces it); the orderly path (controllers, then the Lease) takes
+/// at most [`CONTROLLERS_STOP`] and two bounded Lease calls.
+pub const STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(9);
+
+/// How long a stopping hub waits for its controllers before it aborts them and releases
+/// the Lease: with the Lease's own bounded write, a SIGTERM ends the process well within
+/// Kubernetes' grace period, and a standby takes over at its next read.
+const CONTROLLERS_STOP: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// What the active hub runs.
 struct Leading {
+    health: Arc<controller::decode::WatchHealth>,
     config: controller::ControllerConfig,
     lease: lease::LeaseConfig,
     fleet: Arc<Fleet>,
@@ -322,6 +347,7 @@ async fn lead(
 ) -> Result<()> {
     let stop = supervisor.stop().clone();
     let Leading {
+        health,
         config,
         lease,
         fleet,
@@ -379,6 +405,7 @@ async fn lead(
                                 client.clone(),
                                 fleet.clone(),
                                 metrics.clone(),
+                                health.clone(),
                                 controllers_stop.clone(),
                             ))
                         });
@@ -401,9 +428,15 @@ async fn lead(
             }
         }
     };
-    if let Some(task) = controllers {
+    if let Some(mut task) = controllers {
         controllers_stop.cancel();
-        task.join().await;
+        if tokio::time::timeout(CONTROLLERS_STOP, task.wait())
+            .await
+            .is_err()
+        {
+            warn!(after = ?CONTROLLERS_STOP, "the controllers did not stop in time; aborted");
+            task.abort();
+        }
     }
     release.cancel();
     let _ = elector.await;

@@ -10,6 +10,15 @@ async fn main() -> anyhow::Result<()> {
     kedge_net::telemetry::init(args.log_format);
     let shutdown = CancellationToken::new();
     tokio::spawn(kedge_net::signals::cancel_on_signal(shutdown.clone()));
+    // A stop never hangs: whatever a task is waiting for, the process is gone by the
+    // deadline (the standby then takes the Lease when it expires).
+    let backstop = shutdown.clone();
+    tokio::spawn(async move {
+        backstop.cancelled().await;
+        tokio::time::sleep(kedge_hub::STOP_DEADLINE).await;
+        tracing::error!(deadline = ?kedge_hub::STOP_DEADLINE, "the hub did not stop in time; exiting");
+        std::process::exit(1);
+    });
     kedge_hub::run(args, shutdown).await?;
     Ok(())
 }

@@ -18,19 +18,51 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Error, Result};
 
-/// Whether the process is ready to serve; `/readyz` answers 503 until it is.
-#[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+/// A check `/readyz` runs on each request: `Some(why)` makes it answer 503 with `why`.
+pub type ReadinessCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Whether the process is ready to serve; `/readyz` answers 503 until it is, and while any
+/// of its checks names a problem.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    ready: Arc<AtomicBool>,
+    checks: Arc<std::sync::RwLock<Vec<ReadinessCheck>>>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readiness")
+            .field("ready", &self.is_ready())
+            .finish_non_exhaustive()
+    }
+}
 
 impl Readiness {
     /// Marks the process ready or not ready.
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Release);
+        self.ready.store(ready, Ordering::Release);
     }
 
-    /// Whether the process is ready.
+    /// Whether the process is marked ready (its checks aside).
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Adds a check run by every `/readyz` request.
+    pub fn add_check(&self, check: ReadinessCheck) {
+        self.checks
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(check);
+    }
+
+    /// The first problem a check names; `None`: every check passes.
+    pub fn problem(&self) -> Option<String> {
+        self.checks
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find_map(|check| check())
     }
 }
 
@@ -61,10 +93,15 @@ async fn metrics(State(state): State<OpsState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<OpsState>) -> impl IntoResponse {
-    if state.readiness.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !state.readiness.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_owned());
+    }
+    match state.readiness.problem() {
+        None => (StatusCode::OK, "ready\n".to_owned()),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 

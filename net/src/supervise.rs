@@ -32,6 +32,12 @@ impl Essential {
         let _ = self.watcher.await;
     }
 
+    /// Waits until the task has ended, keeping the handle (to abort it after a timeout).
+    /// Call it once.
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.watcher).await;
+    }
+
     /// Stops the task at its next await point.
     pub fn abort(&self) {
         self.task.abort();

@@ -651,6 +651,11 @@ impl Store {
         {
             self.pod_ips.release(uid);
         }
+        // A CRD's objects go before the CRD itself, as kube-apiserver's finalizer deletes
+        // them: watchers see their DELETED events, then the CRD's.
+        if &*def.key == "apiextensions.k8s.io/customresourcedefinitions" {
+            self.crd_removed(&old);
+        }
         let rv = self.next_rv();
         let mut last = last.unwrap_or_else(|| (*old).clone());
         meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
@@ -662,9 +667,6 @@ impl Store {
             obj.clone(),
             Some(old),
         );
-        if &*def.key == "apiextensions.k8s.io/customresourcedefinitions" {
-            self.crd_removed(&obj);
-        }
         Some(obj)
     }
 

@@ -190,6 +190,12 @@ impl WatchState {
                             continue;
                         }
                         self.last_rv = ev.rv;
+                        // Its CRD is gone: kube-apiserver tears the resource's storage down
+                        // and ends its watches; a new list answers 404.
+                        if self.ends_with(&ev) {
+                            self.done = true;
+                            continue;
+                        }
                         if let Some(b) = self.event(&ev) {
                             return Some(b);
                         }
@@ -210,6 +216,14 @@ impl WatchState {
                 _ = self.cancel.cancelled() => return None,
             }
         }
+    }
+
+    /// Whether `ev` deletes the CRD that defines this watch's resource.
+    fn ends_with(&self, ev: &Event) -> bool {
+        self.def.crd
+            && ev.kind == EventKind::Deleted
+            && &*ev.res == "apiextensions.k8s.io/customresourcedefinitions"
+            && ResourceDef::from_crd(&ev.obj).is_some_and(|d| d.key == self.def.key)
     }
 
     /// Renders a store event for this watch, translating selector transitions.

@@ -520,3 +520,49 @@ async fn injected_faults() {
         .expect("healthy again");
     sim.shutdown().await;
 }
+
+/// Deleting a CRD ends the watches of its resource (kube-apiserver tears its storage
+/// down), after the DELETED events of its objects; a list then answers 404. The hub's
+/// `/readyz` relies on this to notice a watch that cannot list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_crd_ends_the_watches_of_its_resource() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let sim = sim("c1").await;
+    let client = sim.clusters()[0].client().expect("client");
+    install_crd(&client, &sim_support::fixture("widget-crd.yaml")).await;
+    let ar = widget_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let w: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.kedge.dev/v1alpha1", "kind": "Widget",
+        "metadata": {"name": "w1"}, "spec": {"replicas": 2},
+    }))
+    .expect("widget");
+    let created = api
+        .create(&PostParams::default(), &w)
+        .await
+        .expect("create");
+    let rv = created.metadata.resource_version.clone().expect("rv");
+    let mut events = api
+        .watch(&kube::api::WatchParams::default(), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete("widgets.example.kedge.dev", &Default::default())
+        .await
+        .expect("delete crd");
+    let mut seen = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(event) = events.next().await {
+            seen.push(format!("{event:?}").chars().take(20).collect::<String>());
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch did not end; events: {seen:?}");
+    assert!(seen.iter().any(|e| e.contains("Deleted")), "{seen:?}");
+    let listed = api.list(&ListParams::default()).await;
+    assert!(
+        matches!(listed, Err(kube::Error::Api(ref e)) if e.code == 404),
+        "{listed:?}"
+    );
+}

@@ -46,6 +46,9 @@ pub const REASON_INSUFFICIENT_CAPACITY: &str = "InsufficientCapacity";
 pub const REASON_VALIDATION_FAILED: &str = "ValidationFailed";
 /// Reason: the spec targets a member namespace its hub namespace was not granted.
 pub const REASON_NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+/// Reason: no member can take the work (none exists, none enrolled, every one refuses or is
+/// unreachable); the message says why for each.
+pub const REASON_NO_MEMBER_AVAILABLE: &str = "NoMemberAvailable";
 
 /// Member state: the agent is connected and heartbeating.
 pub const STATE_READY: &str = "Ready";

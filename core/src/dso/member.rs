@@ -198,6 +198,9 @@ pub fn room_for(capacity: &ClusterCapacity, cpu_millis: u64, memory_bytes: u64) 
 /// The agent session of a member, as far as one DSO cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Session {
+    /// The hub cluster has no MemberCluster of this name (or its agent never enrolled):
+    /// nothing can run there until it is enrolled.
+    NotEnrolled,
     /// The agent has not connected since the hub process started.
     Never,
     /// Connected. `reported`: its first full report of this session has arrived, so what
@@ -369,6 +372,7 @@ pub fn view(
     let existing = report.filter(|r| r.exists && r.failure.is_none());
     let (id, reachable) = match &facts.session {
         Session::Never => (previous.and_then(|p| p.id.clone()), false),
+        Session::NotEnrolled => (None, false),
         Session::Connected { id, reported } => {
             (Some(format!("kedge-agent@{}/{id}", facts.name)), *reported)
         }
@@ -383,6 +387,14 @@ pub fn view(
             MemberPhase::Conflict,
             format!(
                 "{what} is also targeted by DistributedScaledObject {winner}, which came first; this one leaves it alone"
+            ),
+        ),
+        (_, Session::NotEnrolled) => (
+            MemberPhase::Pending,
+            format!(
+                "no MemberCluster {:?} on the hub: enroll it with kubectl kedge mc setup-member {} \
+                 (or fix the name in memberClusters)",
+                facts.name, facts.name
             ),
         ),
         (_, Session::Never) => match previous_phase {

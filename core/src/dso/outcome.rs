@@ -28,9 +28,9 @@ use crate::crd::conditions::{
     CONDITION_PAUSED, CONDITION_READY, CONDITION_TOTAL_SET, REASON_AWAITING_TOTAL,
     REASON_CLAIMED_ELSEWHERE, REASON_COMMAND_FAILING, REASON_INSUFFICIENT_CAPACITY,
     REASON_KEDA_UNAVAILABLE, REASON_LOCAL_AUTOSCALER, REASON_MEMBER_UNREACHABLE,
-    REASON_NAMESPACE_NOT_ALLOWED, REASON_NO_CONFLICT, REASON_PAUSED_AT_REPLICAS,
-    REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILE_FAILED, REASON_RECONCILED, REASON_TOTAL_SET,
-    REASON_VALIDATION_FAILED, condition,
+    REASON_NAMESPACE_NOT_ALLOWED, REASON_NO_CONFLICT, REASON_NO_MEMBER_AVAILABLE,
+    REASON_PAUSED_AT_REPLICAS, REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILE_FAILED,
+    REASON_RECONCILED, REASON_TOTAL_SET, REASON_VALIDATION_FAILED, condition,
 };
 use crate::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
 use crate::crd::listed_members;
@@ -395,16 +395,29 @@ fn not_allowed(input: &DsoInput<'_>) -> DsoOutcome {
         EVENT_NAMESPACE_NOT_ALLOWED,
         &message,
     );
-    refused.commands = input
-        .not_allowed
-        .keys()
-        .map(|member| (member.clone(), Command::Clear))
-        .collect();
+    refused.commands = release_all(input);
     refused
 }
 
+/// A DSO whose spec is invalid: nothing is planned, and, like a DSO refused by namespace
+/// policy, it releases every workload it commanded (their replicas stay as they are), so
+/// it holds no claim another DSO would have to lose to.
 fn invalid(input: &DsoInput<'_>, message: &str) -> DsoOutcome {
-    refuse(input, REASON_VALIDATION_FAILED, EVENT_INVALID_SPEC, message)
+    let mut refused = refuse(input, REASON_VALIDATION_FAILED, EVENT_INVALID_SPEC, message);
+    refused.commands = release_all(input);
+    refused
+}
+
+/// `Clear` for every member of a refused DSO and every member still holding its commands.
+fn release_all(input: &DsoInput<'_>) -> BTreeMap<String, Command> {
+    input
+        .members
+        .iter()
+        .map(|m| m.name.clone())
+        .chain(input.not_allowed.keys().cloned())
+        .chain(input.elsewhere.iter().cloned())
+        .map(|member| (member, Command::Clear))
+        .collect()
 }
 
 /// `Ready=False` with `reason` and `message`, a Warning Event the first time, no command.
@@ -479,23 +492,48 @@ fn conditions(
             input.now,
         )
     };
-    let mut out = vec![c(
-        CONDITION_READY,
-        true,
-        REASON_RECONCILED,
-        if awaiting.is_empty() {
-            format!(
-                "{} replicas over {healthy} of {} members",
-                plan.total,
-                views.len()
-            )
+    // Nothing can run anywhere (no member, none enrolled, every one refusing or lost), and
+    // no member is being waited for after a restart: not Ready, and why for each member.
+    let unusable: Vec<String> = views
+        .iter()
+        .filter(|v| !v.phase.is_ready())
+        .map(|v| format!("{}: {}", v.name, v.description))
+        .collect();
+    let none_usable = (healthy == 0 && awaiting.is_empty()).then(|| {
+        if views.is_empty() {
+            "no member is selected: memberClusters is empty and no MemberCluster has an \
+             enrolled agent (enroll one with kubectl kedge mc setup-member NAME)"
+                .to_owned()
         } else {
-            format!(
-                "every member keeps what it runs until {} report to this hub (or their gracePeriod ends)",
-                awaiting.join(", ")
-            )
-        },
-    )];
+            format!("no member can run the workload: {}", unusable.join("; "))
+        }
+    });
+    let mut out = vec![if let Some(why) = &none_usable {
+        c(
+            CONDITION_READY,
+            false,
+            REASON_NO_MEMBER_AVAILABLE,
+            why.clone(),
+        )
+    } else {
+        c(
+            CONDITION_READY,
+            true,
+            REASON_RECONCILED,
+            if awaiting.is_empty() {
+                format!(
+                    "{} replicas over {healthy} of {} members",
+                    plan.total,
+                    views.len()
+                )
+            } else {
+                format!(
+                    "every member keeps what it runs until {} report to this hub (or their gracePeriod ends)",
+                    awaiting.join(", ")
+                )
+            },
+        )
+    }];
     out.push(match settings.pause {
         Pause::No => c(
             CONDITION_PAUSED,
@@ -561,6 +599,8 @@ fn conditions(
             REASON_RECONCILE_FAILED,
             input.errors.join("; "),
         )
+    } else if let Some(why) = none_usable {
+        c(CONDITION_DEGRADED, true, REASON_NO_MEMBER_AVAILABLE, why)
     } else if !failing.is_empty() {
         c(
             CONDITION_DEGRADED,
@@ -573,7 +613,15 @@ fn conditions(
             CONDITION_DEGRADED,
             true,
             REASON_INSUFFICIENT_CAPACITY,
-            format!("{} replicas fit in no member", plan.shortfall),
+            if unusable.is_empty() {
+                format!("{} replicas fit in no member", plan.shortfall)
+            } else {
+                format!(
+                    "{} replicas fit in no usable member; not usable: {}",
+                    plan.shortfall,
+                    unusable.join("; ")
+                )
+            },
         )
     } else if !not_ready.is_empty() {
         c(

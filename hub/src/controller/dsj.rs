@@ -45,7 +45,7 @@ use tracing::{debug, instrument, warn};
 
 use super::external_metrics::{Source, read};
 use super::{Context, lock};
-use crate::fleet::JobCommands;
+use crate::fleet::{JobCommands, MemberJobs};
 use crate::registry::SessionState;
 use crate::{Error, Result};
 
@@ -208,16 +208,9 @@ pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Res
 fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(dsj)?;
     let owner = format!("{namespace}/{name}");
-    for member in ctx.fleet.members() {
-        let Some(session) = member
-            .session
-            .as_ref()
-            .filter(|s| s.state == SessionState::Connected)
-        else {
-            continue;
-        };
-        let jobs = ctx.fleet.jobs_of(&member.name, &owner);
-        let deletes = jobs
+    send_to_connected(ctx, &owner, |jobs| JobCommands {
+        creates: Vec::new(),
+        deletes: jobs
             .jobs
             .iter()
             .map(|j| JobDelete {
@@ -226,20 +219,35 @@ fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
                 owner: owner.clone(),
                 propagation: Propagation::Background,
             })
-            .collect();
-        ctx.fleet.set_jobs(
-            &member.name,
-            &session.session_id,
-            &owner,
-            JobCommands {
-                creates: Vec::new(),
-                deletes,
-            },
-        );
-    }
+            .collect(),
+    });
     ctx.dsj_sent.forget(&owner);
     // The shadow ScaledObject goes with the DSJ through its ownerReference.
     Ok(Action::await_change())
+}
+
+/// Releases what the hub holds for DSJ `namespace/name`: no Job is created or deleted for
+/// it any more (its Jobs run on), and what was tracked is forgotten.
+pub fn release(ctx: &Context, namespace: &str, name: &str) {
+    let owner = format!("{namespace}/{name}");
+    send_to_connected(ctx, &owner, |_| JobCommands::default());
+    ctx.dsj_sent.forget(&owner);
+}
+
+/// Sets `owner`'s Job commands in every connected member, from its Jobs there.
+fn send_to_connected(ctx: &Context, owner: &str, commands: impl Fn(&MemberJobs) -> JobCommands) {
+    for member in ctx.fleet.members() {
+        let Some(session) = member
+            .session
+            .as_ref()
+            .filter(|s| s.state == SessionState::Connected)
+        else {
+            continue;
+        };
+        let jobs = ctx.fleet.jobs_of(&member.name, owner);
+        ctx.fleet
+            .set_jobs(&member.name, &session.session_id, owner, commands(&jobs));
+    }
 }
 
 async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> {
@@ -444,7 +452,7 @@ async fn member_names(ctx: &Context, settings: &validate::DsjSettings) -> Result
         .member_clusters()
         .await?
         .iter()
-        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .filter(|m| m.metadata.deletion_timestamp.is_none() && super::joined(m))
         .map(|m| m.name_any())
         .collect();
     Ok(registered.into_iter().collect())

@@ -72,14 +72,19 @@ pub fn error_policy(obj: Arc<DistributedScaledObject>, error: &Error, ctx: Arc<C
 
 async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
-    ctx.fleet.clear_owner(&owner_key(&namespace, &name));
-    ctx.fleet
-        .pod_metrics()
-        .forget(&owner_key(&namespace, &name));
-    ctx.publish_readings(&namespace, &name, Vec::new());
-    ctx.forget(&owner_key(&namespace, &name));
+    release(ctx, &namespace, &name);
     // The child ScaledObject goes with the DSO through its ownerReference.
     Ok(Action::await_change())
+}
+
+/// Releases everything the hub holds for DSO `namespace/name`: its commands in every member
+/// (the workloads keep their replicas), its pod-metrics readings and what was tracked.
+pub fn release(ctx: &Context, namespace: &str, name: &str) {
+    let owner = owner_key(namespace, name);
+    ctx.fleet.clear_owner(&owner);
+    ctx.fleet.pod_metrics().forget(&owner);
+    ctx.publish_readings(namespace, name, Vec::new());
+    ctx.forget(&owner);
 }
 
 /// Names of the registered members; on failure, the error and the members the DSO's
@@ -91,8 +96,10 @@ async fn registered(
     previous: &DistributedScaledObjectStatus,
 ) -> Result<(BTreeSet<String>, Option<String>)> {
     match ctx.member_clusters().await {
+        // A MemberCluster whose agent never enrolled or connected can run nothing yet.
         Ok(list) => Ok((
             list.iter()
+                .filter(|m| super::joined(m))
                 .filter_map(|m| m.metadata.name.clone())
                 .collect(),
             None,
@@ -103,6 +110,23 @@ async fn registered(
             Some(format!("listing MemberClusters: {e}")),
         )),
     }
+}
+
+/// The members of `names` that have no MemberCluster (none when the MemberClusters cannot
+/// be read now: then nothing is said about them).
+async fn not_enrolled(ctx: &Context, names: &BTreeSet<String>) -> BTreeSet<String> {
+    let Ok(list) = ctx.member_clusters().await else {
+        return BTreeSet::new();
+    };
+    let known: BTreeSet<&str> = list
+        .iter()
+        .filter_map(|m| m.metadata.name.as_deref())
+        .collect();
+    names
+        .iter()
+        .filter(|n| !known.contains(n.as_str()))
+        .cloned()
+        .collect()
 }
 
 /// The members whose target namespace this DSO's namespace was not granted (tenancy,
@@ -122,17 +146,22 @@ async fn namespace_refusals(
     if placements.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let grants: BTreeMap<String, Vec<NamespaceMapping>> = ctx
-        .member_clusters()
-        .await?
-        .iter()
-        .filter_map(|m| Some((m.metadata.name.clone()?, m.spec.namespace_mappings.clone())))
-        .collect();
+    let grants = grants_of(&ctx.member_clusters().await?);
     Ok(tenancy::refusals(
         namespace,
         placements.iter().map(|(m, n)| (m.as_str(), n.as_str())),
         &grants,
     ))
+}
+
+/// Member → the namespace grants of its MemberCluster.
+fn grants_of(
+    members: &[Arc<kedge_core::crd::MemberCluster>],
+) -> BTreeMap<String, Vec<NamespaceMapping>> {
+    members
+        .iter()
+        .filter_map(|m| Some((m.metadata.name.clone()?, m.spec.namespace_mappings.clone())))
+        .collect()
 }
 
 async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
@@ -188,7 +217,13 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     let snapshots = ctx.fleet.members_named(names.iter().chain(&elsewhere));
     let targets = Targets::new(&dso.spec, &namespace);
     let not_allowed = namespace_refusals(ctx, &targets, &namespace, &names).await?;
-    let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos());
+    let grants = || grants_of(&ctx.member_clusters_cached());
+    let missing = if dso.spec.member_clusters.is_empty() {
+        BTreeSet::new()
+    } else {
+        not_enrolled(ctx, &names).await
+    };
+    let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos(), &grants);
     let facts: Vec<_> = names
         .iter()
         .map(|member| {
@@ -196,6 +231,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
                 member,
                 targets.of(member),
                 snapshots.get(member),
+                missing.contains(member),
                 claims.get(member).cloned().unwrap_or(Claim::Sole),
                 ctx.tracked(&owner, member),
             )

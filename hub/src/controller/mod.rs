@@ -2,6 +2,7 @@
 //! the [`Fleet`] (sessions and agent reports) and write desired state into it; the QUIC
 //! sessions do the rest.
 
+pub mod decode;
 pub mod dsj;
 pub mod dso;
 pub mod external_metrics;
@@ -285,6 +286,14 @@ impl Context {
         Ok(list.items.into_iter().map(Arc::new).collect())
     }
 
+    /// Every MemberCluster in the reflector cache now (none before its first list).
+    pub fn member_clusters_cached(&self) -> Vec<Arc<MemberCluster>> {
+        self.member_clusters
+            .as_ref()
+            .map(Store::state)
+            .unwrap_or_default()
+    }
+
     /// The ScaledObject `namespace/name` as last seen by the DSO controller's watch.
     pub fn cached_scaled_object(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let key = ObjectRef::new_with(name, scaled_object_resource()).within(namespace);
@@ -416,6 +425,16 @@ where
     Ok(())
 }
 
+/// Whether a member's agent has ever enrolled or connected (its MemberCluster's status
+/// says so): a member created by `setup-member` whose agent never came is not selected by
+/// an empty `memberClusters`.
+pub fn joined(member: &MemberCluster) -> bool {
+    member
+        .status
+        .as_ref()
+        .is_some_and(|s| s.last_heartbeat_time.is_some() || s.certificate_expiry.is_some())
+}
+
 /// Namespace and name of a namespaced hub object of `kind`.
 pub fn ns_name<K: Resource>(obj: &K, kind: &'static str) -> Result<(String, String)> {
     let namespace = obj.meta().namespace.clone().ok_or(Error::MissingField {
@@ -438,6 +457,8 @@ pub struct ControllerConfig {
     /// The `host:port` of the hub's external scaler as KEDA dials it; `None` when the hub
     /// serves none (`kedge-pod-metrics` triggers are then refused).
     pub scaler_address: Option<String>,
+    /// How long a watch may fail before `/readyz` says so.
+    pub watch_failure_tolerance: Duration,
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
@@ -562,24 +583,36 @@ pub async fn connect(config: &ControllerConfig, shutdown: &CancellationToken) ->
 }
 
 /// Runs the controllers until `shutdown`. Only the active hub (the lease holder, or the
-/// only hub when there is no lease) calls this.
+/// only hub when there is no lease) calls this. DSOs, DSJs and MemberClusters are watched
+/// object by object ([`decode`]): one that cannot be decoded is reported on its own and
+/// stops nothing else; `health` records whether each watch delivers.
 pub async fn run(
     config: ControllerConfig,
     client: Client,
     fleet: Arc<Fleet>,
     metrics: HubMetrics,
+    health: Arc<decode::WatchHealth>,
     shutdown: CancellationToken,
 ) {
-    let dsos = Api::<DistributedScaledObject>::all(client.clone());
+    const DSOS: &str = "DistributedScaledObjects";
+    const DSJS: &str = "DistributedScaledJobs";
     // A DSO's own status writes change nothing it plans from: they do not trigger it again.
     let (dso_store, dso_writer) = reflector::store();
-    let dso_changes = watcher::watcher(dsos.clone(), watcher::Config::default())
-        .default_backoff()
-        .reflect(dso_writer)
-        .applied_objects()
-        .predicate_filter(planned_from, PredicateConfig::default());
+    let (bad_dsos, bad_dso_rx) = tokio::sync::mpsc::unbounded_channel();
+    let dso_changes = decode::watch::<DistributedScaledObject>(
+        client.clone(),
+        DSOS,
+        health.clone(),
+        Some(dso_store.clone()),
+        Some(bad_dsos),
+    )
+    .backoff(health.backoff())
+    .reflect(dso_writer)
+    .applied_objects()
+    .predicate_filter(planned_from, PredicateConfig::default());
     // The child ScaledObjects through a cache too: one that is already as planned is not
-    // applied again, and one changed or deleted by someone else triggers its DSO.
+    // applied again, and one changed or deleted by someone else triggers its DSO. (Not in
+    // `health`: without KEDA's CRD this watch fails for good, and the hub still works.)
     let so_writer = reflector::store::Writer::new(scaled_object_resource());
     let scaled_objects = so_writer.as_reader();
     let so_changes = watcher::watcher(
@@ -592,12 +625,20 @@ pub async fn run(
     let dso_controller = Controller::for_stream(dso_changes, dso_store)
         .owns_stream_with(so_changes, scaled_object_resource());
     let store = config.dso.then(|| dso_controller.store());
+    let (bad_dsjs, bad_dsj_rx) = tokio::sync::mpsc::unbounded_channel();
     let dsj_controller = config.dsj.then(|| {
-        Controller::new(
-            Api::<DistributedScaledJob>::all(client.clone()),
-            watcher::Config::default(),
+        let (dsj_store, dsj_writer) = reflector::store();
+        let dsj_changes = decode::watch::<DistributedScaledJob>(
+            client.clone(),
+            DSJS,
+            health.clone(),
+            Some(dsj_store.clone()),
+            Some(bad_dsjs),
         )
-        .owns_with(
+        .backoff(health.backoff())
+        .reflect(dsj_writer)
+        .applied_objects();
+        Controller::for_stream(dsj_changes, dsj_store).owns_with(
             Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
             scaled_object_resource(),
             watcher::Config::default(),
@@ -609,15 +650,18 @@ pub async fn run(
     ctx.child_scaled_objects = Some(scaled_objects);
     // One cache of MemberClusters for every controller: nothing lists them per reconcile.
     let (member_clusters, writer) = reflector::store();
-    ctx.member_clusters = Some(member_clusters);
+    ctx.member_clusters = Some(member_clusters.clone());
     let cache = reflector::reflector(
         writer,
-        watcher::watcher(
-            Api::<MemberCluster>::all(client.clone()),
-            watcher::Config::default(),
+        decode::watch::<MemberCluster>(
+            client.clone(),
+            "MemberClusters",
+            health.clone(),
+            Some(member_clusters),
+            None,
         ),
     )
-    .default_backoff()
+    .backoff(health.backoff())
     .for_each(|event| {
         if let Err(error) = event {
             warn!(%error, "watching MemberClusters failed; the cache keeps the last list");
@@ -632,13 +676,48 @@ pub async fn run(
         }
     });
     let ctx = Arc::new(ctx);
+    // Undecodable objects are reported (and released) apart from the controllers; these
+    // tasks end with the watches that feed them.
+    let reporters = [
+        config.dso.then(|| {
+            tokio::spawn(decode::report(
+                ctx.clone(),
+                decode::KindHooks {
+                    finalizer: dso::FINALIZER,
+                    release: dso::release,
+                },
+                Arc::default(),
+                bad_dso_rx,
+            ))
+        }),
+        config.dsj.then(|| {
+            tokio::spawn(decode::report(
+                ctx.clone(),
+                decode::KindHooks {
+                    finalizer: dsj::FINALIZER,
+                    release: dsj::release,
+                },
+                Arc::default(),
+                bad_dsj_rx,
+            ))
+        }),
+    ];
     let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
     let dso_run = async {
         let Some(store) = store else { return };
         // A DSO that appears, changes or goes may change who wins a workload it shares
         // with others: reconcile those too, so both sides show the conflict (and its end).
         let contenders = store.clone();
-        let controller = dso_controller.watches(dsos, watcher::Config::default(), move |changed| {
+        let others = decode::watch::<DistributedScaledObject>(
+            client.clone(),
+            "DistributedScaledObjects (shared workloads)",
+            health.clone(),
+            None,
+            None,
+        )
+        .backoff(health.backoff())
+        .touched_objects();
+        let controller = dso_controller.watches_stream(others, move |changed| {
             sharing_a_target(&contenders, &changed)
         });
         info!("DistributedScaledObject controller started");
@@ -671,6 +750,9 @@ pub async fn run(
     }
     if shutdown.is_cancelled() {
         let _ = members.await;
+    }
+    for task in reporters.into_iter().flatten() {
+        task.abort();
     }
     cache.abort();
 }

@@ -6,24 +6,29 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
 use kedge_core::crd::DistributedScaledObject;
+use kedge_core::crd::member::NamespaceMapping;
 use kedge_core::dso::member::{
     Claim, MemberFacts, MemberPhase, Session, Targets, claim, members_of,
 };
+use kedge_core::{tenancy, validate};
 use kedge_protocol::{CommandTarget, WorkloadRef};
 use kube::ResourceExt;
 
 use crate::fleet::MemberSnapshot;
 use crate::registry::SessionState;
 
-/// The facts of one member for one DSO whose workload there is `workload`.
+/// The facts of one member for one DSO whose workload there is `workload`; `missing`: the
+/// member has no MemberCluster.
 pub fn facts(
     member: &str,
     workload: WorkloadRef,
     snapshot: Option<&MemberSnapshot>,
+    missing: bool,
     claim: Claim,
     tracked: Option<(MemberPhase, SystemTime)>,
 ) -> MemberFacts {
     let session = match snapshot.and_then(|s| s.session.as_ref()) {
+        None if missing => Session::NotEnrolled,
         None => Session::Never,
         Some(s) if s.state == SessionState::Unreachable => Session::Unreachable {
             id: s.session_id.clone(),
@@ -53,15 +58,45 @@ pub fn facts(
     }
 }
 
+/// Member → the namespace grants of its MemberCluster, read only when a claim needs them.
+pub type Grants<'a> = &'a dyn Fn() -> BTreeMap<String, Vec<NamespaceMapping>>;
+
+/// Whether DSO `o` may hold claims at all: its spec is valid and it places workloads only in
+/// namespaces its own namespace was granted (`members`: its members, `targets`: its
+/// workloads there). A DSO refused as a whole scales nothing, so it blocks no one.
+fn admitted(
+    o: &DistributedScaledObject,
+    namespace: &str,
+    members: &BTreeSet<String>,
+    targets: &Targets<'_>,
+    grants: &BTreeMap<String, Vec<NamespaceMapping>>,
+) -> bool {
+    if validate::dso(&o.spec, o.annotations()).is_err() {
+        return false;
+    }
+    let placements: Vec<(&str, String)> = members
+        .iter()
+        .map(|m| (m.as_str(), targets.of(m).namespace))
+        .collect();
+    tenancy::refusals(
+        namespace,
+        placements.iter().map(|(m, n)| (*m, n.as_str())),
+        grants,
+    )
+    .is_empty()
+}
+
 /// Who may scale each of `dso`'s workloads, given every DSO in the hub cluster: the oldest
-/// DSO targeting the same workload in the same member wins (see
-/// `kedge_core::dso::member::claim`).
+/// admitted DSO targeting the same workload in the same member wins (see
+/// `kedge_core::dso::member::claim`); invalid DSOs and DSOs refused by namespace policy hold
+/// no claim.
 pub fn claims(
     dso: &DistributedScaledObject,
     names: &BTreeSet<String>,
     registered: &BTreeSet<String>,
     connected: &BTreeSet<String>,
     all: &[std::sync::Arc<DistributedScaledObject>],
+    grants_of: Grants<'_>,
 ) -> BTreeMap<String, Claim> {
     let key = |d: &DistributedScaledObject| {
         (
@@ -83,12 +118,17 @@ pub fn claims(
         .filter(|(o, _)| o.metadata.deletion_timestamp.is_none() && key(o) != me)
         .map(|(o, ns)| {
             (
+                o,
+                ns,
                 key(o),
                 members_of(&o.spec, registered, connected),
                 Targets::new(&o.spec, ns),
             )
         })
         .collect();
+    let grants = std::cell::OnceCell::new();
+    let admitted_cache: Vec<std::cell::OnceCell<bool>> =
+        others.iter().map(|_| std::cell::OnceCell::new()).collect();
     // Alone on its workloads (the common case): nothing to compare, member by member.
     if others.is_empty() {
         return names.iter().map(|m| (m.clone(), Claim::Sole)).collect();
@@ -102,10 +142,15 @@ pub fn claims(
             contenders.extend(
                 others
                     .iter()
-                    .filter(|(_, members, targets)| {
-                        members.contains(member) && targets.of(member) == mine
+                    .zip(&admitted_cache)
+                    .filter(|((o, ns, _, members, targets), admitted_cache)| {
+                        members.contains(member)
+                            && targets.of(member) == mine
+                            && *admitted_cache.get_or_init(|| {
+                                admitted(o, ns, members, targets, grants.get_or_init(grants_of))
+                            })
                     })
-                    .map(|(k, ..)| k.clone()),
+                    .map(|((_, _, k, ..), _)| k.clone()),
             );
             (member.clone(), claim(&me, &contenders))
         })
@@ -145,12 +190,47 @@ mod tests {
         let all = vec![first.clone(), second.clone(), elsewhere];
         let none = BTreeSet::new();
         let names: BTreeSet<String> = ["b".to_owned(), "c".to_owned()].into();
-        let c = claims(&second, &names, &none, &none, &all);
+        let c = claims(&second, &names, &none, &none, &all, &BTreeMap::new);
         assert_eq!(c["b"], Claim::Lost("default/first".into()));
         assert_eq!(c["c"], Claim::Sole);
         let names: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into();
-        let c = claims(&first, &names, &none, &none, &all);
+        let c = claims(&first, &names, &none, &none, &all, &BTreeMap::new);
         assert_eq!(c["a"], Claim::Sole);
         assert_eq!(c["b"], Claim::Won(vec!["default/second".into()]));
+    }
+
+    fn in_namespace(mut d: DistributedScaledObject, namespace: &str) -> DistributedScaledObject {
+        d.metadata.namespace = Some(namespace.to_owned());
+        d
+    }
+
+    #[test]
+    fn a_refused_or_invalid_dso_holds_no_claim() {
+        // Older, but in namespace `team-b` placing into `default` without a grant.
+        let refused = Arc::new(in_namespace(
+            dso("refused", "2025-01-01T00:00:00Z", &["b"], Some("default")),
+            "team-b",
+        ));
+        let mut invalid = dso("invalid", "2025-01-02T00:00:00Z", &["b"], None);
+        invalid.spec.scaled_object_spec.polling_interval = Some(-5);
+        let invalid = Arc::new(invalid);
+        let allowed = Arc::new(dso("allowed", "2026-01-01T00:00:00Z", &["b"], None));
+        let all = vec![refused.clone(), invalid.clone(), allowed.clone()];
+        let none = BTreeSet::new();
+        let names: BTreeSet<String> = ["b".to_owned()].into();
+        let c = claims(&allowed, &names, &none, &none, &all, &BTreeMap::new);
+        assert_eq!(c["b"], Claim::Sole);
+        // Granted, the older DSO wins again, and says who it wins against.
+        let granted = || {
+            BTreeMap::from([(
+                "b".to_owned(),
+                vec![NamespaceMapping {
+                    hub_namespace: "team-b".into(),
+                    member_namespaces: vec!["default".into()],
+                }],
+            )])
+        };
+        let c = claims(&allowed, &names, &none, &none, &all, &granted);
+        assert_eq!(c["b"], Claim::Lost("team-b/refused".into()));
     }
 }
