@@ -280,6 +280,42 @@ impl EnrollFleet {
     }
 }
 
+/// The real `kubectl ARGS` against the cluster of `kubeconfig`; its stdout. Fails the test
+/// when it fails.
+pub async fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl kedge mc ARGS` against the hub cluster: (success, stdout, stderr).
+pub async fn kedge_mc(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .arg("mc")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(dir.join("hub.kubeconfig"))
+        .args(["--hub-namespace", NS])
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A kube client for the cluster of `kubeconfig`.
 pub async fn kube_client(kubeconfig: &Path) -> Client {
     kedge_net::kube_client::client(Some(kubeconfig))
