@@ -51,6 +51,10 @@ fn bootstrap_token(args: &AgentArgs) -> Option<String> {
         .filter(|token| !token.is_empty())
 }
 
+/// The identity the agent starts with, and the hash of a bootstrap token the hub refused on
+/// the way (never sent again).
+type Obtained = (Arc<identity::ManagedIdentity>, Option<String>);
+
 /// The enrolled identity: the one in the identity Secret while usable and no newer token is
 /// at hand, else a new one from the bootstrap token. `None` when `shutdown` came first.
 async fn obtain_identity(
@@ -58,7 +62,7 @@ async fn obtain_identity(
     client: kube::Client,
     hubs: &[String],
     shutdown: &CancellationToken,
-) -> Result<Option<Arc<identity::ManagedIdentity>>> {
+) -> Result<Option<Obtained>> {
     use identity::{Enrolled, IdentityStore, ManagedIdentity, Start, Token};
     let ca_pem =
         std::fs::read_to_string(&args.tls_ca).map_err(|source| kedge_net::Error::ReadFile {
@@ -81,7 +85,7 @@ async fn obtain_identity(
         (Start::UseStored, _, Some(stored)) => {
             info!(member = %stored.member, not_after = %stored.validity.not_after,
                 "using the identity from the identity Secret");
-            return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+            return Ok(Some((ManagedIdentity::new(stored, ca_pem, store), None)));
         }
         (Start::Enroll, Some(token), _) => token,
         (_, _, stored) => {
@@ -122,14 +126,15 @@ async fn obtain_identity(
             _ = shutdown.cancelled() => return Ok(None),
             outcome = attempt => match outcome {
                 Ok(Enrolled::Done(identity)) => {
-                    return Ok(Some(ManagedIdentity::new(identity, ca_pem, store)));
+                    return Ok(Some((ManagedIdentity::new(identity, ca_pem, store), None)));
                 }
                 Ok(Enrolled::Refused(refusal)) => {
                     // A certificate about to expire still beats none: renewal may save it.
                     if let Some(stored) = stored.filter(|s| s.validity.not_after > time::OffsetDateTime::now_utc()) {
                         warn!(reason = refusal.code.as_str(), message = %refusal.message,
                             "the hub refused the bootstrap token; using the stored certificate until it expires");
-                        return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+                        let refused = kedge_net::enroll::token_hash(&token);
+                        return Ok(Some((ManagedIdentity::new(stored, ca_pem, store), Some(refused))));
                     }
                     return Err(identity::re_enroll(
                         &member,
@@ -253,15 +258,16 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     if hubs.is_empty() {
         return Err(Error::NoHub);
     }
-    let (files_config, managed) = match (&args.tls_cert, &args.tls_key) {
+    // With an enrolled identity: the last bootstrap token (its hash) the hub refused.
+    let (files_config, managed, mut refused_token) = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let material = TlsMaterial::from_files(cert, key, &args.tls_ca)?;
             let config =
                 tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
-            (Some(config), None)
+            (Some(config), None, None)
         }
         _ => match obtain_identity(&args, executor.client().clone(), &hubs, &shutdown).await? {
-            Some(identity) => (None, Some(identity)),
+            Some((identity, refused)) => (None, Some(identity), refused),
             None => return Ok(()),
         },
     };
@@ -300,8 +306,6 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     let mut endpoint: Option<quinn::Endpoint> = None;
     // Dials that failed in a row: the handshake timeout grows with them.
     let mut failed_dials: u32 = 0;
-    // The last bootstrap token (its hash) the hub refused after it refused the identity.
-    let mut refused_token: Option<String> = None;
     loop {
         let hub = &hubs[rotation.current()];
         let client_config = match (&files_config, &managed) {
