@@ -78,7 +78,9 @@ pub fn verdict(enrolled: &Enrolled, member: &str, cert_uid: Option<&str>) -> Ver
             label: "not_enrolled",
             message: format!(
                 "no MemberCluster {member:?} on the hub: the member is not enrolled or was \
-                 deleted; enroll it with `kubectl kedge mc setup-member {member}`"
+                 deleted; enroll it with `kubectl kedge mc setup-member {member}` and apply \
+                 its install to the member cluster: the agent enrolls with the new token and \
+                 replaces its identity Secret by itself"
             ),
         },
         Some(e) if e.deleting => Verdict::Refuse {
@@ -89,9 +91,14 @@ pub fn verdict(enrolled: &Enrolled, member: &str, cert_uid: Option<&str>) -> Ver
             label: "earlier_enrollment",
             message: format!(
                 "the certificate of {member:?} was issued for an earlier enrollment \
-                 (MemberCluster uid {}), not the current one; re-enroll the member with \
-                 `kubectl kedge mc setup-member {member}`",
-                cert_uid.unwrap_or_default()
+                 (MemberCluster uid {}), not the current one (uid {}): apply the install \
+                 printed by the `kubectl kedge mc setup-member {member}` that created it to \
+                 the member cluster, and the agent enrolls with its token and replaces its \
+                 identity Secret by itself; if that token is lost or spent, run `kubectl \
+                 kedge mc delete-member {member}` and `kubectl kedge mc setup-member {member}` \
+                 again",
+                cert_uid.unwrap_or_default(),
+                e.uid
             ),
         },
         Some(_) => Verdict::Admit,
@@ -284,6 +291,19 @@ mod tests {
             message.contains("kubectl kedge mc setup-member edge-7"),
             "{message}"
         );
+        let enrolled = members(&[("edge-7", "u2", false)]);
+        let Verdict::Refuse { message, .. } = verdict(&enrolled, "edge-7", Some("u1")) else {
+            panic!("admitted");
+        };
+        for part in [
+            "uid u1",
+            "uid u2",
+            "enrolls with its token",
+            "kubectl kedge mc delete-member edge-7",
+            "kubectl kedge mc setup-member edge-7",
+        ] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
     }
 
     #[test]

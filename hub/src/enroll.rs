@@ -6,9 +6,12 @@
 //! is `<member>.<secret>`, the secret 32 random bytes in base64url without padding. The hub
 //! stores only the lowercase hex SHA-256 of the whole token string, in the Secret
 //! `kedge-bootstrap-<member>` of the hub namespace (`type: kedge.dev/bootstrap-token`, label
-//! `kedge.dev/member: <member>`, data `token-hash` and `expires-at`, RFC 3339). A token is
-//! consumed (its Secret deleted, with preconditions) before a certificate is issued, so it
-//! works once even when two enrollments race.
+//! `kedge.dev/member: <member>`, data `token-hash`, `expires-at` (RFC 3339) and `member-uid`).
+//! A token is bound to the `MemberCluster` it was minted for: its uid is stored with it (and
+//! the Secret is owned by that `MemberCluster`, so deleting the member deletes the token, with
+//! or without the CLI), and enrollment refuses it for any other `MemberCluster` of that name.
+//! A token is consumed (its Secret deleted, with preconditions) before a certificate is
+//! issued, so it works once even when two enrollments race.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,7 +22,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kedge_core::crd::MemberCluster;
+pub use kedge_net::enroll::token_hash;
 use kedge_net::identity::is_valid_member_name;
 use kedge_net::pki::{CertificateAuthority, CsrError, Validity, cert_validity, verify_member_csr};
 use kedge_protocol::{
@@ -27,7 +32,7 @@ use kedge_protocol::{
     IssuedCertificate, is_supported_version,
 };
 use kube::api::{DeleteParams, ObjectMeta, Preconditions};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use ring::rand::{SecureRandom, SystemRandom};
 use time::OffsetDateTime;
@@ -35,6 +40,7 @@ use time::format_description::well_known::Rfc3339;
 use tokio::time::timeout;
 use tracing::{info, warn};
 
+use crate::admission::Enrollment;
 use crate::{Error, Result};
 
 /// `type` of a bootstrap token Secret.
@@ -45,6 +51,8 @@ pub const MEMBER_LABEL: &str = "kedge.dev/member";
 pub const TOKEN_HASH_KEY: &str = "token-hash";
 /// Data key of the token's expiry (RFC 3339).
 pub const EXPIRES_AT_KEY: &str = "expires-at";
+/// Data key of the `metadata.uid` of the `MemberCluster` the token was minted for.
+pub const MEMBER_UID_KEY: &str = "member-uid";
 /// Default lifetime of a member's client certificate.
 pub const DEFAULT_MEMBER_CERT_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// Bounds of `--member-cert-lifetime`: shorter leaves no room to renew at two thirds of it
@@ -57,21 +65,30 @@ pub fn bootstrap_secret_name(member: &str) -> String {
     format!("kedge-bootstrap-{member}")
 }
 
-/// Lowercase hex SHA-256 of `token`.
-pub fn token_hash(token: &str) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A freshly minted bootstrap token and the Secret that stores its hash.
+/// A freshly minted bootstrap token; [`BootstrapToken::secret`] binds it to a
+/// `MemberCluster` and stores its hash.
 #[derive(Clone)]
 pub struct BootstrapToken {
     /// The token to hand to the agent, `<member>.<secret>`; shown once, never stored.
     pub token: String,
-    /// The Secret to create in the hub namespace.
-    pub secret: Secret,
+    /// The member it is for.
+    pub member: String,
     /// When the token stops working.
     pub expires_at: OffsetDateTime,
+}
+
+impl BootstrapToken {
+    /// The Secret to create in the hub `namespace`: the token's hash, bound to (and owned
+    /// by) the `MemberCluster` of uid `member_uid`.
+    pub fn secret(&self, member_uid: &str, namespace: &str) -> Result<Secret> {
+        bootstrap_secret(
+            &self.member,
+            member_uid,
+            namespace,
+            &self.token,
+            self.expires_at,
+        )
+    }
 }
 
 impl std::fmt::Debug for BootstrapToken {
@@ -83,11 +100,9 @@ impl std::fmt::Debug for BootstrapToken {
     }
 }
 
-/// Mints a one-time bootstrap token for `member`, valid from `now` for `ttl`, and builds the
-/// Secret (in the hub `namespace`) that stores only its hash.
+/// Mints a one-time bootstrap token for `member`, valid from `now` for `ttl`.
 pub fn mint_bootstrap_token(
     member: &str,
-    namespace: &str,
     now: OffsetDateTime,
     ttl: Duration,
 ) -> Result<BootstrapToken> {
@@ -105,18 +120,18 @@ pub fn mint_bootstrap_token(
         .fill(&mut secret)
         .map_err(|_| Error::Token("the system random number generator failed".into()))?;
     let token = format!("{member}.{}", URL_SAFE_NO_PAD.encode(secret));
-    let expires_at = now + ttl;
-    let secret = bootstrap_secret(member, namespace, &token, expires_at)?;
     Ok(BootstrapToken {
         token,
-        secret,
-        expires_at,
+        member: member.to_owned(),
+        expires_at: now + ttl,
     })
 }
 
-/// The Secret storing the hash of `token` for `member` in `namespace`.
+/// The Secret storing the hash of `token` for `member` (`MemberCluster` uid `member_uid`) in
+/// `namespace`, owned by that `MemberCluster`.
 pub fn bootstrap_secret(
     member: &str,
+    member_uid: &str,
     namespace: &str,
     token: &str,
     expires_at: OffsetDateTime,
@@ -132,6 +147,14 @@ pub fn bootstrap_secret(
                 MEMBER_LABEL.to_owned(),
                 member.to_owned(),
             )])),
+            // The garbage collector deletes the token with its MemberCluster.
+            owner_references: Some(vec![OwnerReference {
+                api_version: MemberCluster::api_version(&()).into_owned(),
+                kind: MemberCluster::kind(&()).into_owned(),
+                name: member.to_owned(),
+                uid: member_uid.to_owned(),
+                ..OwnerReference::default()
+            }]),
             ..ObjectMeta::default()
         },
         type_: Some(BOOTSTRAP_SECRET_TYPE.to_owned()),
@@ -141,6 +164,10 @@ pub fn bootstrap_secret(
                 ByteString(token_hash(token).into_bytes()),
             ),
             (EXPIRES_AT_KEY.to_owned(), ByteString(expires.into_bytes())),
+            (
+                MEMBER_UID_KEY.to_owned(),
+                ByteString(member_uid.as_bytes().to_vec()),
+            ),
         ])),
         ..Secret::default()
     })
@@ -161,11 +188,7 @@ pub fn token_member(token: &str) -> Result<&str, EnrollRefusal> {
             "the bootstrap token is not of the form <member>.<secret>; copy it again from `kubectl kedge mc setup-member`",
         )
     };
-    let (member, secret) = token.split_once('.').ok_or_else(malformed)?;
-    if !is_valid_member_name(member) || secret.is_empty() || secret.len() > 128 {
-        return Err(malformed());
-    }
-    Ok(member)
+    kedge_net::enroll::token_member(token).ok_or_else(malformed)
 }
 
 /// Equal in time independent of where `a` and `b` differ (lengths are not secret).
@@ -173,26 +196,40 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// What to do when a member's token is unusable and a new one is needed: `setup-member`
+/// refuses a member that exists, so the member is deleted and set up again.
+fn mint_again(member: &str) -> String {
+    format!(
+        "run `kubectl kedge mc delete-member {member}` and `kubectl kedge mc setup-member {member}` \
+         on the hub and apply the new install to the member cluster"
+    )
+}
+
+/// The text under `key` in a bootstrap token Secret of `member`.
+fn stored_field<'a>(secret: &'a Secret, member: &str, key: &str) -> Result<&'a str, EnrollRefusal> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|v| std::str::from_utf8(&v.0).ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            refusal(
+                EnrollRefusalCode::TokenNotFound,
+                format!(
+                    "the bootstrap token Secret of {member:?} has no usable {key:?}; {}",
+                    mint_again(member)
+                ),
+            )
+        })
+}
+
 /// Checks `token` against its stored Secret at `now`: the hash must match (compared in
 /// constant time) and the token must not have expired.
 pub fn check_token(token: &str, secret: &Secret, now: OffsetDateTime) -> Result<(), EnrollRefusal> {
     let member = token_member(token)?;
-    let field = |key: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .and_then(|v| std::str::from_utf8(&v.0).ok())
-            .map(str::trim)
-            .ok_or_else(|| {
-                refusal(
-                    EnrollRefusalCode::TokenNotFound,
-                    format!(
-                        "the bootstrap token Secret of {member:?} has no usable {key:?}; create a new token with `kubectl kedge mc setup-member {member}`"
-                    ),
-                )
-            })
-    };
+    let field = |key: &str| stored_field(secret, member, key);
     let stored = field(TOKEN_HASH_KEY)?;
     if !constant_time_eq(token_hash(token).as_bytes(), stored.as_bytes()) {
         return Err(refusal(
@@ -212,8 +249,43 @@ pub fn check_token(token: &str, secret: &Secret, now: OffsetDateTime) -> Result<
         return Err(refusal(
             EnrollRefusalCode::TokenExpired,
             format!(
-                "the bootstrap token for member {member:?} expired at {}; create a new one with `kubectl kedge mc setup-member {member}`",
-                expires_at.format(&Rfc3339).unwrap_or_default()
+                "the bootstrap token for member {member:?} expired at {}; {}",
+                expires_at.format(&Rfc3339).unwrap_or_default(),
+                mint_again(member)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the bootstrap token Secret of `member` was minted for `current`, the
+/// `MemberCluster` of that name now: a token outlives neither the deletion of its member nor
+/// a `MemberCluster` created again under the same name (a token without a recorded uid, from
+/// an older `kubectl kedge`, is bound to nothing and refused).
+pub fn check_binding(
+    member: &str,
+    secret: &Secret,
+    current: &Enrollment,
+) -> Result<(), EnrollRefusal> {
+    if current.deleting {
+        return Err(refusal(
+            EnrollRefusalCode::UnknownMember,
+            format!(
+                "MemberCluster {member:?} is being deleted: the member is revoked; once it is gone, enroll it again with `kubectl kedge mc setup-member {member}`"
+            ),
+        ));
+    }
+    let minted_for = stored_field(secret, member, MEMBER_UID_KEY)?;
+    if minted_for != current.uid {
+        return Err(refusal(
+            EnrollRefusalCode::Superseded,
+            format!(
+                "the bootstrap token of {member:?} was minted for an earlier MemberCluster \
+                 {member:?} (uid {minted_for}), which was deleted; the current one (uid {}) \
+                 has its own token: apply the install printed by the `kubectl kedge mc \
+                 setup-member {member}` that created it, or {}",
+                current.uid,
+                mint_again(member)
             ),
         ));
     }
@@ -300,7 +372,8 @@ impl Enroller {
                 refusal(
                     EnrollRefusalCode::TokenNotFound,
                     format!(
-                        "no bootstrap token for member {member:?}: it was already used or never created; re-enroll with `kubectl kedge mc setup-member {member}`"
+                        "no bootstrap token for member {member:?}: it was already used, never created, or deleted with its MemberCluster; {}",
+                        mint_again(member)
                     ),
                 )
             })?;
@@ -311,7 +384,8 @@ impl Enroller {
             ));
         }
         check_token(&request.token, &secret, OffsetDateTime::now_utc())?;
-        let uid = self.member_uid(member).await?;
+        let current = self.member_enrollment(member).await?;
+        check_binding(member, &secret, &current)?;
         // Check the request before spending the token, so that a broken agent can retry.
         self.check_csr(&request.csr_der, member)?;
         // Spend the token: of two concurrent enrollments, one deletes the Secret and the
@@ -336,7 +410,7 @@ impl Enroller {
             }
             Err(e) => return Err(unavailable(e)),
         }
-        self.issue(member, &uid, &request.csr_der)
+        self.issue(member, &current.uid, &request.csr_der)
     }
 
     /// Answers a renewal request of the session of `member`, whose certificate carries the
@@ -350,12 +424,13 @@ impl Enroller {
         csr_der: &[u8],
     ) -> EnrollResponse {
         let outcome = async {
-            let uid = self.member_uid(member).await?;
+            let uid = self.member_enrollment(member).await?.uid;
             if session_uid != Some(uid.as_str()) {
                 return Err(refusal(
                     EnrollRefusalCode::Superseded,
                     format!(
-                        "this session's certificate is not of the current enrollment of {member:?}; re-enroll with `kubectl kedge mc setup-member {member}`"
+                        "this session's certificate is not of the current enrollment of {member:?}: apply the install printed by the `kubectl kedge mc setup-member {member}` that created the current MemberCluster (the agent enrolls again with its token by itself), or {}",
+                        mint_again(member)
                     ),
                 ));
             }
@@ -376,13 +451,19 @@ impl Enroller {
         }
     }
 
-    async fn member_uid(&self, member: &str) -> Result<String, EnrollRefusal> {
+    /// The `MemberCluster` of `member` as admission sees it.
+    async fn member_enrollment(&self, member: &str) -> Result<Enrollment, EnrollRefusal> {
         let members: Api<MemberCluster> = Api::all(self.client.clone());
         members
             .get_opt(member)
             .await
             .map_err(unavailable)?
-            .and_then(|mc| mc.metadata.uid)
+            .and_then(|mc| {
+                Some(Enrollment {
+                    uid: mc.metadata.uid?,
+                    deleting: mc.metadata.deletion_timestamp.is_some(),
+                })
+            })
             .ok_or_else(|| {
                 refusal(
                     EnrollRefusalCode::UnknownMember,
@@ -519,18 +600,12 @@ mod tests {
 
     #[test]
     fn a_minted_token_follows_the_contract() {
-        let minted = mint_bootstrap_token(
-            "edge-1",
-            "kedge-system",
-            at(1_000),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
+        let minted = mint_bootstrap_token("edge-1", at(1_000), Duration::from_secs(3600)).unwrap();
         let (member, secret) = minted.token.split_once('.').unwrap();
         assert_eq!(member, "edge-1");
         assert_eq!(URL_SAFE_NO_PAD.decode(secret).unwrap().len(), 32);
         assert!(!secret.contains('='));
-        let s = &minted.secret;
+        let s = &minted.secret("uid-1", "kedge-system").unwrap();
         assert_eq!(s.metadata.name.as_deref(), Some("kedge-bootstrap-edge-1"));
         assert_eq!(s.metadata.namespace.as_deref(), Some("kedge-system"));
         assert_eq!(s.type_.as_deref(), Some("kedge.dev/bootstrap-token"));
@@ -538,8 +613,20 @@ mod tests {
             s.metadata.labels.as_ref().unwrap()["kedge.dev/member"],
             "edge-1"
         );
+        // Owned by its MemberCluster: deleting the member deletes the token.
+        let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                owner.api_version.as_str(),
+                owner.kind.as_str(),
+                owner.name.as_str(),
+                owner.uid.as_str()
+            ),
+            ("kedge.dev/v1alpha1", "MemberCluster", "edge-1", "uid-1")
+        );
         let data = s.data.as_ref().unwrap();
-        assert_eq!(data.len(), 2);
+        assert_eq!(data.len(), 3);
+        assert_eq!(data["member-uid"].0, b"uid-1");
         let hash = std::str::from_utf8(&data["token-hash"].0).unwrap();
         assert_eq!(hash.len(), 64);
         assert!(
@@ -553,39 +640,22 @@ mod tests {
         );
         assert!(!format!("{minted:?}").contains(secret));
         // Two tokens never repeat.
-        let again = mint_bootstrap_token(
-            "edge-1",
-            "kedge-system",
-            at(1_000),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
+        let again = mint_bootstrap_token("edge-1", at(1_000), Duration::from_secs(3600)).unwrap();
         assert_ne!(again.token, minted.token);
     }
 
     #[test]
-    fn the_hash_is_sha256_of_the_whole_token() {
-        assert_eq!(
-            token_hash("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    #[test]
     fn minting_refuses_bad_names_and_lifetimes() {
-        assert!(mint_bootstrap_token("Bad_Name", "ns", at(0), Duration::from_secs(1)).is_err());
-        assert!(mint_bootstrap_token("ok", "ns", at(0), Duration::ZERO).is_err());
+        assert!(mint_bootstrap_token("Bad_Name", at(0), Duration::from_secs(1)).is_err());
+        assert!(mint_bootstrap_token("ok", at(0), Duration::ZERO).is_err());
     }
 
     #[test]
     fn tokens_are_checked_for_form_hash_and_expiry() {
-        let minted =
-            mint_bootstrap_token("edge-1", "ns", at(1_000), Duration::from_secs(60)).unwrap();
-        let code = |token: &str, now: i64| {
-            check_token(token, &minted.secret, at(now))
-                .err()
-                .map(|r| r.code)
-        };
+        let minted = mint_bootstrap_token("edge-1", at(1_000), Duration::from_secs(60)).unwrap();
+        let stored = minted.secret("uid", "ns").unwrap();
+        let code =
+            |token: &str, now: i64| check_token(token, &stored, at(now)).err().map(|r| r.code);
         assert_eq!(code(&minted.token, 1_000), None);
         assert_eq!(code(&minted.token, 1_059), None);
         assert_eq!(
@@ -601,10 +671,62 @@ mod tests {
                 "{malformed:?}"
             );
         }
-        let mut broken = minted.secret.clone();
+        let mut broken = stored.clone();
         broken.data.as_mut().unwrap().remove(EXPIRES_AT_KEY);
         let err = check_token(&minted.token, &broken, at(1_000)).unwrap_err();
         assert!(err.message.contains("expires-at"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_token_works_only_for_the_membercluster_it_was_minted_for() {
+        let minted = mint_bootstrap_token("edge-1", at(0), Duration::from_secs(60)).unwrap();
+        let stored = minted.secret("uid-1", "ns").unwrap();
+        let current = |uid: &str, deleting| Enrollment {
+            uid: uid.into(),
+            deleting,
+        };
+        let check = |secret: &Secret, mc: &Enrollment| check_binding("edge-1", secret, mc);
+        assert_eq!(check(&stored, &current("uid-1", false)), Ok(()));
+        // Deleted and created again under the same name: refused, saying what to do.
+        let refused = check(&stored, &current("uid-2", false)).unwrap_err();
+        assert_eq!(refused.code, EnrollRefusalCode::Superseded);
+        for part in [
+            "earlier MemberCluster",
+            "uid-1",
+            "uid-2",
+            "kubectl kedge mc delete-member edge-1",
+            "kubectl kedge mc setup-member edge-1",
+        ] {
+            assert!(
+                refused.message.contains(part),
+                "{part}: {}",
+                refused.message
+            );
+        }
+        // Being deleted: the member is revoked, its token with it.
+        let refused = check(&stored, &current("uid-1", true)).unwrap_err();
+        assert_eq!(refused.code, EnrollRefusalCode::UnknownMember);
+        assert!(
+            refused.message.contains("being deleted"),
+            "{}",
+            refused.message
+        );
+        // A token bound to nothing (an older kubectl kedge) or to an empty uid: refused.
+        for uid in [None, Some("")] {
+            let mut unbound = stored.clone();
+            let data = unbound.data.as_mut().unwrap();
+            data.remove(MEMBER_UID_KEY);
+            if let Some(uid) = uid {
+                data.insert(MEMBER_UID_KEY.into(), ByteString(uid.into()));
+            }
+            let refused = check(&unbound, &current("", false)).unwrap_err();
+            assert_eq!(refused.code, EnrollRefusalCode::TokenNotFound);
+            assert!(
+                refused.message.contains("member-uid"),
+                "{}",
+                refused.message
+            );
+        }
     }
 
     #[test]

@@ -32,8 +32,8 @@ pub struct AgentArgs {
     #[arg(long, env = "KEDGE_AGENT_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// File holding the one-time bootstrap token `<member>.<secret>` from
-    /// `kubectl kedge mc setup-member`; used only when the identity Secret holds no usable
-    /// certificate.
+    /// `kubectl kedge mc setup-member`; used when the identity Secret holds no usable
+    /// certificate, or one enrolled with another token (the member was set up again).
     #[arg(long, env = "KEDGE_AGENT_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
     /// Secret (in --agent-namespace) where the agent keeps its key and certificate.

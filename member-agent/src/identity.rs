@@ -1,6 +1,12 @@
 //! The agent's own identity when it enrolls (no `--tls-cert`): a key pair it generates
 //! itself, a short-lived client certificate from the hub, both kept in a Secret of its own
 //! namespace so that a restart reuses them, renewed over the live session.
+//!
+//! The Secret also records the hash of the bootstrap token the identity was enrolled with.
+//! A token file holding another token means the member was set up again (`kubectl kedge mc
+//! setup-member` mints a token per `MemberCluster`): the agent enrolls with it instead of
+//! presenting an identity the hub no longer admits. Only the hub decides whether a token is
+//! good; the agent merely never sits on an unused one while the hub refuses it.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,10 +16,13 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kedge_net::identity::{is_valid_member_name, peer_identity};
+use kedge_net::enroll::token_hash;
+use kedge_net::identity::peer_identity;
 use kedge_net::pki::{Validity, cert_validity, member_csr};
 use kedge_net::tls::{self, TlsMaterial, TransportTuning};
-use kedge_protocol::{EnrollRefusal, EnrollRequest, EnrollResponse, IssuedCertificate};
+use kedge_protocol::{
+    EnrollRefusal, EnrollRequest, EnrollResponse, IssuedCertificate, RefusalCode,
+};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use rustls_pki_types::CertificateDer;
@@ -29,6 +38,9 @@ pub(crate) const CERT_KEY: &str = "tls.crt";
 pub(crate) const KEY_KEY: &str = "tls.key";
 /// Data key of the hub CA bundle in the identity Secret.
 pub(crate) const CA_KEY: &str = "ca.crt";
+/// Data key of the hash (lowercase hex SHA-256) of the bootstrap token the identity was
+/// enrolled with; kept through renewals.
+pub(crate) const TOKEN_HASH_KEY: &str = "bootstrap-token-sha256";
 /// Label naming the member on the identity Secret.
 pub(crate) const MEMBER_LABEL: &str = "kedge.dev/member";
 
@@ -39,6 +51,9 @@ pub(crate) struct Identity {
     pub(crate) cert_pem: String,
     pub(crate) key_pem: String,
     pub(crate) validity: Validity,
+    /// Hash of the bootstrap token this identity descends from; `None` when stored by an
+    /// agent that did not record it.
+    pub(crate) enrolled_with: Option<String>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -62,11 +77,46 @@ impl Identity {
             cert_pem,
             key_pem,
             validity,
+            enrolled_with: None,
         })
     }
 
-    fn from_issued(issued: IssuedCertificate, key_pem: String) -> Result<Self> {
-        Self::new(issued.cert_pem, key_pem)
+    /// The identity of `issued` with `key_pem`, descending from the token hashed `enrolled_with`.
+    fn from_issued(
+        issued: IssuedCertificate,
+        key_pem: String,
+        enrolled_with: Option<String>,
+    ) -> Result<Self> {
+        Ok(Self {
+            enrolled_with,
+            ..Self::new(issued.cert_pem, key_pem)?
+        })
+    }
+}
+
+/// The bootstrap token file, next to the stored identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Token {
+    /// No token file, or none readable.
+    Absent,
+    /// The token the stored identity was enrolled with: spent.
+    Spent,
+    /// A token the stored identity was not enrolled with (the member was set up again), or a
+    /// token and no stored identity.
+    New,
+    /// A token next to an identity that does not record its own (stored by an older agent).
+    Unknown,
+}
+
+/// What the token hashed `token` is to a stored identity enrolled with `stored` (`None`: no
+/// stored identity; `Some(None)`: one that does not record its token).
+pub(crate) fn token_state(token: Option<&str>, stored: Option<Option<&str>>) -> Token {
+    match (token, stored) {
+        (None, _) => Token::Absent,
+        (Some(_), None) => Token::New,
+        (Some(_), Some(None)) => Token::Unknown,
+        (Some(token), Some(Some(enrolled_with))) if token == enrolled_with => Token::Spent,
+        (Some(_), Some(Some(_))) => Token::New,
     }
 }
 
@@ -75,7 +125,7 @@ impl Identity {
 pub(crate) enum Start {
     /// Connect with the stored certificate (renewed over the session when due).
     UseStored,
-    /// Enroll with the bootstrap token.
+    /// Enroll with the bootstrap token (the stored certificate, if any, is the fallback).
     Enroll,
     /// Nothing usable and no token: the member must be enrolled again.
     ReEnroll,
@@ -88,15 +138,26 @@ pub(crate) fn margin(validity: Validity) -> time::Duration {
     (lifetime / 10_i32).min(time::Duration::seconds(30))
 }
 
-/// The startup decision at `now`. A stored certificate still valid beyond the margin wins over
-/// a token (a token file stays mounted long after it was spent).
-pub(crate) fn start(stored: Option<Validity>, has_token: bool, now: OffsetDateTime) -> Start {
-    match stored {
-        Some(v) if v.not_after - now > margin(v) => Start::UseStored,
-        _ if has_token => Start::Enroll,
-        Some(v) if v.not_after > now => Start::UseStored,
+/// The startup decision at `now`. A new token wins: the member was set up again, and the
+/// stored certificate is of an enrollment the hub no longer admits. Otherwise a stored
+/// certificate still valid beyond the margin wins (a token file stays mounted long after it
+/// was spent); one inside the margin is still used when the token is known to be spent.
+pub(crate) fn start(stored: Option<Validity>, token: Token, now: OffsetDateTime) -> Start {
+    match (stored, token) {
+        (_, Token::New) => Start::Enroll,
+        (Some(v), _) if v.not_after - now > margin(v) => Start::UseStored,
+        (_, Token::Unknown) => Start::Enroll,
+        (Some(v), _) if v.not_after > now => Start::UseStored,
         _ => Start::ReEnroll,
     }
+}
+
+/// Whether to enroll with the token file after the hub refused the session with `code`: only
+/// when the hub revoked the identity (its member deleted, or set up again) and the token is
+/// one the identity was not enrolled with and the hub has not refused before. A revoked
+/// member that holds only its spent token stays out: the hub refuses spent tokens.
+pub(crate) fn enroll_after_refusal(code: RefusalCode, token: Token, refused_before: bool) -> bool {
+    code == RefusalCode::Revoked && matches!(token, Token::New | Token::Unknown) && !refused_before
 }
 
 /// How long to wait before asking again after a failed renewal at `now`: a quarter of the
@@ -110,22 +171,20 @@ pub(crate) fn renewal_retry(validity: Validity, now: OffsetDateTime) -> Duration
 pub(crate) fn re_enroll(member: &str, why: &str) -> Error {
     let name = if member.is_empty() { "NAME" } else { member };
     Error::ReEnroll(format!(
-        "{why}; the member must be re-enrolled: run `kubectl kedge mc setup-member {name}` on the hub and apply the new bootstrap token"
+        "{why}; the member must be re-enrolled: run `kubectl kedge mc delete-member {name}` (if it \
+         still exists) and `kubectl kedge mc setup-member {name}` on the hub and apply its install \
+         to this cluster; the agent enrolls with the new token and replaces its identity Secret \
+         by itself"
     ))
 }
 
 /// Reads the member name from a bootstrap token `<member>.<secret>`.
 pub(crate) fn token_member(token: &str) -> Result<&str> {
-    token
-        .split_once('.')
-        .map(|(member, _)| member)
-        .filter(|m| is_valid_member_name(m))
-        .ok_or_else(|| {
-            Error::ReEnroll(
-                "the bootstrap token file does not hold a token of the form <member>.<secret>"
-                    .into(),
-            )
-        })
+    kedge_net::enroll::token_member(token).ok_or_else(|| {
+        Error::ReEnroll(
+            "the bootstrap token file does not hold a token of the form <member>.<secret>".into(),
+        )
+    })
 }
 
 /// Reads a bootstrap token file (surrounding whitespace ignored).
@@ -182,7 +241,10 @@ impl IdentityStore {
             return Ok(None);
         };
         match Identity::new(cert, key) {
-            Ok(identity) => Ok(Some(identity)),
+            Ok(identity) => Ok(Some(Identity {
+                enrolled_with: text(&secret, TOKEN_HASH_KEY),
+                ..identity
+            })),
             Err(error) => {
                 warn!(secret = %self.name, %error, "the identity Secret holds no usable certificate; ignoring it");
                 Ok(None)
@@ -192,7 +254,7 @@ impl IdentityStore {
 
     /// Stores `identity` (and the hub CA), creating or replacing the Secret.
     pub(crate) async fn save(&self, identity: &Identity, ca_pem: &str) -> Result<()> {
-        let data = BTreeMap::from([
+        let mut data = BTreeMap::from([
             (
                 CERT_KEY.to_owned(),
                 ByteString(identity.cert_pem.clone().into_bytes()),
@@ -203,6 +265,12 @@ impl IdentityStore {
             ),
             (CA_KEY.to_owned(), ByteString(ca_pem.as_bytes().to_vec())),
         ]);
+        if let Some(hash) = &identity.enrolled_with {
+            data.insert(
+                TOKEN_HASH_KEY.to_owned(),
+                ByteString(hash.clone().into_bytes()),
+            );
+        }
         let mut secret = Secret {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -298,17 +366,37 @@ impl ManagedIdentity {
         issued: IssuedCertificate,
         key_pem: String,
     ) -> Result<Identity> {
-        let identity = Identity::from_issued(issued, key_pem)?;
-        if identity.member != self.current().member {
+        let current = self.current();
+        let identity = Identity::from_issued(issued, key_pem, current.enrolled_with)?;
+        if identity.member != current.member {
             return Err(Error::IdentityStore(format!(
                 "the hub issued a certificate for {:?}, not {:?}",
-                identity.member,
-                self.current().member
+                identity.member, current.member
             )));
         }
         self.store.save(&identity, &self.ca_pem).await?;
         *self.lock() = identity.clone();
         Ok(identity)
+    }
+
+    /// What the token hashed `token` is to the current identity.
+    pub(crate) fn token_state(&self, token: &str) -> Token {
+        token_state(Some(token), Some(self.lock().enrolled_with.as_deref()))
+    }
+
+    /// Enrolls again with `token` at the hub at `addr` (see [`enroll_once`]); a new identity
+    /// replaces the current one for the next connection.
+    pub(crate) async fn enroll_again(
+        &self,
+        token: &str,
+        addr: SocketAddr,
+        server_name: &str,
+    ) -> Result<Enrolled> {
+        let enrolled = enroll_once(token, addr, server_name, &self.ca_pem, &self.store).await?;
+        if let Enrolled::Done(identity) = &enrolled {
+            *self.lock() = identity.clone();
+        }
+        Ok(enrolled)
     }
 }
 
@@ -358,7 +446,7 @@ pub(crate) async fn enroll_once(
     endpoint.close(quinn::VarInt::from_u32(0), b"enrollment done");
     match answer.map_err(|e| Error::Enroll(e.to_string()))? {
         EnrollResponse::Issued(issued) => {
-            let identity = Identity::from_issued(issued, key_pem)?;
+            let identity = Identity::from_issued(issued, key_pem, Some(token_hash(token)))?;
             store.save(&identity, ca_pem).await?;
             info!(member = %identity.member, not_after = %identity.validity.not_after,
                 "enrolled: certificate issued and stored");
@@ -387,18 +475,60 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_certificate_beats_a_token_until_it_nearly_expires() {
+    fn a_token_is_new_unless_the_stored_identity_was_enrolled_with_it() {
+        use Token::*;
+        assert_eq!(token_state(None, None), Absent);
+        assert_eq!(token_state(None, Some(Some("h1"))), Absent);
+        assert_eq!(token_state(Some("h1"), None), New);
+        assert_eq!(token_state(Some("h1"), Some(Some("h1"))), Spent);
+        assert_eq!(token_state(Some("h2"), Some(Some("h1"))), New);
+        assert_eq!(token_state(Some("h1"), Some(None)), Unknown);
+    }
+
+    #[test]
+    fn a_stored_certificate_beats_a_spent_token_and_a_new_token_beats_it() {
         use Start::*;
         // 1000 s lifetime: margin 30 s (a tenth would be 100 s).
-        assert_eq!(start(valid(0, 1000), true, at(900)), UseStored);
-        assert_eq!(start(valid(0, 1000), true, at(980)), Enroll);
-        assert_eq!(start(valid(0, 1000), false, at(980)), UseStored);
-        assert_eq!(start(valid(0, 1000), false, at(1000)), ReEnroll);
-        assert_eq!(start(None, true, at(0)), Enroll);
-        assert_eq!(start(None, false, at(0)), ReEnroll);
+        for token in [Token::Spent, Token::Unknown, Token::Absent] {
+            assert_eq!(
+                start(valid(0, 1000), token, at(900)),
+                UseStored,
+                "{token:?}"
+            );
+        }
+        // The member was set up again: enroll, even with a stored certificate far from expiry.
+        assert_eq!(start(valid(0, 1000), Token::New, at(0)), Enroll);
+        assert_eq!(start(None, Token::New, at(0)), Enroll);
+        // Nearly expired: a token that may still work is tried; a spent one is not.
+        assert_eq!(start(valid(0, 1000), Token::Unknown, at(980)), Enroll);
+        assert_eq!(start(valid(0, 1000), Token::Spent, at(980)), UseStored);
+        assert_eq!(start(valid(0, 1000), Token::Absent, at(980)), UseStored);
+        // Expired, or nothing stored, and no token that may work.
+        assert_eq!(start(valid(0, 1000), Token::Spent, at(1000)), ReEnroll);
+        assert_eq!(start(valid(0, 1000), Token::Absent, at(1000)), ReEnroll);
+        assert_eq!(start(valid(0, 1000), Token::Unknown, at(1000)), Enroll);
+        assert_eq!(start(None, Token::Absent, at(0)), ReEnroll);
         // 20 s lifetime: margin 2 s.
-        assert_eq!(start(valid(0, 20), true, at(17)), UseStored);
-        assert_eq!(start(valid(0, 20), true, at(19)), Enroll);
+        assert_eq!(start(valid(0, 20), Token::Unknown, at(17)), UseStored);
+        assert_eq!(start(valid(0, 20), Token::Unknown, at(19)), Enroll);
+    }
+
+    #[test]
+    fn only_a_revoked_identity_with_an_unspent_unrefused_token_enrolls_again() {
+        use RefusalCode::*;
+        for token in [Token::New, Token::Unknown] {
+            assert!(enroll_after_refusal(Revoked, token, false), "{token:?}");
+            // The hub refused that token once: never again with it.
+            assert!(!enroll_after_refusal(Revoked, token, true), "{token:?}");
+        }
+        // A revoked member with only its spent token, or none, stays out.
+        for token in [Token::Spent, Token::Absent] {
+            assert!(!enroll_after_refusal(Revoked, token, false), "{token:?}");
+        }
+        // Other refusals say nothing about the identity.
+        for code in [Unavailable, UnsupportedVersion, UnexpectedMessage] {
+            assert!(!enroll_after_refusal(code, Token::New, false), "{code:?}");
+        }
     }
 
     #[test]
@@ -417,9 +547,11 @@ mod tests {
             assert!(token_member(bad).is_err(), "{bad:?}");
         }
         let err = re_enroll("edge-1", "the certificate expired").to_string();
-        assert!(
-            err.contains("kubectl kedge mc setup-member edge-1"),
-            "{err}"
-        );
+        for part in [
+            "kubectl kedge mc delete-member edge-1",
+            "kubectl kedge mc setup-member edge-1",
+        ] {
+            assert!(err.contains(part), "{part}: {err}");
+        }
     }
 }

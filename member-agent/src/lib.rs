@@ -42,15 +42,28 @@ use crate::session::{Dial, SessionEnd, SessionParams};
 use kedge_net::supervise::Supervisor;
 use kedge_protocol::RefusalCode;
 
-/// The enrolled identity: the one in the identity Secret while usable, else a new one from
-/// the bootstrap token. `None` when `shutdown` came first.
+/// The bootstrap token in `--bootstrap-token-file`, if one is configured and readable.
+fn bootstrap_token(args: &AgentArgs) -> Option<String> {
+    let file = args.bootstrap_token_file.as_deref()?;
+    identity::read_token(file)
+        .inspect_err(|error| warn!(%error, "ignoring the bootstrap token file"))
+        .ok()
+        .filter(|token| !token.is_empty())
+}
+
+/// The identity the agent starts with, and the hash of a bootstrap token the hub refused on
+/// the way (never sent again).
+type Obtained = (Arc<identity::ManagedIdentity>, Option<String>);
+
+/// The enrolled identity: the one in the identity Secret while usable and no newer token is
+/// at hand, else a new one from the bootstrap token. `None` when `shutdown` came first.
 async fn obtain_identity(
     args: &AgentArgs,
     client: kube::Client,
     hubs: &[String],
     shutdown: &CancellationToken,
-) -> Result<Option<Arc<identity::ManagedIdentity>>> {
-    use identity::{Enrolled, IdentityStore, ManagedIdentity, Start};
+) -> Result<Option<Obtained>> {
+    use identity::{Enrolled, IdentityStore, ManagedIdentity, Start, Token};
     let ca_pem =
         std::fs::read_to_string(&args.tls_ca).map_err(|source| kedge_net::Error::ReadFile {
             path: args.tls_ca.clone(),
@@ -59,30 +72,43 @@ async fn obtain_identity(
     let store = IdentityStore::new(client, &args.agent_namespace, &args.identity_secret);
     let stored = store.load().await?;
     let now = time::OffsetDateTime::now_utc();
-    let decision = identity::start(
-        stored.as_ref().map(|i| i.validity),
-        args.bootstrap_token_file.is_some(),
-        now,
+    let token = bootstrap_token(args);
+    let state = identity::token_state(
+        token
+            .as_deref()
+            .map(kedge_net::enroll::token_hash)
+            .as_deref(),
+        stored.as_ref().map(|s| s.enrolled_with.as_deref()),
     );
-    let token_file = match (decision, &args.bootstrap_token_file, stored.clone()) {
+    let decision = identity::start(stored.as_ref().map(|i| i.validity), state, now);
+    let token = match (decision, token, stored.clone()) {
         (Start::UseStored, _, Some(stored)) => {
             info!(member = %stored.member, not_after = %stored.validity.not_after,
                 "using the identity from the identity Secret");
-            return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+            return Ok(Some((ManagedIdentity::new(stored, ca_pem, store), None)));
         }
-        (Start::Enroll, Some(file), _) => file,
+        (Start::Enroll, Some(token), _) => token,
         (_, _, stored) => {
             let member = stored.map(|s| s.member).unwrap_or_default();
+            let token = match state {
+                Token::Spent => "only the spent bootstrap token it was enrolled with",
+                _ => "no usable --bootstrap-token-file",
+            };
             return Err(identity::re_enroll(
                 &member,
                 &format!(
-                    "the identity Secret {}/{} holds no valid certificate and no --bootstrap-token-file was given",
+                    "the identity Secret {}/{} holds no valid certificate and there is {token}",
                     args.agent_namespace, args.identity_secret
                 ),
             ));
         }
     };
-    let token = identity::read_token(token_file)?;
+    if state == Token::New
+        && let Some(stored) = &stored
+    {
+        info!(member = %stored.member,
+            "the bootstrap token is not the one the stored identity was enrolled with: the member was set up again; enrolling");
+    }
     let member = identity::token_member(&token)?.to_owned();
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(args.reconnect_initial)
@@ -100,14 +126,15 @@ async fn obtain_identity(
             _ = shutdown.cancelled() => return Ok(None),
             outcome = attempt => match outcome {
                 Ok(Enrolled::Done(identity)) => {
-                    return Ok(Some(ManagedIdentity::new(identity, ca_pem, store)));
+                    return Ok(Some((ManagedIdentity::new(identity, ca_pem, store), None)));
                 }
                 Ok(Enrolled::Refused(refusal)) => {
                     // A certificate about to expire still beats none: renewal may save it.
                     if let Some(stored) = stored.filter(|s| s.validity.not_after > time::OffsetDateTime::now_utc()) {
                         warn!(reason = refusal.code.as_str(), message = %refusal.message,
                             "the hub refused the bootstrap token; using the stored certificate until it expires");
-                        return Ok(Some(ManagedIdentity::new(stored, ca_pem, store)));
+                        let refused = kedge_net::enroll::token_hash(&token);
+                        return Ok(Some((ManagedIdentity::new(stored, ca_pem, store), Some(refused))));
                     }
                     return Err(identity::re_enroll(
                         &member,
@@ -124,6 +151,55 @@ async fn obtain_identity(
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
             _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// After the hub refused the session with `code`: enrolls again with the token file when
+/// [`identity::enroll_after_refusal`] says so, and installs the new identity. `refused` holds
+/// the hash of the last token the hub refused, so that one is never sent twice. Returns
+/// whether there is a new identity to connect with.
+async fn enroll_again(
+    args: &AgentArgs,
+    identity: &identity::ManagedIdentity,
+    code: RefusalCode,
+    hub: &str,
+    refused: &mut Option<String>,
+) -> bool {
+    use identity::Enrolled;
+    let Some(token) = bootstrap_token(args) else {
+        return false;
+    };
+    let hash = kedge_net::enroll::token_hash(&token);
+    let state = identity.token_state(&hash);
+    if !identity::enroll_after_refusal(code, state, refused.as_deref() == Some(hash.as_str())) {
+        return false;
+    }
+    let old = identity.current().member;
+    info!(member = %old, token = ?state,
+        "the hub no longer admits this identity and the bootstrap token file holds a token it was not enrolled with; enrolling again");
+    let attempt = async {
+        let addr = session::resolve(hub).await?;
+        identity
+            .enroll_again(&token, addr, &args.server_name(hub))
+            .await
+    };
+    match attempt.await {
+        Ok(Enrolled::Done(new)) => {
+            info!(member = %new.member, not_after = %new.validity.not_after,
+                "enrolled again: the new identity replaced the one in the identity Secret");
+            true
+        }
+        Ok(Enrolled::Refused(refusal)) => {
+            warn!(reason = refusal.code.as_str(), message = %refusal.message,
+                "the hub refused the bootstrap token too; not trying it again. {}",
+                identity::re_enroll(&old, "the hub admits neither the identity nor the token"));
+            *refused = Some(hash);
+            false
+        }
+        Err(error) => {
+            warn!(%error, "enrolling again did not complete; retrying after the next refusal");
+            false
         }
     }
 }
@@ -182,15 +258,16 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
     if hubs.is_empty() {
         return Err(Error::NoHub);
     }
-    let (files_config, managed) = match (&args.tls_cert, &args.tls_key) {
+    // With an enrolled identity: the last bootstrap token (its hash) the hub refused.
+    let (files_config, managed, mut refused_token) = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let material = TlsMaterial::from_files(cert, key, &args.tls_ca)?;
             let config =
                 tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
-            (Some(config), None)
+            (Some(config), None, None)
         }
         _ => match obtain_identity(&args, executor.client().clone(), &hubs, &shutdown).await? {
-            Some(identity) => (None, Some(identity)),
+            Some((identity, refused)) => (None, Some(identity), refused),
             None => return Ok(()),
         },
     };
@@ -287,9 +364,20 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
                 failed_dials = 0;
                 Attempt::Unavailable
             }
-            Err(e @ Error::Refused { .. }) => {
+            Err(e @ Error::Refused { code, .. }) => {
                 warn!(%hub, error = %e, "hub refused the session; will retry");
                 failed_dials = 0;
+                if let Some(identity) = &managed {
+                    let again = tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        again = enroll_again(&args, identity, code, hub, &mut refused_token) => again,
+                    };
+                    if again {
+                        // The same hub issued the new identity: dial it at once.
+                        backoff.reset();
+                        continue;
+                    }
+                }
                 Attempt::Failed
             }
             Err(e) => {

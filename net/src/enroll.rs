@@ -1,11 +1,27 @@
 //! The agent's side of enrollment, shared with the end-to-end tests: one connection with
-//! ALPN `kedge-enroll/1`, one request, one answer.
+//! ALPN `kedge-enroll/1`, one request, one answer; and the bootstrap token's form, which hub
+//! and agent both read.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use kedge_protocol::{EnrollRequest, EnrollResponse, FramedStream};
 use quinn::{RecvStream, SendStream, VarInt};
+
+/// The member a bootstrap token `<member>.<secret>` is for; `None` when it is not of that form
+/// (the secret non-empty and at most 128 characters).
+pub fn token_member(token: &str) -> Option<&str> {
+    let (member, secret) = token.split_once('.')?;
+    (crate::identity::is_valid_member_name(member) && !secret.is_empty() && secret.len() <= 128)
+        .then_some(member)
+}
+
+/// Lowercase hex SHA-256 of `token`: what the hub stores of a bootstrap token, and what the
+/// agent records of the token its identity was enrolled with.
+pub fn token_hash(token: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Why an enrollment exchange failed before the hub answered.
 #[derive(Debug, thiserror::Error)]
@@ -51,4 +67,34 @@ pub async fn enroll(
     tokio::time::timeout(limit, exchange)
         .await
         .map_err(|_| EnrollError::Timeout(limit))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_name_their_member() {
+        assert_eq!(token_member("edge-1.abc"), Some("edge-1"));
+        let long = format!("edge-1.{}", "a".repeat(129));
+        for bad in [
+            "",
+            "edge-1",
+            "edge-1.",
+            ".abc",
+            "Edge.abc",
+            "a_b.x",
+            long.as_str(),
+        ] {
+            assert_eq!(token_member(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_hash_is_sha256_of_the_whole_token() {
+        assert_eq!(
+            token_hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 }

@@ -62,8 +62,8 @@ pub enum EnrollRefusalCode {
     BadCsr,
     /// The CSR names another member than the token or the session.
     NameMismatch,
-    /// Renewal only: the session's certificate belongs to an earlier enrollment (the
-    /// `MemberCluster` was deleted and created again) or to none.
+    /// The bootstrap token (enrollment) or the session's certificate (renewal) belongs to an
+    /// earlier enrollment (the `MemberCluster` was deleted and created again) or to none.
     Superseded,
     /// The agent speaks a protocol version the hub does not support.
     UnsupportedVersion,

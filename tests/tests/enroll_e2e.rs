@@ -423,6 +423,87 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
     );
 }
 
+/// A token outlives neither its member nor a `MemberCluster` created again under the same
+/// name, also when the member is deleted with plain `kubectl delete mc` (no `kubectl kedge`):
+/// the garbage collector deletes the token with its owner, and a token Secret that survives
+/// (restored from a backup, or not yet collected) is refused because it is bound to the uid of
+/// the deleted `MemberCluster`; it is not spent by the refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_a_deleted_membercluster_is_refused_after_it_is_created_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = EnrollFleet::start(dir.path(), &["edge-1"], "1h").await;
+    let first = fleet.create_member("edge-1").await;
+    let token = fleet
+        .create_token("edge-1", OffsetDateTime::now_utc(), HOUR)
+        .await;
+    let saved = fleet.secret(NS, "kedge-bootstrap-edge-1").await.unwrap();
+    let hub_kubeconfig = dir.path().join("hub.kubeconfig");
+    support::enroll::kubectl_ok(&hub_kubeconfig, &["delete", "mc", "edge-1"]).await;
+    let second = fleet.create_member("edge-1").await;
+    assert_ne!(first, second);
+
+    // The old token, right after: refused, whether or not its Secret was collected yet.
+    let (_, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
+    let (code, message) = refusal(&fleet.enroll(&token, csr.clone()).await);
+    assert!(
+        matches!(
+            code,
+            EnrollRefusalCode::TokenNotFound | EnrollRefusalCode::Superseded
+        ),
+        "{code:?}: {message}"
+    );
+    for fix in [
+        "kubectl kedge mc delete-member edge-1",
+        "kubectl kedge mc setup-member edge-1",
+    ] {
+        assert!(message.contains(fix), "{fix}: {message}");
+    }
+    // The garbage collector deletes the token with its MemberCluster.
+    wait_for(Duration::from_secs(10), "the token collected", || async {
+        fleet
+            .secret(NS, "kedge-bootstrap-edge-1")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // The token Secret restored (without its owner, so it stays): still refused, as a token
+    // of the earlier MemberCluster, and not spent.
+    let restored = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: saved.metadata.name.clone(),
+            labels: saved.metadata.labels.clone(),
+            ..Default::default()
+        },
+        type_: saved.type_.clone(),
+        data: saved.data.clone(),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(fleet.hub_client.clone(), NS)
+        .create(&Default::default(), &restored)
+        .await
+        .unwrap();
+    let (code, message) = refusal(&fleet.enroll(&token, csr).await);
+    assert_eq!(code, EnrollRefusalCode::Superseded, "{message}");
+    for part in [
+        "earlier MemberCluster",
+        first.as_str(),
+        second.as_str(),
+        "kubectl kedge mc delete-member edge-1",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    assert!(fleet.secret(NS, "kedge-bootstrap-edge-1").await.is_some());
+    assert!(
+        fleet
+            .hub
+            .log_text()
+            .lines()
+            .any(|l| l.contains("enrollment refused") && l.contains("superseded"))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_hub_starts_share_one_ca_and_a_malformed_one_is_an_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,61 +8,28 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 use support::enroll::*;
 use support::*;
 
-async fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("/usr/bin/kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `kubectl kedge mc ARGS` against the hub cluster: (success, stdout, stderr).
-async fn kedge_mc(dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(bin("kubectl-kedge"))
-        .arg("mc")
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(dir.join("hub.kubeconfig"))
-        .args(["--hub-namespace", NS])
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The rendered Deployment's container, run here as the kubelet would: the Secret's files
 /// where it mounts them, its args (`$(POD_NAMESPACE)` expanded), the hub address from the
-/// Secret, and a token of its ServiceAccount (TokenRequest, by the real kubectl).
+/// Secret, and a token of its ServiceAccount (TokenRequest, by the real kubectl); it logs to
+/// `log`.
 async fn start_rendered_agent(
     fleet: &EnrollFleet,
     member: &str,
     deployment: &Value,
     secret: &Value,
+    log: &str,
 ) -> Proc {
     let kubeconfig = fleet.dir.join(format!("{member}.kubeconfig"));
-    let etc = fleet.dir.join(format!("etc-kedge-{member}"));
+    let etc = mounted(fleet, member, "");
     std::fs::create_dir_all(&etc).unwrap();
     for key in ["ca.crt", "token"] {
-        std::fs::write(etc.join(key), secret_value(secret, key)).unwrap();
+        std::fs::write(mounted(fleet, member, key), secret_value(secret, key)).unwrap();
     }
     let token = kubectl_ok(&kubeconfig, &["create", "token", "kedge-agent", "-n", NS]).await;
     let agent_kubeconfig = fleet.dir.join(format!("{member}-agent.kubeconfig"));
@@ -82,19 +49,24 @@ async fn start_rendered_agent(
         &bin("kedge-agent"),
         &args,
         &[("KEDGE_AGENT_HUB", &secret_value(secret, "hub"))],
-        fleet.dir.join(format!("{member}-agent.log")),
+        fleet.dir.join(log),
     )
 }
 
+/// Where [`start_rendered_agent`] puts the files of the install's Secret of `member`.
+fn mounted(fleet: &EnrollFleet, member: &str, key: &str) -> std::path::PathBuf {
+    fleet.dir.join(format!("etc-kedge-{member}")).join(key)
+}
+
 async fn wait_connected(fleet: &EnrollFleet, member: &str) {
-    wait_for(
-        Duration::from_secs(30),
-        &format!("{member} connected"),
-        || async {
-            let listed = sessions(fleet.ports).await?;
-            (state_of(&listed, member)?["state"] == "Connected").then_some(())
-        },
-    )
+    wait_connected_within(fleet, member, Duration::from_secs(30)).await;
+}
+
+async fn wait_connected_within(fleet: &EnrollFleet, member: &str, limit: Duration) {
+    wait_for(limit, &format!("{member} connected"), || async {
+        let listed = sessions(fleet.ports).await?;
+        (state_of(&listed, member)?["state"] == "Connected").then_some(())
+    })
     .await;
 }
 
@@ -208,7 +180,8 @@ async fn setup_member_output_applied_with_kubectl_enrolls_the_agent() {
     let secret = objects.iter().find(|o| o["kind"] == "Secret").unwrap();
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
     assert_eq!(secret_value(secret, "hub"), hub_address);
-    let agent = start_rendered_agent(&fleet, "edge-1", deployment, secret).await;
+    let agent =
+        start_rendered_agent(&fleet, "edge-1", deployment, secret, "edge-1-agent.log").await;
 
     // It enrolls and connects; the token is spent; its identity is in its Secret.
     wait_connected(&fleet, "edge-1").await;
@@ -272,6 +245,162 @@ async fn setup_member_output_applied_with_kubectl_enrolls_the_agent() {
     };
     let deployment = get("deployment", "kedge-agent").await;
     let secret = get("secret", "kedge-agent-bootstrap").await;
-    let _agent2 = start_rendered_agent(&fleet, "edge-2", &deployment, &secret).await;
+    let _agent2 =
+        start_rendered_agent(&fleet, "edge-2", &deployment, &secret, "edge-2-agent.log").await;
     wait_connected(&fleet, "edge-2").await;
+}
+
+/// The `MemberCluster` uid the certificate in the identity Secret of `member` is bound to.
+async fn identity_uid(fleet: &EnrollFleet, member: &str) -> Option<String> {
+    use rustls_pki_types::pem::PemObject;
+    let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        fleet.member_client(member).await,
+        NS,
+    );
+    let data = secrets
+        .get_opt("kedge-agent-identity")
+        .await
+        .unwrap()?
+        .data?;
+    let der = rustls_pki_types::CertificateDer::from_pem_slice(&data.get("tls.crt")?.0).ok()?;
+    kedge_hub::enroll::enrollment_uid(&der, member)
+}
+
+/// The uid of the `MemberCluster` `member`.
+async fn member_uid(fleet: &EnrollFleet, member: &str) -> String {
+    kube::Api::<kedge_core::crd::MemberCluster>::all(fleet.hub_client.clone())
+        .get(member)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap()
+}
+
+/// `setup-member edge-1` applying the install to the member cluster (the hub at
+/// `hub_address`); returns the installed Deployment and Secret.
+async fn set_up_edge_1(dir: &std::path::Path, hub_address: &str) -> (Value, Value) {
+    let member = dir.join("edge-1.kubeconfig");
+    let (ok, _, err) = kedge_mc(
+        dir,
+        &[
+            "setup-member",
+            "edge-1",
+            "--namespaces",
+            "apps",
+            "--hub-address",
+            hub_address,
+            "--hub-server-name",
+            "localhost",
+            "--member-kubeconfig",
+            member.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(ok, "setup-member: {err}");
+    let get = |kind: &'static str, name: &'static str| {
+        let member = member.clone();
+        async move {
+            let json = kubectl_ok(&member, &["get", kind, name, "-n", NS, "-o", "json"]).await;
+            serde_json::from_str::<Value>(&json).unwrap()
+        }
+    };
+    (
+        get("deployment", "kedge-agent").await,
+        get("secret", "kedge-agent-bootstrap").await,
+    )
+}
+
+/// A member deleted and set up again, its agent reinstalled while the member cluster still
+/// holds the old identity Secret: the agent sees a bootstrap token its identity was not
+/// enrolled with, enrolls again by itself and replaces the Secret, Connected within 30 s with
+/// no manual step. Then, the agent running: deleted, it holds only its spent token and stays
+/// out without sending it; set up again, the new install updates its mounted token (as the
+/// kubelet updates a Secret volume) and the revoked agent enrolls again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_set_up_again_reconnects_by_itself_despite_its_old_identity() {
+    let mut tmp = tempfile::tempdir().unwrap();
+    if std::env::var_os("KEDGE_E2E_KEEP").is_some() {
+        tmp.disable_cleanup(true);
+        eprintln!("logs in {}", tmp.path().display());
+    }
+    let dir = tmp.path();
+    let fleet = EnrollFleet::start(dir, &["edge-1"], "24h").await;
+    let member = dir.join("edge-1.kubeconfig");
+    kubectl_ok(&member, &["create", "namespace", "apps"]).await;
+    let hub_address = format!("127.0.0.1:{}", fleet.ports.quic);
+    let delete = || async {
+        let (ok, _, err) = kedge_mc(dir, &["delete-member", "edge-1"]).await;
+        assert!(ok, "delete-member: {err}");
+    };
+
+    let (deployment, secret) = set_up_edge_1(dir, &hub_address).await;
+    let mut agent =
+        start_rendered_agent(&fleet, "edge-1", &deployment, &secret, "agent-1.log").await;
+    wait_connected(&fleet, "edge-1").await;
+    let first = member_uid(&fleet, "edge-1").await;
+    assert_eq!(identity_uid(&fleet, "edge-1").await, Some(first.clone()));
+
+    // Deleted and set up again while the agent is down; the identity Secret of the first
+    // enrollment stays in the member cluster.
+    agent.signal("TERM");
+    let _ = agent.child.wait().await;
+    delete().await;
+    let (deployment, secret) = set_up_edge_1(dir, &hub_address).await;
+    let second = member_uid(&fleet, "edge-1").await;
+    assert_ne!(second, first);
+    assert_eq!(identity_uid(&fleet, "edge-1").await, Some(first.clone()));
+    let restarted = std::time::Instant::now();
+    let agent = start_rendered_agent(&fleet, "edge-1", &deployment, &secret, "agent-2.log").await;
+    wait_connected(&fleet, "edge-1").await;
+    eprintln!(
+        "reinstalled agent connected {:?} after its start",
+        restarted.elapsed()
+    );
+    assert_eq!(identity_uid(&fleet, "edge-1").await, Some(second.clone()));
+    let log = agent.log_text();
+    assert!(log.contains("the member was set up again"), "{log}");
+    assert!(
+        fleet.secret(NS, "kedge-bootstrap-edge-1").await.is_none(),
+        "the new token is spent"
+    );
+
+    // Deleted, the agent running: revoked, and with only its spent token it stays out; it
+    // does not even send that token.
+    let refused_before = fleet.hub.log_text().matches("enrollment refused").count();
+    delete().await;
+    wait_for(Duration::from_secs(10), "edge-1 revoked", || async {
+        let listed = sessions(fleet.ports).await?;
+        (state_of(&listed, "edge-1").is_none_or(|s| s["state"] != "Connected")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listed = sessions(fleet.ports).await.unwrap();
+    let state = state_of(&listed, "edge-1").unwrap();
+    assert_eq!(state["state"], "Unreachable", "{state}");
+    assert!(fleet.hub.log_text().contains("not_enrolled"));
+    assert_eq!(
+        fleet.hub.log_text().matches("enrollment refused").count(),
+        refused_before,
+        "the spent token was sent"
+    );
+
+    // Set up again: the new token reaches the running agent through its mounted Secret.
+    let (_, secret) = set_up_edge_1(dir, &hub_address).await;
+    let third = member_uid(&fleet, "edge-1").await;
+    std::fs::write(
+        mounted(&fleet, "edge-1", "token"),
+        secret_value(&secret, "token"),
+    )
+    .unwrap();
+    let updated = std::time::Instant::now();
+    // Bounded by the reconnect backoff the refusals grew (--reconnect-max 30 s, jittered).
+    wait_connected_within(&fleet, "edge-1", Duration::from_secs(60)).await;
+    eprintln!(
+        "running agent connected {:?} after its token was updated",
+        updated.elapsed()
+    );
+    assert_eq!(identity_uid(&fleet, "edge-1").await, Some(third));
+    let log = agent.log_text();
+    assert!(log.contains("enrolled again"), "{log}");
 }

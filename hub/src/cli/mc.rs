@@ -10,6 +10,7 @@ use kedge_core::crd::MemberCluster;
 use kube::api::{Api, DeleteParams, ListParams};
 
 use super::{Error, Result, sessions, table};
+use crate::enroll::bootstrap_secret_name;
 
 /// Arguments of `mc`.
 #[derive(Debug, Args)]
@@ -135,7 +136,7 @@ async fn delete_member(
     // An unused bootstrap token of the member must not enroll it again.
     let secrets: Api<Secret> = Api::namespaced(client, hub_namespace);
     match secrets
-        .delete(&format!("kedge-bootstrap-{name}"), &DeleteParams::default())
+        .delete(&bootstrap_secret_name(name), &DeleteParams::default())
         .await
     {
         Ok(_) => writeln!(out, "bootstrap token of {name} deleted")?,

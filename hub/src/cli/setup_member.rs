@@ -21,7 +21,7 @@ use kube::discovery::Scope;
 use serde_json::Value;
 
 use super::{Error, Result};
-use crate::enroll::mint_bootstrap_token;
+use crate::enroll::{bootstrap_secret_name, mint_bootstrap_token};
 use crate::install::{
     AgentInstall, AgentNamespaces, Credentials, agent_helm_values, agent_manifests,
 };
@@ -137,13 +137,8 @@ pub async fn run(
     };
     // Everything that can be checked without changing anything, first.
     let ca_pem = hub_ca(&client, hub_namespace).await?;
-    let minted = mint_bootstrap_token(
-        name,
-        hub_namespace,
-        time::OffsetDateTime::now_utc(),
-        args.ttl,
-    )
-    .map_err(|e| Error::Argument(e.to_string()))?;
+    let minted = mint_bootstrap_token(name, time::OffsetDateTime::now_utc(), args.ttl)
+        .map_err(|e| Error::Argument(e.to_string()))?;
     let mut install = AgentInstall::new(
         args.hub_address.clone(),
         ca_pem,
@@ -168,11 +163,11 @@ pub async fn run(
         namespaces: args.namespaces.clone(),
         ..MemberClusterSpec::default()
     };
-    match members
+    let uid = match members
         .create(&PostParams::default(), &MemberCluster::new(name, spec))
         .await
     {
-        Ok(_) => {}
+        Ok(created) => created.metadata.uid.unwrap_or_default(),
         Err(kube::Error::Api(status)) if status.code == 409 => {
             return Err(failed(
                 format!("creating MemberCluster {name}"),
@@ -188,24 +183,38 @@ pub async fn run(
                 e.to_string(),
             ));
         }
-    }
+    };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), hub_namespace);
-    let token_name = minted.secret.metadata.name.clone().unwrap_or_default();
-    // A token left by an earlier enrollment of this name must not work for this one.
+    if uid.is_empty() {
+        undo(&members, &secrets, name, None).await;
+        return Err(failed(
+            format!("creating MemberCluster {name}"),
+            "the hub cluster returned it without a metadata.uid to bind its token to",
+        ));
+    }
+    let token_name = bootstrap_secret_name(name);
+    // Bound to this MemberCluster: a token of an earlier one of this name is refused anyway
+    // (its uid differs); deleting it first keeps the name free for this one.
     let stored = async {
+        let secret = minted
+            .secret(&uid, hub_namespace)
+            .map_err(|e| e.to_string())?;
         match secrets.delete(&token_name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.to_string()),
         }
-        secrets.create(&PostParams::default(), &minted.secret).await
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(|e| e.to_string())
     }
     .await;
     if let Err(e) = stored {
         undo(&members, &secrets, name, None).await;
         return Err(failed(
             format!("storing the bootstrap token of {name} (Secret {hub_namespace}/{token_name})"),
-            e.to_string(),
+            e,
         ));
     }
 

@@ -176,24 +176,33 @@ impl EnrollFleet {
             .unwrap()
     }
 
-    /// Mints a token for `member` valid from `now` for `ttl` and stores its Secret; returns
-    /// the token.
+    /// Mints a token for `member` valid from `now` for `ttl` and stores its Secret, bound to
+    /// the `MemberCluster` `member` (to a uid no object has, without an owner the garbage
+    /// collector would miss, when there is none); returns the token.
     pub async fn create_token(
         &self,
         member: &str,
         now: time::OffsetDateTime,
         ttl: Duration,
     ) -> String {
-        let minted = kedge_hub::enroll::mint_bootstrap_token(member, NS, now, ttl).unwrap();
+        let uid = Api::<MemberCluster>::all(self.hub_client.clone())
+            .get_opt(member)
+            .await
+            .unwrap()
+            .and_then(|mc| mc.metadata.uid);
+        let minted = kedge_hub::enroll::mint_bootstrap_token(member, now, ttl).unwrap();
+        let mut secret = minted
+            .secret(uid.as_deref().unwrap_or("no-membercluster"), NS)
+            .unwrap();
+        if uid.is_none() {
+            secret.metadata.owner_references = None;
+        }
         let secrets = Api::<Secret>::namespaced(self.hub_client.clone(), NS);
         let _ = secrets
-            .delete(
-                &minted.secret.metadata.name.clone().unwrap(),
-                &Default::default(),
-            )
+            .delete(&secret.metadata.name.clone().unwrap(), &Default::default())
             .await;
         secrets
-            .create(&PostParams::default(), &minted.secret)
+            .create(&PostParams::default(), &secret)
             .await
             .unwrap();
         minted.token
@@ -269,6 +278,42 @@ impl EnrollFleet {
             scripted_agent(self.ports.quic_addr(), material, PROTOCOL_VERSION).await;
         (connection, control, welcome.session_id)
     }
+}
+
+/// The real `kubectl ARGS` against the cluster of `kubeconfig`; its stdout. Fails the test
+/// when it fails.
+pub async fn kubectl_ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl kedge mc ARGS` against the hub cluster: (success, stdout, stderr).
+pub async fn kedge_mc(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(bin("kubectl-kedge"))
+        .arg("mc")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(dir.join("hub.kubeconfig"))
+        .args(["--hub-namespace", NS])
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A kube client for the cluster of `kubeconfig`.
