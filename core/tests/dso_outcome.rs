@@ -464,6 +464,11 @@ fn an_invalid_spec_scales_nothing_and_releases_its_workloads() {
         BTreeMap::from([("a".to_owned(), Command::Clear)])
     );
     assert_eq!(condition(&o, "Ready").0, "False");
+    // Degraded agrees with Ready: never "not ready" next to "not degraded".
+    assert_eq!(
+        condition(&o, "Degraded"),
+        ("True", "ValidationFailed", "spec.rebalancingPolicy.gracePeriod: too long")
+    );
     assert_eq!(o.events.len(), 1);
     assert_eq!(o.events[0].reason, EVENT_INVALID_SPEC);
     let again = outcome(&DsoInput {

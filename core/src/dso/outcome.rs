@@ -420,6 +420,44 @@ fn release_all(input: &DsoInput<'_>) -> BTreeMap<String, Command> {
         .collect()
 }
 
+/// The conditions of a refused object: `Ready=False` and `Degraded=True`, both with
+/// `reason` and `message` (so the two never disagree), the others as they were.
+pub fn refused_conditions(
+    previous: &[Condition],
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: SystemTime,
+) -> Vec<Condition> {
+    let mut conditions = vec![
+        condition(
+            previous,
+            CONDITION_READY,
+            false,
+            reason,
+            message.to_owned(),
+            generation,
+            now,
+        ),
+        condition(
+            previous,
+            CONDITION_DEGRADED,
+            true,
+            reason,
+            message.to_owned(),
+            generation,
+            now,
+        ),
+    ];
+    conditions.extend(
+        previous
+            .iter()
+            .filter(|c| c.type_ != CONDITION_READY && c.type_ != CONDITION_DEGRADED)
+            .cloned(),
+    );
+    conditions
+}
+
 /// `Ready=False` with `reason` and `message`, a Warning Event the first time, no command.
 fn refuse(
     input: &DsoInput<'_>,
@@ -430,23 +468,13 @@ fn refuse(
     let previous = input.previous;
     let mut status = previous.clone();
     status.selector = Some(input.selector.to_owned());
-    let mut conditions = vec![condition(
+    status.conditions = refused_conditions(
         &previous.conditions,
-        CONDITION_READY,
-        false,
         reason,
-        message.to_owned(),
+        message,
         input.generation,
         input.now,
-    )];
-    conditions.extend(
-        previous
-            .conditions
-            .iter()
-            .filter(|c| c.type_ != CONDITION_READY)
-            .cloned(),
     );
-    status.conditions = conditions;
     let said_before = previous
         .conditions
         .iter()

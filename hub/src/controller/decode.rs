@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt};
-use kedge_core::crd::conditions::{CONDITION_READY, REASON_VALIDATION_FAILED};
-use kedge_core::dso::outcome::EVENT_INVALID_SPEC;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kedge_core::crd::conditions::REASON_VALIDATION_FAILED;
+use kedge_core::dso::outcome::{EVENT_INVALID_SPEC, refused_conditions};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -354,37 +355,24 @@ fn reference(object: &DynamicObject) -> Option<k8s_openapi::api::core::v1::Objec
     })
 }
 
-/// The status of an undecodable object: its `Ready` condition replaced (the others kept).
-fn invalid_conditions(object: &DynamicObject, message: &str, now: SystemTime) -> Vec<Value> {
-    let existing = object
+/// The conditions of an undecodable object: `Ready=False` and `Degraded=True` with reason
+/// `ValidationFailed` (the others kept, as far as they decode).
+fn invalid_conditions(object: &DynamicObject, message: &str, now: SystemTime) -> Vec<Condition> {
+    let existing: Vec<Condition> = object
         .data
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let ready_before = existing
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(CONDITION_READY));
-    let unchanged =
-        ready_before.is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("False"));
-    let since = match ready_before.and_then(|c| c.get("lastTransitionTime")) {
-        Some(t) if unchanged => t.clone(),
-        _ => json!(kedge_core::time::to_time(now)),
-    };
-    let mut conditions = vec![json!({
-        "type": CONDITION_READY,
-        "status": "False",
-        "reason": REASON_VALIDATION_FAILED,
-        "message": message,
-        "observedGeneration": object.metadata.generation,
-        "lastTransitionTime": since,
-    })];
-    conditions.extend(
-        existing
-            .into_iter()
-            .filter(|c| c.get("type").and_then(Value::as_str) != Some(CONDITION_READY)),
-    );
-    conditions
+        .into_iter()
+        .flatten()
+        .filter_map(|c| serde_json::from_value(c.clone()).ok())
+        .collect();
+    refused_conditions(
+        &existing,
+        REASON_VALIDATION_FAILED,
+        message,
+        object.metadata.generation,
+        now,
+    )
 }
 
 async fn write_invalid(ctx: &Context, object: &DynamicObject, message: &str) -> crate::Result<()> {
@@ -513,26 +501,35 @@ mod tests {
     }
 
     #[test]
-    fn only_ready_is_replaced_and_its_transition_time_kept_while_false() {
+    fn ready_and_degraded_say_the_same_and_the_transition_time_is_kept_while_false() {
         let mut obj = dso(json!({}));
         obj.data["status"] = json!({"conditions": [
-            {"type": "Ready", "status": "True", "reason": "Reconciled", "lastTransitionTime": "2026-01-01T00:00:00Z"},
-            {"type": "Degraded", "status": "False", "reason": "NoFailures"},
+            {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Degraded", "status": "False", "reason": "NoFailures", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
         ]});
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let conditions = invalid_conditions(&obj, "bad", now);
-        assert_eq!(conditions.len(), 2);
-        assert_eq!(conditions[0]["status"], "False");
-        assert_eq!(conditions[0]["reason"], REASON_VALIDATION_FAILED);
-        assert_eq!(conditions[0]["observedGeneration"], 2);
-        assert_ne!(conditions[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
-        assert_eq!(conditions[1]["type"], "Degraded");
-        obj.data["status"]["conditions"] = Value::Array(conditions.clone());
-        let again = invalid_conditions(&obj, "bad", now + Duration::from_secs(60));
+        let of = |t: &str| conditions.iter().find(|c| c.type_ == t).unwrap().clone();
         assert_eq!(
-            again[0]["lastTransitionTime"],
-            conditions[0]["lastTransitionTime"]
+            (of("Ready").status.as_str(), of("Ready").reason.as_str()),
+            ("False", REASON_VALIDATION_FAILED)
         );
+        assert_eq!(
+            (
+                of("Degraded").status.as_str(),
+                of("Degraded").reason.as_str()
+            ),
+            ("True", REASON_VALIDATION_FAILED)
+        );
+        assert_eq!(of("Ready").observed_generation, Some(2));
+        assert_eq!(of("Paused").reason, "NotPaused");
+        obj.data["status"]["conditions"] = serde_json::to_value(&conditions).unwrap();
+        let again = invalid_conditions(&obj, "bad", now + Duration::from_secs(60));
+        assert_eq!(again, conditions);
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use kedge_core::crd::conditions::{
-    ANNOTATION_REPLACES, ANNOTATION_TEMPLATE, CONDITION_READY, LABEL_DSJ, condition,
+    ANNOTATION_REPLACES, ANNOTATION_TEMPLATE, LABEL_DSJ, REASON_VALIDATION_FAILED,
 };
 use kedge_core::crd::keda::trigger_key;
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
@@ -31,6 +31,7 @@ use kedge_core::dsj::step::{
 };
 use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
 use kedge_core::dso::MemberState;
+use kedge_core::dso::outcome::refused_conditions;
 use kedge_core::events::Event;
 use kedge_core::time::from_unix_ms;
 use kedge_core::validate;
@@ -338,15 +339,13 @@ async fn refuse(
 ) -> Result<Action> {
     let (namespace, name) = ns_name(obj)?;
     let mut status = previous.clone();
-    status.conditions = vec![condition(
+    status.conditions = refused_conditions(
         &previous.conditions,
-        CONDITION_READY,
-        false,
-        "InvalidSpec",
-        message.to_owned(),
+        REASON_VALIDATION_FAILED,
+        message,
         obj.metadata.generation,
         now,
-    )];
+    );
     if status != *previous {
         ctx.publish_event(
             obj,
