@@ -380,18 +380,6 @@ pub fn pause(annotations: &BTreeMap<String, String>) -> Result<Pause> {
 }
 
 /// The length of `spec.memberClusters` and its names: not empty, no duplicates.
-/// Whether `name` is an RFC 1123 DNS label (what a MemberCluster may be named).
-pub fn is_dns1123_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
 fn check_member_list<'a>(problems: &mut Problems, names: impl ExactSizeIterator<Item = &'a str>) {
     if names.len() > MAX_MEMBERS {
         problems.add(
@@ -409,7 +397,7 @@ fn check_member_list<'a>(problems: &mut Problems, names: impl ExactSizeIterator<
                 format!("spec.memberClusters[{i}].name"),
                 "must not be empty",
             );
-        } else if !is_dns1123_label(name) {
+        } else if !kedge_protocol::is_dns1123_label(name) {
             let shown: String = name.chars().take(70).collect();
             problems.add(
                 format!("spec.memberClusters[{i}].name"),
@@ -1031,10 +1019,10 @@ mod tests {
     #[test]
     fn member_names_are_rfc1123_labels_and_a_huge_one_is_shown_cut() {
         for good in ["edge-1", "a", &"x".repeat(63)] {
-            assert!(is_dns1123_label(good), "{good}");
+            assert!(kedge_protocol::is_dns1123_label(good), "{good}");
         }
         for bad in ["", "Edge", "-a", "a-", "a.b", "a_b", &"x".repeat(64)] {
-            assert!(!is_dns1123_label(bad), "{bad}");
+            assert!(!kedge_protocol::is_dns1123_label(bad), "{bad}");
         }
         let huge = "y".repeat(5000);
         let spec = dso_spec(&format!("memberClusters: [{{name: {huge}}}]\n{TARGET}"));

@@ -467,7 +467,11 @@ fn an_invalid_spec_scales_nothing_and_releases_its_workloads() {
     // Degraded agrees with Ready: never "not ready" next to "not degraded".
     assert_eq!(
         condition(&o, "Degraded"),
-        ("True", "ValidationFailed", "spec.rebalancingPolicy.gracePeriod: too long")
+        (
+            "True",
+            "ValidationFailed",
+            "spec.rebalancingPolicy.gracePeriod: too long"
+        )
     );
     assert_eq!(o.events.len(), 1);
     assert_eq!(o.events[0].reason, EVENT_INVALID_SPEC);

@@ -57,14 +57,7 @@ fn enrollment_uid<'a>(member: &str, uris: impl Iterator<Item = &'a str>) -> Resu
 
 /// Whether `name` is a valid member name: an RFC 1123 DNS label, like a Kubernetes object name.
 pub fn is_valid_member_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+    kedge_protocol::is_dns1123_label(name)
 }
 
 /// Reads the member identity from the leaf of a verified client certificate chain.

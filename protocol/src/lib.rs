@@ -28,7 +28,7 @@ pub use error::{Error, Result};
 pub use message::*;
 pub use podmetrics::*;
 pub use report::bounded_text;
-pub use sanitize::{MAX_MESSAGE_BYTES, MAX_REF_BYTES, clean_text};
+pub use sanitize::{MAX_MESSAGE_BYTES, MAX_REF_BYTES, clean_text, is_dns1123_label};
 
 /// The protocol version this build speaks. Bumped on any incompatible message change.
 pub const PROTOCOL_VERSION: u16 = 5;

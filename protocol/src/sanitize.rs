@@ -11,6 +11,20 @@ use crate::{
     PodMetricsSample, StatusReport, WorkloadRef, WorkloadStatus,
 };
 
+/// Whether `name` is an RFC 1123 DNS label (at most 63 lower-case letters, digits and '-',
+/// starting and ending with a letter or digit): what a member, and so a MemberCluster, may
+/// be named.
+pub fn is_dns1123_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
 /// Longest Kubernetes reference an agent may send (a namespace, name, kind, apiVersion, or a
 /// `namespace/name` pair): every valid one fits (63 + 1 + 253 bytes), so cleaning never
 /// changes a reference the hub itself handed out.
