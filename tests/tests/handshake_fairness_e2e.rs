@@ -292,11 +292,19 @@ async fn a_known_agent_reconnects_within_5s_while_strangers_stall_handshakes() {
         let stalled = stall_tls(quic, &ca, sources, per_source).await;
         tokio::time::sleep(Duration::from_secs(2).saturating_sub(opened.elapsed())).await;
         let took = reconnect(&fleet, &mut agent, "good", log).await;
-        assert!(
-            opened.elapsed() < Duration::from_secs(10),
-            "{name}: the stalls were gone before the agent was measured"
-        );
-        measured.push((name.to_owned(), took));
+        // In by the hub's --handshake-timeout (5 s) after they were opened, or their end
+        // could have been what let the agent in.
+        let in_time = opened.elapsed() < Duration::from_secs(5);
+        measured.push((
+            name.to_owned(),
+            took.filter(|_| in_time).or_else(|| {
+                eprintln!(
+                    "{name}: in after {took:?}, {:?} after the stalls were opened",
+                    opened.elapsed()
+                );
+                None
+            }),
+        ));
         drop(stalled);
     }
 
