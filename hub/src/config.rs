@@ -19,7 +19,9 @@ pub struct HubArgs {
     #[arg(long, env = "KEDGE_HUB_LISTEN", default_value = "0.0.0.0:7443")]
     pub listen: SocketAddr,
     /// TCP address of the ops endpoint (/metrics, /healthz, /readyz, /v1/sessions).
-    #[arg(long, env = "KEDGE_HUB_OPS_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Loopback by default; in a cluster set 0.0.0.0:8080 so that kubelet probes and
+    /// Prometheus reach it (the Helm chart and `kubectl kedge install hub` do).
+    #[arg(long, env = "KEDGE_HUB_OPS_LISTEN", default_value = "127.0.0.1:8080")]
     pub ops_listen: SocketAddr,
     /// PEM file with the hub's server certificate chain. With --tls-key and --tls-ca:
     /// certificates from files, no enrollment. Without all three: the hub CA comes from the
@@ -82,7 +84,8 @@ pub struct HubArgs {
     #[arg(long, env = "KEDGE_HUB_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = duration_within(HANDSHAKE_TIMEOUT))]
     pub handshake_timeout: Duration,
     /// File holding a bearer token: `/v1/sessions` then answers any peer presenting it (and
-    /// no one without it); unset, it answers loopback peers only.
+    /// no one without it); unset, it answers peers at 127.0.0.1 or ::1 only (processes in the
+    /// hub's pod, `kubectl port-forward`).
     #[arg(long, env = "KEDGE_HUB_OPS_TOKEN_FILE")]
     pub ops_token_file: Option<PathBuf>,
     /// Kubeconfig of the hub cluster (where DSOs and MemberClusters live); default:
@@ -325,6 +328,14 @@ impl HubArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ops_endpoint_listens_on_loopback_unless_told_otherwise() {
+        let args = HubArgs::try_parse_from(["kedge-hub"]).unwrap();
+        assert_eq!(args.ops_listen, "127.0.0.1:8080".parse().unwrap());
+        let wide = HubArgs::try_parse_from(["kedge-hub", "--ops-listen", "0.0.0.0:8080"]).unwrap();
+        assert_eq!(wide.ops_listen, "0.0.0.0:8080".parse().unwrap());
+    }
 
     #[test]
     fn the_scaler_is_off_unless_asked_and_names_what_keda_dials() {

@@ -145,8 +145,16 @@ impl Hub {
 
     /// `GET path` on the ops port with optional extra headers; (status, body).
     async fn get(&self, path: &str, headers: &str) -> (u16, String) {
+        self.get_from("127.0.0.1", path, headers).await
+    }
+
+    /// [`Hub::get`] from the source address `from`.
+    async fn get_from(&self, from: &str, path: &str, headers: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.ports.ops))
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(ip(from), 0)).unwrap();
+        let mut stream = socket
+            .connect(SocketAddr::new(ip("127.0.0.1"), self.ports.ops))
             .await
             .unwrap();
         let request =
@@ -342,6 +350,40 @@ async fn agent_text_is_cut_and_cleaned_before_anyone_sees_it() {
         !log.contains('\u{1b}') && !log.contains('\u{202E}'),
         "raw agent text in the log"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_session_listing_is_served_to_127_0_0_1_only() {
+    let h = hub(&[]).await;
+    let (_connection, _control) = h.session("127.0.0.1", "listed").await;
+    // From 127.0.0.1 (a process in the pod, kubectl port-forward): served, also to the CLI.
+    let sessions = sessions(h.ports)
+        .await
+        .expect("kubectl kedge sessions from 127.0.0.1");
+    assert!(state_of(&sessions, "listed").is_some(), "{sessions:?}");
+    assert_eq!(h.get("/v1/sessions/listed", "").await.0, 200);
+    // From elsewhere in 127.0.0.0/8 (where in-pod proxies forward outside traffic from):
+    // refused, saying what to do, whatever it presents.
+    for path in ["/v1/sessions", "/v1/sessions/listed"] {
+        let (status, body) = h
+            .get_from(
+                "127.0.0.6",
+                path,
+                "Authorization: Bearer anything-at-all-0123\r\n",
+            )
+            .await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body.contains("--ops-token-file") && body.contains("port-forward"),
+            "{body}"
+        );
+    }
+    // Metrics and probes stay open to any peer.
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(h.get_from("127.0.0.6", path, "").await.0, 200, "{path}");
+    }
+    h.logged(&["kedge::audit", "ops request refused", "not_loopback"], 1)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
