@@ -60,7 +60,8 @@ pub struct NodeLiteStatus {
 /// A `v1` Pod, decoded with only what capacity needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PodUsage {
-    /// Standard metadata.
+    /// Standard metadata (without annotations and managed fields: [`crate::lite::slim_meta`]).
+    #[serde(deserialize_with = "crate::lite::slim_meta")]
     pub metadata: ObjectMeta,
     /// The spec, if any.
     #[serde(default)]
