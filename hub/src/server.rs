@@ -167,7 +167,11 @@ impl ServerContext {
                 HandshakeLimits {
                     max: limits.max_handshakes,
                     per_source: limits.max_handshakes_per_source,
-                    reserved: limits.handshake_reserve,
+                    // The flags are validated (HubArgs::limits); a struct built in code with a
+                    // smaller budget than the default reserve still leaves strangers one.
+                    reserved: limits
+                        .handshake_reserve
+                        .min(limits.max_handshakes.saturating_sub(1)),
                     evict_after: crate::budget::EVICT_AFTER,
                 },
                 limits.max_connections,
