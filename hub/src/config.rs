@@ -19,7 +19,9 @@ pub struct HubArgs {
     #[arg(long, env = "KEDGE_HUB_LISTEN", default_value = "0.0.0.0:7443")]
     pub listen: SocketAddr,
     /// TCP address of the ops endpoint (/metrics, /healthz, /readyz, /v1/sessions).
-    #[arg(long, env = "KEDGE_HUB_OPS_LISTEN", default_value = "0.0.0.0:8080")]
+    /// Loopback by default; in a cluster set 0.0.0.0:8080 so that kubelet probes and
+    /// Prometheus reach it (the Helm chart and `kubectl kedge install hub` do).
+    #[arg(long, env = "KEDGE_HUB_OPS_LISTEN", default_value = "127.0.0.1:8080")]
     pub ops_listen: SocketAddr,
     /// PEM file with the hub's server certificate chain. With --tls-key and --tls-ca:
     /// certificates from files, no enrollment. Without all three: the hub CA comes from the
@@ -71,8 +73,19 @@ pub struct HubArgs {
     /// its new connections are refused.
     #[arg(long, env = "KEDGE_HUB_MAX_HANDSHAKES_PER_SOURCE", default_value_t = crate::server::DEFAULT_MAX_HANDSHAKES_PER_SOURCE, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_handshakes_per_source: u32,
+    /// Of --max-handshakes, the handshakes only sources (addresses) that held an agent
+    /// session in the last 24 hours may take, so that strangers cannot keep known agents out;
+    /// default: a quarter of --max-handshakes.
+    #[arg(long, env = "KEDGE_HUB_HANDSHAKE_RESERVE", value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub handshake_reserve: Option<u32>,
+    /// Time a peer has to prove an identity: to finish the TLS handshake and, on an
+    /// enrollment connection, to send its request. Peers that stall are closed after it, or
+    /// earlier (after 1s) when a newer attempt needs their place.
+    #[arg(long, env = "KEDGE_HUB_HANDSHAKE_TIMEOUT", default_value = "5s", value_parser = duration_within(HANDSHAKE_TIMEOUT))]
+    pub handshake_timeout: Duration,
     /// File holding a bearer token: `/v1/sessions` then answers any peer presenting it (and
-    /// no one without it); unset, it answers loopback peers only.
+    /// no one without it); unset, it answers peers at 127.0.0.1 or ::1 only (processes in the
+    /// hub's pod, `kubectl port-forward`).
     #[arg(long, env = "KEDGE_HUB_OPS_TOKEN_FILE")]
     pub ops_token_file: Option<PathBuf>,
     /// Kubeconfig of the hub cluster (where DSOs and MemberClusters live); default:
@@ -166,6 +179,10 @@ pub const SERVER_CERT_LIFETIME: (Duration, Duration) = (
 /// Bounds of `--watch-failure-tolerance`.
 pub const WATCH_FAILURE_TOLERANCE: (Duration, Duration) =
     (Duration::from_secs(1), Duration::from_secs(3600));
+/// Bounds of `--handshake-timeout`: shorter fails agents on slow links, longer lets a
+/// stalled peer hold its permit longer.
+pub const HANDSHAKE_TIMEOUT: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(60));
 /// Bounds of `--lease-duration`.
 pub const LEASE_DURATION: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
 
@@ -293,21 +310,41 @@ impl HubArgs {
         }
     }
 
-    /// Server limits.
-    pub fn limits(&self) -> ServerLimits {
-        ServerLimits {
-            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
-            max_handshakes: usize::try_from(self.max_handshakes).unwrap_or(usize::MAX),
-            max_handshakes_per_source: usize::try_from(self.max_handshakes_per_source)
-                .unwrap_or(usize::MAX),
-            ..ServerLimits::default()
+    /// Server limits; an error naming the flags when the reserve leaves strangers nothing.
+    pub fn limits(&self) -> Result<ServerLimits, String> {
+        let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        let max_handshakes = count(self.max_handshakes);
+        let handshake_reserve = self
+            .handshake_reserve
+            .map_or_else(|| crate::budget::default_reserve(max_handshakes), count);
+        if handshake_reserve >= max_handshakes {
+            return Err(format!(
+                "--handshake-reserve ({handshake_reserve}) must be less than --max-handshakes \
+                 ({max_handshakes}): agents enrolling for the first time need a share"
+            ));
         }
+        Ok(ServerLimits {
+            max_connections: count(self.max_connections),
+            max_handshakes,
+            max_handshakes_per_source: count(self.max_handshakes_per_source),
+            handshake_reserve,
+            handshake_timeout: self.handshake_timeout,
+            ..ServerLimits::default()
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ops_endpoint_listens_on_loopback_unless_told_otherwise() {
+        let args = HubArgs::try_parse_from(["kedge-hub"]).unwrap();
+        assert_eq!(args.ops_listen, "127.0.0.1:8080".parse().unwrap());
+        let wide = HubArgs::try_parse_from(["kedge-hub", "--ops-listen", "0.0.0.0:8080"]).unwrap();
+        assert_eq!(wide.ops_listen, "0.0.0.0:8080".parse().unwrap());
+    }
 
     #[test]
     fn the_scaler_is_off_unless_asked_and_names_what_keda_dials() {
@@ -479,6 +516,9 @@ mod tests {
             ("--max-connections", "-1", "unexpected argument"),
             ("--max-handshakes", "0", "0 is not in 1..=100000"),
             ("--max-handshakes-per-source", "0", "0 is not in 1..=100000"),
+            ("--handshake-timeout", "500ms", "must be between 1s and 1m"),
+            ("--handshake-timeout", "2m", "must be between 1s and 1m"),
+            ("--handshake-reserve", "-1", "unexpected argument"),
         ] {
             let error = parse(&[flag, bad]).unwrap_err().to_string();
             assert!(
@@ -495,18 +535,49 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.heartbeat_interval, Duration::from_millis(100));
-        assert_eq!(args.limits().max_connections, 100_000);
-        let limits = parse(&[]).unwrap().limits();
+        assert_eq!(args.limits().unwrap().max_connections, 100_000);
+        let limits = parse(&[]).unwrap().limits().unwrap();
         assert_eq!(
-            (limits.max_handshakes, limits.max_handshakes_per_source),
-            (256, 16)
+            (
+                limits.max_handshakes,
+                limits.max_handshakes_per_source,
+                limits.handshake_reserve,
+                limits.handshake_timeout
+            ),
+            (256, 16, 64, Duration::from_secs(5))
         );
-        let limits = parse(&["--max-handshakes", "8", "--max-handshakes-per-source", "2"])
+        let limits = parse(&[
+            "--max-handshakes",
+            "8",
+            "--max-handshakes-per-source",
+            "2",
+            "--handshake-timeout",
+            "2s",
+        ])
+        .unwrap()
+        .limits()
+        .unwrap();
+        assert_eq!(
+            (
+                limits.max_handshakes,
+                limits.max_handshakes_per_source,
+                limits.handshake_reserve,
+                limits.handshake_timeout
+            ),
+            (8, 2, 2, Duration::from_secs(2))
+        );
+        let error = parse(&["--max-handshakes", "8", "--handshake-reserve", "8"])
             .unwrap()
-            .limits();
-        assert_eq!(
-            (limits.max_handshakes, limits.max_handshakes_per_source),
-            (8, 2)
+            .limits()
+            .unwrap_err();
+        assert!(
+            error.contains("--handshake-reserve (8) must be less than --max-handshakes (8)"),
+            "{error}"
         );
+        let limits = parse(&["--handshake-reserve", "0"])
+            .unwrap()
+            .limits()
+            .unwrap();
+        assert_eq!(limits.handshake_reserve, 0);
     }
 }

@@ -37,7 +37,8 @@ use quinn::{Connection, RecvStream, SendStream, VarInt};
 use ring::rand::{SecureRandom, SystemRandom};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
-use tokio::time::timeout;
+use tokio::time::{timeout, timeout_at};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::admission::Enrollment;
@@ -537,25 +538,35 @@ fn unavailable(error: kube::Error) -> EnrollRefusal {
 type EnrollStream = FramedStream<RecvStream, SendStream, EnrollRequest, EnrollResponse>;
 
 /// Serves one enrollment connection: one request on the first stream, one answer, then the
-/// connection closes. Bounded by `limit` so that a silent client cannot hold it.
+/// connection closes. Bounded by `deadlines` so that a silent client cannot hold it, and
+/// closed at once when `evicted` is cancelled. `Err` with the reason when the peer never
+/// sent a request in time (the caller counts and logs these: a peer can open them at will).
 pub async fn serve_enrollment(
     connection: Connection,
     enroller: &Enroller,
     remote: SocketAddr,
-    limit: Duration,
-) {
+    deadlines: EnrollDeadlines,
+    evicted: CancellationToken,
+) -> Result<(), Unanswered> {
     /// How the exchange ended.
     enum Exchange {
         Answered,
         BadFrame,
         Gone,
+        NoRequest,
     }
     let exchange = async {
-        let Ok((send, recv)) = connection.accept_bi().await else {
-            return Exchange::Gone;
+        let request = async {
+            let (send, recv) = connection.accept_bi().await.ok()?;
+            let mut stream = EnrollStream::new(recv, send);
+            Some((stream.recv().await, stream))
         };
-        let mut stream = EnrollStream::new(recv, send);
-        let request = match stream.recv().await {
+        let (request, mut stream) = match timeout_at(deadlines.request, request).await {
+            Err(_) => return Exchange::NoRequest,
+            Ok(None) => return Exchange::Gone,
+            Ok(Some(read)) => read,
+        };
+        let request = match request {
             Ok(Some(request)) => request,
             Ok(None) => return Exchange::Gone,
             Err(error) => {
@@ -571,23 +582,72 @@ pub async fn serve_enrollment(
         let _ = timeout(Duration::from_secs(2), connection.closed()).await;
         Exchange::Answered
     };
-    match timeout(limit, exchange).await {
-        Ok(Exchange::BadFrame) => connection.close(
-            VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
-            b"bad enrollment frame",
-        ),
-        Ok(Exchange::Answered | Exchange::Gone) => connection.close(
-            VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN),
-            b"enrollment done",
-        ),
-        Err(_) => {
-            warn!(target: "kedge::audit", %remote, reason = "timed_out", "enrollment refused: no request in time");
+    let exchange = async {
+        tokio::select! {
+            _ = evicted.cancelled() => None,
+            done = timeout(deadlines.exchange, exchange) => Some(done.unwrap_or(Exchange::NoRequest)),
+        }
+    };
+    match exchange.await {
+        Some(Exchange::BadFrame) => {
+            connection.close(
+                VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
+                b"bad enrollment frame",
+            );
+            Ok(())
+        }
+        Some(Exchange::Answered | Exchange::Gone) => {
+            connection.close(
+                VarInt::from_u32(kedge_protocol::close_code::SHUTDOWN),
+                b"enrollment done",
+            );
+            Ok(())
+        }
+        Some(Exchange::NoRequest) => {
             connection.close(
                 VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
                 b"no enrollment request in time",
             );
+            Err(Unanswered::TimedOut)
+        }
+        None => {
+            connection.close(
+                VarInt::from_u32(kedge_protocol::close_code::PROTOCOL_ERROR),
+                b"closed for a newer connection: no enrollment request yet",
+            );
+            Err(Unanswered::Evicted)
         }
     }
+}
+
+/// Why an enrollment connection was closed without an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswered {
+    /// No request (or no whole exchange) within its deadline.
+    #[error("no enrollment request in time")]
+    TimedOut,
+    /// Closed to admit a newer attempt before its request came.
+    #[error("closed for a newer attempt before its request came")]
+    Evicted,
+}
+
+impl Unanswered {
+    /// A short stable label for metrics and audit lines.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::TimedOut => "enroll_timed_out",
+            Self::Evicted => "enroll_evicted",
+        }
+    }
+}
+
+/// Deadlines of an enrollment connection.
+#[derive(Debug, Clone, Copy)]
+pub struct EnrollDeadlines {
+    /// By when the request must have arrived (the unauthenticated handshake's deadline).
+    pub request: tokio::time::Instant,
+    /// How long the whole exchange, the hub's answer included, may take.
+    pub exchange: Duration,
 }
 
 #[cfg(test)]

@@ -83,6 +83,9 @@ pub enum Error {
     /// The external scaler cannot be configured or bound.
     #[error("external scaler: {0}")]
     Scaler(String),
+    /// The QUIC server's limits contradict each other.
+    #[error("{0}")]
+    Limits(String),
 }
 
 impl Error {
@@ -109,6 +112,7 @@ impl Error {
             Error::TaskEnded(_) => "task_ended",
             Error::InvalidInstall(_) => "invalid_install",
             Error::Scaler(_) => "scaler",
+            Error::Limits(_) => "limits",
         }
     }
 }

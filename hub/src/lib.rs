@@ -111,6 +111,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     metrics.register(&mut prometheus);
     let registry = Arc::new(SessionRegistry::new(args.liveness(), metrics.clone()));
 
+    let limits = args.limits().map_err(Error::Limits)?;
     let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
     let (server_config, hub_ca) = tls_setup(&args).await?;
     let endpoint = quic_endpoint(server_config, args.listen)?;
@@ -175,7 +176,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
             None
         }
     };
-    let mut ctx = ServerContext::new(fleet, metrics, args.limits())
+    let mut ctx = ServerContext::new(fleet, metrics, limits)
         .with_role(role)
         .with_admission(admission);
     if let Some(hub_ca) = hub_ca {

@@ -1,8 +1,12 @@
 //! Who may read the session listing (`/v1/sessions`) on the ops endpoint. It names every
 //! member, its address and versions, so it is not served to whoever reaches the ops port
-//! (which also serves `/metrics` to Prometheus): without a token only loopback peers get it
-//! (`kubectl port-forward` arrives from loopback inside the pod), with `--ops-token-file`
-//! every request must carry that bearer token.
+//! (which also serves `/metrics` to Prometheus): with `--ops-token-file` every request must
+//! carry that bearer token; without one only peers at exactly 127.0.0.1 or ::1 get it —
+//! processes in the hub's pod and `kubectl port-forward`, which connects from 127.0.0.1
+//! inside the pod. The rest of 127.0.0.0/8 is refused: proxies in a pod forward outside
+//! traffic from such addresses (Istio's sidecar from 127.0.0.6), and a peer behind one is
+//! not local. A proxy that forwards from 127.0.0.1 itself makes every peer local: a pod with
+//! one needs the token.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -36,9 +40,9 @@ impl std::fmt::Debug for SessionsAccess {
 /// Why a request was turned away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Denied {
-    /// No token is configured and the peer is not on loopback.
+    /// No token is configured and the peer is not at 127.0.0.1 or ::1.
     #[error(
-        "the session listing is served to loopback peers only; use kubectl port-forward, or start the hub with --ops-token-file and pass --token-file"
+        "the session listing is served to 127.0.0.1 and ::1 only; use kubectl port-forward, or start the hub with --ops-token-file and pass --token-file"
     )]
     NotLoopback,
     /// A token is configured and the request carries none.
@@ -73,7 +77,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 impl SessionsAccess {
-    /// Loopback peers only.
+    /// Peers at 127.0.0.1 or ::1 only.
     pub fn loopback_only() -> Self {
         Self { token: None }
     }
@@ -108,7 +112,11 @@ impl SessionsAccess {
     pub fn check(&self, peer: IpAddr, authorization: Option<&[u8]>) -> Result<(), Denied> {
         let Some(token) = &self.token else {
             // An IPv4 peer of a dual-stack listener arrives as IPv4-mapped IPv6.
-            return if peer.to_canonical().is_loopback() {
+            let local = match peer.to_canonical() {
+                IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+                IpAddr::V6(v6) => v6 == std::net::Ipv6Addr::LOCALHOST,
+            };
+            return if local {
                 Ok(())
             } else {
                 Err(Denied::NotLoopback)
@@ -164,10 +172,14 @@ mod tests {
     #[test]
     fn without_a_token_only_loopback_peers_are_served() {
         let access = SessionsAccess::loopback_only();
-        for peer in ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+        for peer in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
             assert_eq!(access.check(ip(peer), None), Ok(()), "{peer}");
         }
         for peer in [
+            // Where in-pod proxies forward outside traffic from.
+            "127.0.0.6",
+            "127.0.0.2",
+            "::ffff:127.0.0.6",
             "10.0.0.7",
             "192.168.1.2",
             "::ffff:10.0.0.7",

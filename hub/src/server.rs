@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::admission::{Admission, Enrolled, Verdict};
-use crate::budget::{Budget, HandshakePermit, LogThrottle};
-use crate::enroll::{Enroller, serve_enrollment};
+use crate::budget::{Admitted, Budget, HandshakeLimits, HandshakePermit, LogThrottle};
+use crate::enroll::{EnrollDeadlines, Enroller, serve_enrollment};
 use crate::fleet::Fleet;
 use crate::lease::Role;
 use crate::metrics::HubMetrics;
@@ -40,9 +40,14 @@ pub struct ServerLimits {
     pub max_handshakes: usize,
     /// Handshakes in progress from one source address (`--max-handshakes-per-source`).
     pub max_handshakes_per_source: usize,
-    /// Time allowed for the TLS handshake.
+    /// Of `max_handshakes`, the permits only sources that held a session lately may take
+    /// (`--handshake-reserve`).
+    pub handshake_reserve: usize,
+    /// Time allowed for what a peer does before it proves an identity: the TLS handshake
+    /// and, on an enrollment connection, its request (`--handshake-timeout`).
     pub handshake_timeout: Duration,
-    /// Time allowed between the handshake and the agent's `Hello` (and its heartbeat stream).
+    /// Time allowed between a verified TLS handshake and the agent's `Hello` (and its
+    /// heartbeat stream); also for a whole enrollment exchange.
     pub hello_timeout: Duration,
     /// Time allowed for one message to an agent to be taken by its stream: an agent that
     /// stops reading is closed after this, instead of holding its session's task.
@@ -56,6 +61,10 @@ pub const DEFAULT_MAX_HANDSHAKES: u32 = 256;
 /// Default `--max-handshakes-per-source`: room for several agents behind one NAT address,
 /// while one address alone takes at most this share of `--max-handshakes`.
 pub const DEFAULT_MAX_HANDSHAKES_PER_SOURCE: u32 = 16;
+/// Default `--handshake-timeout`: a TLS handshake takes a few round trips after address
+/// validation; this leaves room for several lost packets on a slow link, while a peer that
+/// stalls holds its permit at most this long (and less when newer attempts need it).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for ServerLimits {
     fn default() -> Self {
@@ -63,7 +72,8 @@ impl Default for ServerLimits {
             max_connections: 1024,
             max_handshakes: DEFAULT_MAX_HANDSHAKES as usize,
             max_handshakes_per_source: DEFAULT_MAX_HANDSHAKES_PER_SOURCE as usize,
-            handshake_timeout: Duration::from_secs(10),
+            handshake_reserve: crate::budget::default_reserve(DEFAULT_MAX_HANDSHAKES as usize),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             hello_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(30),
         }
@@ -154,8 +164,16 @@ impl ServerContext {
             metrics,
             limits,
             budget: Budget::new(
-                limits.max_handshakes,
-                limits.max_handshakes_per_source,
+                HandshakeLimits {
+                    max: limits.max_handshakes,
+                    per_source: limits.max_handshakes_per_source,
+                    // The flags are validated (HubArgs::limits); a struct built in code with a
+                    // smaller budget than the default reserve still leaves strangers one.
+                    reserved: limits
+                        .handshake_reserve
+                        .min(limits.max_handshakes.saturating_sub(1)),
+                    evict_after: crate::budget::EVICT_AFTER,
+                },
                 limits.max_connections,
             ),
             floods: LogThrottle::new(Duration::from_secs(1)),
@@ -224,14 +242,18 @@ pub async fn serve(
 /// Decides on a connection attempt before the hub does any handshake work for it. A source
 /// that has not proven it receives at its address gets a QUIC Retry (stateless: a spoofed
 /// source never answers it, so it costs the hub one packet); a validated one needs a
-/// handshake permit, overall and for its address. `None` when the attempt was answered here.
+/// handshake permit (see [`crate::budget`]), which may evict a stale unproven handshake.
+/// `None` when the attempt was answered here.
 fn admit(incoming: &quinn::Incoming, ctx: &ServerContext) -> Option<HandshakePermit> {
     let remote = incoming.remote_address();
     if !incoming.remote_address_validated() {
         return None;
     }
-    match ctx.budget.handshake(remote.ip()) {
-        Ok(permit) => Some(permit),
+    match ctx.budget.handshake(remote.ip(), Instant::now()) {
+        Ok(admitted) => {
+            log_evictions(ctx, remote, &admitted);
+            Some(admitted.permit)
+        }
         Err(refused) => {
             let reason = refused.label();
             ctx.metrics.handshake_failed(reason);
@@ -240,6 +262,17 @@ fn admit(incoming: &quinn::Incoming, ctx: &ServerContext) -> Option<HandshakePer
                     "TLS handshake refused");
             }
             None
+        }
+    }
+}
+
+/// One audit line a second for stale handshakes closed to admit a newer one.
+fn log_evictions(ctx: &ServerContext, remote: SocketAddr, admitted: &Admitted) {
+    if let Some(victim) = admitted.evicted.first() {
+        let evicted = admitted.evicted.len();
+        if let Some(suppressed) = ctx.floods.admit("evicting", Instant::now()) {
+            warn!(target: AUDIT, %remote, %victim, evicted, suppressed,
+                "closing stale unauthenticated connections to admit a newer one");
         }
     }
 }
@@ -285,10 +318,25 @@ async fn handle_incoming(
             return;
         }
     };
-    let connection = match timeout(ctx.limits.handshake_timeout, connecting).await {
-        Err(_) => {
-            warn!(target: AUDIT, %remote, reason = "timed_out", "TLS handshake refused: timed out");
-            ctx.metrics.handshake_failed("timed_out");
+    // One deadline for everything before the peer proves an identity: TLS, and the
+    // enrollment request on an enrollment connection.
+    let unproven_until = Instant::now() + ctx.limits.handshake_timeout;
+    let evicted = handshake.evicted();
+    let connection = tokio::select! {
+        _ = evicted.cancelled() => Err(Unproven::Evicted),
+        finished = tokio::time::timeout_at(unproven_until, connecting) => match finished {
+            Err(_) => Err(Unproven::TimedOut),
+            Ok(result) => Ok(result),
+        },
+    };
+    let connection = match connection {
+        Err(why) => {
+            // Dropping the handshake closes it. A flood of these is one line a second.
+            let reason = why.label();
+            ctx.metrics.handshake_failed(reason);
+            if let Some(suppressed) = ctx.floods.admit(reason, Instant::now()) {
+                warn!(target: AUDIT, %remote, reason, suppressed, "TLS handshake refused: {why}");
+            }
             return;
         }
         Ok(Err(e)) => {
@@ -302,12 +350,50 @@ async fn handle_incoming(
     if let Some(enroller) = &ctx.enroller
         && negotiated_alpn(&connection).as_deref() == Some(kedge_protocol::ENROLL_ALPN)
     {
-        serve_enrollment(connection, enroller, remote, ctx.limits.hello_timeout).await;
+        // The TLS work is done: the connection leaves the handshake budget for the
+        // enrollment budget (see crate::budget), still unauthenticated, evictable, and with
+        // its request due by the same deadline.
+        let enrollment = match ctx.budget.enrollment(remote.ip(), Instant::now()) {
+            Ok(admitted) => {
+                log_evictions(ctx, remote, &admitted);
+                admitted.permit
+            }
+            Err(refused) => {
+                let reason = refused.label();
+                ctx.metrics.handshake_failed(reason);
+                if let Some(suppressed) = ctx.floods.admit(reason, Instant::now()) {
+                    warn!(target: AUDIT, %remote, reason, limit = %refused, suppressed,
+                        "enrollment refused");
+                }
+                connection.close(
+                    VarInt::from_u32(close_code::REFUSED),
+                    refused.to_string().as_bytes(),
+                );
+                return;
+            }
+        };
+        drop(handshake);
+        let deadlines = EnrollDeadlines {
+            request: unproven_until,
+            exchange: ctx.limits.hello_timeout,
+        };
+        let evicted = enrollment.evicted();
+        let served = serve_enrollment(connection, enroller, remote, deadlines, evicted).await;
+        drop(enrollment);
+        if let Err(why) = served {
+            let reason = why.label();
+            ctx.metrics.handshake_failed(reason);
+            if let Some(suppressed) = ctx.floods.admit(reason, Instant::now()) {
+                warn!(target: AUDIT, %remote, reason, suppressed, "enrollment refused: {why}");
+            }
+        }
         return;
     }
     if !require_client_certificate(&connection, ctx, remote) {
         return;
     }
+    // A verified certificate: a member, no longer a stranger to make room for.
+    handshake.proven();
     let identity = match connection_identity(&connection) {
         Ok(identity) => identity,
         Err(e) => {
@@ -333,6 +419,26 @@ async fn handle_incoming(
     .run()
     .instrument(span)
     .await;
+}
+
+/// Why a handshake ended before the peer proved an identity.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+enum Unproven {
+    /// Past `--handshake-timeout`.
+    #[error("timed out")]
+    TimedOut,
+    /// Closed to admit a newer attempt.
+    #[error("evicted for a newer attempt")]
+    Evicted,
+}
+
+impl Unproven {
+    fn label(self) -> &'static str {
+        match self {
+            Self::TimedOut => "timed_out",
+            Self::Evicted => "evicted",
+        }
+    }
 }
 
 /// A session (ALPN `kedge/1`) needs a verified client certificate. The TLS layer may admit a
@@ -664,6 +770,8 @@ impl Session<'_> {
             Instant::now(),
             SystemTime::now(),
         );
+        // Its address may now use the handshake reserve (see crate::budget).
+        self.ctx.budget.remember(self.remote.ip(), Instant::now());
         let in_sync =
             self.ctx
                 .fleet
@@ -695,6 +803,7 @@ impl Session<'_> {
             }
         };
         registry.disconnected(&member, &session_id, &reason);
+        self.ctx.budget.remember(self.remote.ip(), Instant::now());
         self.ctx.fleet.notify(&member);
         info!(%session_id, %reason, "session ended");
     }

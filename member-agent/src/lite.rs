@@ -2,6 +2,7 @@
 //! (a pod's or node's full object is many times larger), and lists read a page at a time, so
 //! that what one list holds in memory does not grow with the cluster.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::ListParams;
 use serde::de::DeserializeOwned;
@@ -42,6 +43,20 @@ macro_rules! lite_resource {
 }
 pub(crate) use lite_resource;
 
+/// Decodes a pod's metadata without its annotations and managed fields, which no use of a
+/// pod reads: an annotation may hold a copy of the whole object (`kubectl apply`'s
+/// `last-applied-configuration`, environment values included), and the agent keeps nothing
+/// of a pod it does not need. Use as `#[serde(deserialize_with = "slim_meta")]`.
+pub fn slim_meta<'de, D>(deserializer: D) -> Result<ObjectMeta, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let mut meta = <ObjectMeta as serde::Deserialize>::deserialize(deserializer)?;
+    meta.annotations = None;
+    meta.managed_fields = None;
+    Ok(meta)
+}
+
 /// Lists what `api` and `params` select [`LIST_PAGE`] objects at a time, handing each page
 /// to `each`: only one page is held at once.
 pub async fn for_each_page<K>(
@@ -61,5 +76,28 @@ where
             Some(token) => params = params.continue_token(&token),
             None => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pod_keeps_no_annotation_or_managed_field() {
+        let pod: crate::observe::PodUsage = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "p", "namespace": "apps", "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                    "{\"spec\":{\"containers\":[{\"env\":[{\"name\":\"PASSWORD\",\"value\":\"hunter2\"}]}]}}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
+            },
+            "spec": {"nodeName": "n", "containers": [{"name": "c",
+                "env": [{"name": "PASSWORD", "value": "hunter2"}],
+                "resources": {"requests": {"cpu": "1"}}}]}
+        }))
+        .unwrap();
+        assert_eq!(pod.metadata.annotations, None);
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(pod.metadata.labels.unwrap()["app"], "web");
+        assert!(!format!("{:?}", pod.spec).contains("hunter2"));
     }
 }

@@ -1,8 +1,14 @@
 //! What the agent observes by reading: the cluster's free capacity, read a page at a time
 //! every capacity interval. Not watched: a watch would keep the facts of every node and every
-//! pod of the cluster in memory and take every pod change of the cluster, where a read every
-//! 10 s (by default) holds one page at a time, whatever the cluster's size. The workloads the
-//! hub manages here are watched instead ([`crate::workloads`]).
+//! pod in memory and take every pod change, where a read every 10 s (by default) holds one
+//! page at a time, whatever the cluster's size. The workloads the hub manages here are
+//! watched instead ([`crate::workloads`]).
+//!
+//! Nodes are read cluster-wide (`list nodes` is the agent's only cluster-wide grant); pods
+//! only in the namespaces the agent serves (cluster-wide only with `--all-namespaces`). A pod
+//! spec carries its containers' environment, often secrets, which the agent has no business
+//! reading: the requests it reports are those of the pods it serves beside, and work in
+//! other namespaces is not subtracted from the allocatable (see docs/security.md).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -54,7 +60,8 @@ pub struct NodeLiteStatus {
 /// A `v1` Pod, decoded with only what capacity needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PodUsage {
-    /// Standard metadata.
+    /// Standard metadata (without annotations and managed fields: [`crate::lite::slim_meta`]).
+    #[serde(deserialize_with = "crate::lite::slim_meta")]
     pub metadata: ObjectMeta,
     /// The spec, if any.
     #[serde(default)]
@@ -193,7 +200,17 @@ pub fn capacity_of(nodes: &[NodeLite], pods: &[PodUsage]) -> ClusterCapacity {
     sum.total()
 }
 
-/// Reads nodes and pods a page at a time and computes the cluster capacity.
+/// The pod lists capacity reads: one per served namespace, or one cluster-wide when every
+/// namespace is served (`None`).
+pub fn pod_scopes(namespaces: Option<&[String]>) -> Vec<Option<String>> {
+    match namespaces {
+        Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    }
+}
+
+/// Reads nodes, and the pods of the namespaces the agent serves, a page at a time and
+/// computes the cluster capacity.
 pub async fn observe_capacity(
     executor: &Executor,
 ) -> Result<ClusterCapacity, kedge_protocol::Failure> {
@@ -202,11 +219,21 @@ pub async fn observe_capacity(
     for_each_page(&nodes, ListParams::default(), |page| sum.add_nodes(&page))
         .await
         .map_err(|e| classify(&e, "listing nodes"))?;
-    let pods: Api<PodUsage> = Api::all(executor.client().clone());
-    let running = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    for_each_page(&pods, running, |page| sum.add_pods(&page))
-        .await
-        .map_err(|e| classify(&e, "listing pods"))?;
+    for scope in pod_scopes(executor.policy().namespaces.namespaces()) {
+        let client = executor.client().clone();
+        let pods: Api<PodUsage> = match &scope {
+            Some(namespace) => Api::namespaced(client, namespace),
+            None => Api::all(client),
+        };
+        let running = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+        let what = format!(
+            "listing pods in {}",
+            scope.as_deref().unwrap_or("all namespaces")
+        );
+        for_each_page(&pods, running, |page| sum.add_pods(&page))
+            .await
+            .map_err(|e| classify(&e, &what))?;
+    }
     Ok(sum.total())
 }
 
@@ -242,6 +269,17 @@ mod tests {
             "status": {"phase": phase, "conditions": conditions}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn pods_are_read_only_where_the_agent_serves() {
+        let served = ["shop".to_owned(), "web".to_owned()];
+        assert_eq!(
+            pod_scopes(Some(&served)),
+            [Some("shop".to_owned()), Some("web".to_owned())]
+        );
+        assert_eq!(pod_scopes(Some(&[])), Vec::<Option<String>>::new());
+        assert_eq!(pod_scopes(None), [None]);
     }
 
     #[test]

@@ -138,7 +138,7 @@ pub async fn serve(
         })
         .merge(extra);
     let task = tokio::spawn(async move {
-        // Routes may check who is asking (the hub's session listing answers loopback peers).
+        // Routes may check who is asking (the hub's session listing answers 127.0.0.1 and ::1).
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -7,9 +7,10 @@
 //! Shown: the agent scales a Deployment and creates a Job in its namespace; a command for
 //! another namespace, for a kind outside its `--kinds` and a Job manifest that is not a Job
 //! are refused, logged and reported in the Ack with a readable reason, and nothing is
-//! touched; a Job without kedge's label is neither deleted nor adopted; and the
-//! ServiceAccount itself, through the real `kubectl` with its token, cannot act outside its
-//! Role.
+//! touched; a Job without kedge's label is neither deleted nor adopted; the agent reports
+//! capacity without a grant on pods outside its namespace; and the ServiceAccount itself,
+//! through the real `kubectl` with its token, cannot act outside its Role (nor list pods
+//! cluster-wide).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -300,7 +301,8 @@ async fn the_agent_acts_only_within_its_rendered_rbac_and_policy() {
         connection: _connection,
     } = hub.accept("edge").await;
     assert_eq!(hello.namespaces, ["apps"]);
-    // The first full report carries the capacity: the ClusterRole's node and pod lists.
+    // The first full report carries the capacity: the ClusterRole's node list and the pods
+    // of `apps` (no grant on other pods: a cluster-wide list would be forbidden).
     let capacity = next(&mut control, "a full report", |m| match m {
         AgentMessage::Report(r) if r.full => Some(r.capacity),
         _ => None,
@@ -495,6 +497,10 @@ async fn the_agent_acts_only_within_its_rendered_rbac_and_policy() {
     // the agent never gets one.)
     let listed = kubectl_ok(&sa_kubeconfig, &["-n", "apps", "get", "deployments"]).await;
     assert!(listed.contains("web"), "{listed}");
+    // The pods of `apps` (pending counts, Jobs' pods, capacity) and the nodes (capacity).
+    kubectl_ok(&sa_kubeconfig, &["-n", "apps", "get", "pods"]).await;
+    let nodes = kubectl_ok(&sa_kubeconfig, &["get", "nodes"]).await;
+    assert!(!nodes.trim().is_empty(), "{nodes}");
     kubectl_ok(
         &sa_kubeconfig,
         &[
@@ -554,6 +560,19 @@ async fn the_agent_acts_only_within_its_rendered_rbac_and_policy() {
         (
             "listing the Secrets of its own namespace",
             &["-n", "kedge-system", "get", "secrets"][..],
+        ),
+        // A pod spec carries its containers' environment: only the served namespaces' pods.
+        (
+            "listing pods cluster-wide",
+            &["get", "pods", "--all-namespaces"][..],
+        ),
+        (
+            "listing pods in kube-system",
+            &["-n", "kube-system", "get", "pods"][..],
+        ),
+        (
+            "reading a node (only list, for capacity)",
+            &["get", "node", "node-0"][..],
         ),
     ] {
         let (ok, _, stderr) = kubectl(&sa_kubeconfig, args).await;

@@ -244,6 +244,7 @@ fn hub_chart_is_what_hub_manifests_renders() {
         server_ips: vec!["10.0.0.9".into()],
         server_cert_lifetime: "60d".into(),
         member_cert_lifetime: "12h".into(),
+        ops_token_secret: Some("hub-ops-token".into()),
     };
     let mut no_scaler = HubDeployment::default();
     no_scaler.rbac.scaler = None;
@@ -287,6 +288,7 @@ fn assert_hub_chart(case: &str, chart: &Rendered, rust: &[Value]) {
         "/spec/template/spec/serviceAccountName",
         "/spec/template/spec/terminationGracePeriodSeconds",
         "/spec/template/spec/securityContext",
+        "/spec/template/spec/volumes",
     ] {
         assert_eq!(
             cd.pointer(pointer),
@@ -306,6 +308,7 @@ fn assert_hub_chart(case: &str, chart: &Rendered, rust: &[Value]) {
         "readinessProbe",
         "resources",
         "securityContext",
+        "volumeMounts",
         "image",
         "imagePullPolicy",
     ] {

@@ -788,3 +788,67 @@ async fn kubectl_kedge_install_applies_and_runs_and_uninstall_keeps_the_crds_and
         assert!(exists(&hub_kc, &kept).await, "{kept:?} removed");
     }
 }
+
+/// `ops.tokenSecret`: the hub installed by the chart reads the token from the mounted Secret,
+/// and its session listing answers only with it — also from 127.0.0.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_chart_mounts_an_ops_token_the_session_listing_then_needs() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_owned();
+    let sim = clusters(&dir).await;
+    let hub_kc = dir.join("hub.kubeconfig");
+    let kc = hub_kc.display().to_string();
+    let ports = HubPorts::new();
+    let mut values = hub_values(ports);
+    values["ops"]["tokenSecret"] = json!("kedge-hub-ops");
+    let installed = helm(
+        &["install", &chart("kedge-hub"), "kedge-hub", NS, &kc],
+        values,
+    )
+    .await;
+    assert!(installed["error"].is_null(), "helm install: {installed}");
+    let token = "chart-ops-token-0123456789abcdef";
+    kubectl(
+        &hub_kc,
+        &[
+            "-n",
+            NS,
+            "create",
+            "secret",
+            "generic",
+            "kedge-hub-ops",
+            &format!("--from-literal=token={token}"),
+        ],
+    )
+    .await;
+    let mut hub = run_container(&sim, &dir, "hub", "kedge-hub", "kedge-hub", "hub.log").await;
+    wait_hub_ready(ports, &mut hub).await;
+
+    let listing = |token_file: Option<PathBuf>| {
+        let mut command = tokio::process::Command::new(bin("kubectl-kedge"));
+        command
+            .args(["sessions", "-o", "json", "--hub", &ports.ops_url()])
+            .env_remove("KEDGE_HUB_OPS_TOKEN_FILE");
+        if let Some(file) = token_file {
+            command.arg("--token-file").arg(file);
+        }
+        async move { command.output().await.unwrap() }
+    };
+    let refused = listing(None).await;
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains("401"), "{error}");
+    let file = dir.join("ops-token");
+    std::fs::write(&file, token).unwrap();
+    let served = listing(Some(file)).await;
+    assert!(
+        served.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served.stderr)
+    );
+    let sessions: Vec<Value> = serde_json::from_slice(&served.stdout).unwrap();
+    assert!(sessions.is_empty(), "{sessions:?}");
+    drop(hub);
+    sim.shutdown().await;
+}

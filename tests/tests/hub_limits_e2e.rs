@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use kedge_protocol::{
     AgentMessage, FramedStream, Heartbeat, Hello, HubMessage, PROTOCOL_VERSION, RefusalCode,
 };
 use quinn::Connection;
+use support::stall::{Stalled, stall};
 use support::*;
 use time::OffsetDateTime;
 
@@ -144,8 +145,16 @@ impl Hub {
 
     /// `GET path` on the ops port with optional extra headers; (status, body).
     async fn get(&self, path: &str, headers: &str) -> (u16, String) {
+        self.get_from("127.0.0.1", path, headers).await
+    }
+
+    /// [`Hub::get`] from the source address `from`.
+    async fn get_from(&self, from: &str, path: &str, headers: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.ports.ops))
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::new(ip(from), 0)).unwrap();
+        let mut stream = socket
+            .connect(SocketAddr::new(ip("127.0.0.1"), self.ports.ops))
             .await
             .unwrap();
         let request =
@@ -175,62 +184,6 @@ impl Hub {
     }
 }
 
-/// A client that sends a QUIC Initial from `from` and, with `answer_retry`, answers the hub's
-/// Retry with a validated Initial, then falls silent: a TLS handshake that never finishes.
-/// Driven by quinn-proto by hand, so nothing is sent that the test did not ask for.
-struct Stalled {
-    _socket: UdpSocket,
-    _connection: quinn_proto::Connection,
-}
-
-fn stall(hub: SocketAddr, from: &str, answer_retry: bool, config: quinn::ClientConfig) -> Stalled {
-    let socket = UdpSocket::bind(SocketAddr::new(ip(from), 0)).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    let mut endpoint = quinn_proto::Endpoint::new(
-        Arc::new(quinn::EndpointConfig::default()),
-        None,
-        false,
-        None,
-    );
-    let (_, mut connection) = endpoint
-        .connect(Instant::now(), config, hub, "localhost")
-        .unwrap();
-    let flush = |connection: &mut quinn_proto::Connection| {
-        let mut buf = Vec::new();
-        while let Some(transmit) = connection.poll_transmit(Instant::now(), 1, &mut buf) {
-            socket
-                .send_to(&buf[..transmit.size], transmit.destination)
-                .unwrap();
-            buf.clear();
-        }
-    };
-    flush(&mut connection);
-    if answer_retry {
-        let mut datagram = vec![0u8; 65_536];
-        let (n, remote) = socket.recv_from(&mut datagram).expect("the hub answers");
-        let mut response = Vec::new();
-        let event = endpoint.handle(
-            Instant::now(),
-            remote,
-            None,
-            None,
-            bytes::BytesMut::from(&datagram[..n]),
-            &mut response,
-        );
-        let Some(quinn_proto::DatagramEvent::ConnectionEvent(_, event)) = event else {
-            panic!("expected the hub's Retry for the connection")
-        };
-        connection.handle_event(event);
-        flush(&mut connection);
-    }
-    Stalled {
-        _socket: socket,
-        _connection: connection,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_handshakes_do_not_keep_an_agent_out() {
     let h = hub(&[
@@ -240,6 +193,12 @@ async fn stalled_handshakes_do_not_keep_an_agent_out() {
         "12",
         "--max-handshakes-per-source",
         "6",
+        // The overall and per-source limits, with the earlier timeout and no reserve for
+        // known sources (handshake_fairness_e2e shows those).
+        "--handshake-reserve",
+        "0",
+        "--handshake-timeout",
+        "10s",
     ])
     .await;
     let quic = h.ports.quic_addr();
@@ -391,6 +350,40 @@ async fn agent_text_is_cut_and_cleaned_before_anyone_sees_it() {
         !log.contains('\u{1b}') && !log.contains('\u{202E}'),
         "raw agent text in the log"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_session_listing_is_served_to_127_0_0_1_only() {
+    let h = hub(&[]).await;
+    let (_connection, _control) = h.session("127.0.0.1", "listed").await;
+    // From 127.0.0.1 (a process in the pod, kubectl port-forward): served, also to the CLI.
+    let sessions = sessions(h.ports)
+        .await
+        .expect("kubectl kedge sessions from 127.0.0.1");
+    assert!(state_of(&sessions, "listed").is_some(), "{sessions:?}");
+    assert_eq!(h.get("/v1/sessions/listed", "").await.0, 200);
+    // From elsewhere in 127.0.0.0/8 (where in-pod proxies forward outside traffic from):
+    // refused, saying what to do, whatever it presents.
+    for path in ["/v1/sessions", "/v1/sessions/listed"] {
+        let (status, body) = h
+            .get_from(
+                "127.0.0.6",
+                path,
+                "Authorization: Bearer anything-at-all-0123\r\n",
+            )
+            .await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(
+            body.contains("--ops-token-file") && body.contains("port-forward"),
+            "{body}"
+        );
+    }
+    // Metrics and probes stay open to any peer.
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(h.get_from("127.0.0.6", path, "").await.0, 200, "{path}");
+    }
+    h.logged(&["kedge::audit", "ops request refused", "not_loopback"], 1)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

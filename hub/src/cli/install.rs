@@ -98,6 +98,12 @@ pub struct HubArgs {
     /// IP addresses of the hub's server certificate, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub server_ips: Vec<String>,
+    /// A Secret in the hub namespace whose key `token` is the ops token (create it first,
+    /// e.g. from `head -c 32 /dev/urandom | base64`): `/v1/sessions` then needs it
+    /// (`kubectl kedge sessions --token-file`); without, it answers 127.0.0.1 and ::1 in the
+    /// pod only (`kubectl port-forward`).
+    #[arg(long)]
+    pub ops_token_secret: Option<String>,
     /// Serve the KEDA external scaler for `kedge-pod-metrics` triggers (its Service, port and
     /// RBAC in KEDA's namespace, which must exist).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -147,6 +153,7 @@ impl HubArgs {
             server_ips: self.server_ips.clone(),
             server_cert_lifetime: defaults.server_cert_lifetime,
             member_cert_lifetime: defaults.member_cert_lifetime,
+            ops_token_secret: self.ops_token_secret.clone(),
         }
     }
 }

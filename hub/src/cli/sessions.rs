@@ -23,7 +23,8 @@ pub struct SessionsArgs {
     )]
     pub hub: String,
     /// File holding the hub's ops token (the hub's `--ops-token-file`); sent as a bearer
-    /// token. Without it, only a hub reached over loopback answers.
+    /// token. Without it, only a hub without a token answers, and only to requests from
+    /// 127.0.0.1 or ::1 (`kubectl port-forward`, or a shell in the hub's pod).
     #[arg(long, env = "KEDGE_HUB_OPS_TOKEN_FILE")]
     pub token_file: Option<std::path::PathBuf>,
     /// Output format: table or json.

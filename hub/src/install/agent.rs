@@ -1,10 +1,12 @@
 //! The agent's install in a member cluster, least privilege first.
 //!
 //! The agent's ServiceAccount may do exactly what the agent does, where it does it:
-//! - cluster-wide, only `list` nodes and pods, for the capacity it reports;
+//! - cluster-wide, only `list` nodes, for the capacity it reports;
 //! - in each allowed namespace, watch and scale (through `/scale`) the allowed kinds,
-//!   watch pods and the autoscalers that would fight it, and create, read, watch and
-//!   delete Jobs;
+//!   list and watch pods (pending counts, kedge's Jobs' pods, the requests capacity
+//!   subtracts) and the autoscalers that would fight it, and create, read, watch and delete
+//!   Jobs. Pods of other namespaces are not the agent's to read: a pod spec carries its
+//!   containers' environment, often secrets;
 //! - in its own namespace, read and update its identity Secret and read its bootstrap
 //!   Secret.
 //!
@@ -296,13 +298,12 @@ fn subject(install: &AgentInstall) -> Value {
 }
 
 /// Cluster-wide, read-only: the agent reports the member's capacity (allocatable of Ready
-/// nodes minus the requests of running pods), which needs every node and every pod. It
-/// lists them a page at a time and never watches or gets one, so `list` is all it has.
+/// nodes minus the requests of the running pods it serves beside), which needs every node.
+/// It lists them a page at a time and never watches or gets one, so `list` is all it has.
+/// The pods it subtracts are those of its namespaces, read under [`workload_rules`]: no
+/// grant on pods reaches past them.
 fn capacity_rules() -> Vec<Value> {
-    vec![
-        rule(&[""], &strings(&["nodes"]), &["list"]),
-        rule(&[""], &strings(&["pods"]), &["list"]),
-    ]
+    vec![rule(&[""], &strings(&["nodes"]), &["list"])]
 }
 
 /// What the agent does in a namespace it manages, rule by rule.
@@ -333,7 +334,8 @@ fn workload_rules(kinds: &[AgentKind]) -> Vec<Value> {
         ));
     }
     // Pending/unschedulable counts watch the pending pods of a workload's namespace; the Job
-    // watch lists and watches the pods of kedge's Jobs by label.
+    // watch lists and watches the pods of kedge's Jobs by label; capacity lists the running
+    // pods' requests.
     rules.push(rule(&[""], &strings(&["pods"]), &["list", "watch"]));
     // kedge's Jobs: created by deterministic name, read back on a name collision and
     // before a delete (to check kedge's label), watched by label, deleted on scale-in.
@@ -719,8 +721,8 @@ mod tests {
         assert_eq!(cluster.len(), 1);
         assert_eq!(
             grants(cluster[0]),
-            set(&[("", "nodes", "list", ""), ("", "pods", "list", "")]),
-            "cluster-wide: capacity only, read-only"
+            set(&[("", "nodes", "list", "")]),
+            "cluster-wide: nodes for capacity only, read-only, never a pod"
         );
         let workload = set(&[
             ("apps", "deployments", "list", ""),

@@ -80,6 +80,10 @@ pub struct HubDeployment {
     pub server_cert_lifetime: String,
     /// `--member-cert-lifetime`.
     pub member_cert_lifetime: String,
+    /// A Secret in the hub namespace whose key `token` is the ops token: mounted and passed
+    /// as `--ops-token-file`, so `/v1/sessions` needs it. `None`: served to 127.0.0.1 and ::1
+    /// in the pod only (`kubectl port-forward`).
+    pub ops_token_secret: Option<String>,
 }
 
 impl Default for HubDeployment {
@@ -102,6 +106,7 @@ impl Default for HubDeployment {
             server_ips: Vec::new(),
             server_cert_lifetime: "30d".to_owned(),
             member_cert_lifetime: "24h".to_owned(),
+            ops_token_secret: None,
         }
     }
 }
@@ -116,6 +121,11 @@ impl HubDeployment {
                 "namespace {:?} is not a namespace name",
                 self.rbac.namespace
             ));
+        }
+        if let Some(secret) = &self.ops_token_secret
+            && !super::is_dns1123_label(secret)
+        {
+            problems.push(format!("ops token Secret {secret:?} is not a Secret name"));
         }
         if !self.rbac.enrollment {
             problems.push(
@@ -232,6 +242,12 @@ impl HubDeployment {
         if !self.server_ips.is_empty() {
             args.extend(["--server-ips".to_owned(), self.server_ips.join(",")]);
         }
+        if self.ops_token_secret.is_some() {
+            args.extend([
+                "--ops-token-file".to_owned(),
+                format!("{OPS_TOKEN_DIR}/token"),
+            ]);
+        }
         if let Some(scaler) = &self.rbac.scaler {
             args.extend([
                 "--scaler-listen".to_owned(),
@@ -247,6 +263,9 @@ impl HubDeployment {
         args
     }
 }
+
+/// Where the ops token Secret is mounted.
+pub const OPS_TOKEN_DIR: &str = "/etc/kedge-ops";
 
 fn labels() -> Value {
     json!({ "app.kubernetes.io/name": HUB, "app.kubernetes.io/part-of": "kedge" })
@@ -271,7 +290,7 @@ fn deployment(d: &HubDeployment) -> Value {
     if let Some(scaler) = &d.rbac.scaler {
         ports.push(json!({"name": "scaler", "containerPort": scaler.port, "protocol": "TCP"}));
     }
-    json!({
+    let mut deployment = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": HUB, "namespace": ns, "labels": labels()},
@@ -317,7 +336,18 @@ fn deployment(d: &HubDeployment) -> Value {
                 },
             },
         },
-    })
+    });
+    if let Some(secret) = &d.ops_token_secret {
+        let pod = &mut deployment["spec"]["template"]["spec"];
+        // 0440: readable by the hub's group (fsGroup) only.
+        pod["securityContext"]["fsGroup"] = json!(65532);
+        pod["volumes"] = json!([{"name": "ops-token",
+            "secret": {"secretName": secret, "defaultMode": 0o440,
+                "items": [{"key": "token", "path": "token"}]}}]);
+        pod["containers"][0]["volumeMounts"] =
+            json!([{"name": "ops-token", "mountPath": OPS_TOKEN_DIR, "readOnly": true}]);
+    }
+    deployment
 }
 
 fn services(d: &HubDeployment) -> Vec<Value> {
@@ -385,7 +415,8 @@ pub fn hub_helm_values(d: &HubDeployment) -> Value {
             "memberCertLifetime": d.member_cert_lifetime},
         "quic": {"port": d.quic_port,
             "service": {"type": d.service_type.as_str(), "port": d.quic_port}},
-        "ops": {"port": d.ops_port, "service": {"port": d.ops_port}},
+        "ops": {"port": d.ops_port, "service": {"port": d.ops_port},
+            "tokenSecret": d.ops_token_secret.clone().unwrap_or_default()},
         "scaler": match &d.rbac.scaler {
             Some(s) => json!({"enabled": true, "port": s.port, "kedaNamespace": s.keda_namespace,
                 "certLifetime": s.cert_lifetime, "address": s.address}),
@@ -433,6 +464,45 @@ mod tests {
 
     /// The scaler, on by default, is told the Service KEDA dials (the hub's own default
     /// names the UDP Service); off, nothing of it is rendered.
+    #[test]
+    fn an_ops_token_secret_is_mounted_and_passed() {
+        let plain = deployment(&HubDeployment::default());
+        assert!(plain["spec"]["template"]["spec"]["volumes"].is_null());
+        assert!(
+            !HubDeployment::default()
+                .args()
+                .contains(&"--ops-token-file".to_owned())
+        );
+        let d = HubDeployment {
+            ops_token_secret: Some("hub-ops-token".into()),
+            ..HubDeployment::default()
+        };
+        d.validate().unwrap();
+        let args = d.args().join(" ");
+        assert!(
+            args.contains("--ops-token-file /etc/kedge-ops/token"),
+            "{args}"
+        );
+        let pod = &deployment(&d)["spec"]["template"]["spec"];
+        assert_eq!(pod["volumes"][0]["secret"]["secretName"], "hub-ops-token");
+        assert_eq!(pod["volumes"][0]["secret"]["defaultMode"], 0o440);
+        assert_eq!(pod["securityContext"]["fsGroup"], 65532);
+        assert_eq!(
+            pod["containers"][0]["volumeMounts"][0]["mountPath"],
+            OPS_TOKEN_DIR
+        );
+        let bad = HubDeployment {
+            ops_token_secret: Some("Not_A_Name".into()),
+            ..HubDeployment::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ops token Secret")
+        );
+    }
+
     #[test]
     fn the_scaler_listens_where_its_service_points() {
         let d = HubDeployment::default();

@@ -57,7 +57,8 @@ pub struct JobLiteStatus {
 /// A `v1` Pod, decoded with only what the report needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PodLite {
-    /// Standard metadata.
+    /// Standard metadata (without annotations and managed fields: [`crate::lite::slim_meta`]).
+    #[serde(deserialize_with = "crate::lite::slim_meta")]
     pub metadata: ObjectMeta,
     /// The status, if any.
     #[serde(default)]

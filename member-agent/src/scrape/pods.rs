@@ -12,7 +12,8 @@ use crate::lite::lite_resource;
 /// A pod, decoded with only what a scrape needs.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct ScrapePod {
-    /// Standard metadata (name, deletion).
+    /// Standard metadata (without annotations and managed fields: [`crate::lite::slim_meta`]).
+    #[serde(deserialize_with = "crate::lite::slim_meta")]
     pub(crate) metadata: ObjectMeta,
     /// The spec, for named ports.
     #[serde(default)]

@@ -249,7 +249,8 @@ impl Selector {
 /// A pod, decoded with only what a workload's pending and unschedulable counts need.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PendingPodLite {
-    /// Standard metadata (labels, deletion).
+    /// Standard metadata (without annotations and managed fields: [`crate::lite::slim_meta`]).
+    #[serde(deserialize_with = "crate::lite::slim_meta")]
     pub metadata: ObjectMeta,
     /// The status, if any.
     #[serde(default)]

@@ -235,11 +235,13 @@ impl EnrollFleet {
             "--all-namespaces".into(),
             "--ops-listen".into(),
             "127.0.0.1:0".into(),
-            "--reconnect-initial".into(),
-            "100ms".into(),
-            "--reconnect-max".into(),
-            "1s".into(),
         ];
+        // Fast reconnects unless the test sets its own.
+        for (flag, value) in [("--reconnect-initial", "100ms"), ("--reconnect-max", "1s")] {
+            if !extra.contains(&flag) {
+                args.extend([flag.to_owned(), value.to_owned()]);
+            }
+        }
         args.extend(extra.iter().map(|a| a.to_string()));
         Proc::spawn(&bin("kedge-agent"), &args, self.dir.join(log))
     }

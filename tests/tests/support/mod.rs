@@ -6,6 +6,7 @@ pub mod dso;
 pub mod enroll;
 pub mod helm;
 pub mod hub_peer;
+pub mod stall;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
