@@ -353,6 +353,7 @@ impl Store {
             reset_status(def, &mut obj);
         }
         crate::defaults::apply(def, &mut obj);
+        check_schema(def, &obj, None)?;
         {
             let meta = meta_mut(&mut obj);
             for f in [
@@ -552,6 +553,9 @@ impl Store {
                 .unwrap_or(0)
                 + 1;
             meta_mut(&mut new).insert("generation".into(), json!(g));
+        }
+        if scope != WriteScope::Internal {
+            check_schema(def, &new, Some(&old))?;
         }
         // A write that changes nothing returns the stored object untouched.
         let mut cmp = new.clone();
@@ -856,6 +860,24 @@ fn spec_changed(def: &ResourceDef, old: &Value, new: &Value) -> bool {
         m
     };
     strip(old) != strip(new)
+}
+
+/// Validates a custom resource against its CRD's structural schema, as the API server does
+/// on every create and update (the status subresource included); on an update, errors about
+/// values the update did not change are dropped (validation ratcheting).
+fn check_schema(def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Result<()> {
+    let Some(schema) = def.schema.as_ref().filter(|_| def.crd) else {
+        return Ok(());
+    };
+    let mut errors = crate::schema::validate(schema, obj);
+    if let Some(old) = old {
+        errors = crate::schema::ratchet(errors, old, obj);
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let name = meta_str(obj, "name").unwrap_or_default();
+    Err(Error::invalid_fields(&def.group, &def.kind, name, errors))
 }
 
 fn validate_name(def: &ResourceDef, name: &str) -> Result<()> {
