@@ -661,6 +661,27 @@ async fn custom_resources_are_validated_against_their_schema() {
         "{}",
         s.message
     );
+    // The status subresource is validated too: a count beyond int32 is refused.
+    let s = api_error(
+        api.patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"membersTotalCount": 3_000_000_000_i64}})),
+        )
+        .await,
+    );
+    assert!(
+        s.message.contains("status.membersTotalCount: Invalid value: 3000000000: status.membersTotalCount in body should be less than or equal to 2147483647"),
+        "{}",
+        s.message
+    );
+    api.patch_status(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"membersTotalCount": 3}})),
+    )
+    .await
+    .expect("a status within bounds is written");
     sim.shutdown().await;
 }
 
