@@ -363,6 +363,24 @@ pub fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
     out
 }
 
+/// Validates `value` against `schema` as its own document, reporting fields under
+/// `prefix`, as the status subresource is validated (`ValidateStatusUpdate`: the status
+/// schema alone, at `field.NewPath("status")`): the field paths carry the prefix, the
+/// messages do not (`status.count: Invalid value: -1: count in body should be …`).
+pub fn validate_at(schema: &Value, value: &Value, prefix: &str) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    node(schema, value, "", &mut out);
+    let under = |path: &str| match path {
+        "" | "<nil>" => prefix.to_string(),
+        p => join(prefix, p),
+    };
+    for e in &mut out {
+        e.at = under(&e.at);
+        e.field = under(&e.field);
+    }
+    out
+}
+
 fn err(cause: Cause, path: &str, value: Option<String>, detail: String) -> FieldError {
     FieldError {
         cause,
@@ -1034,6 +1052,33 @@ mod tests {
                 "spec": {"target": {"name": "a"}, "free": {"anything": {"goes": 1}},
                          "labels": {"k": "v"}, "members": [{"name": "m"}], "flag": false,
                          "mode": null}})
+        );
+    }
+
+    #[test]
+    fn the_status_is_validated_on_its_own_with_its_path_only_in_the_field() {
+        let status = &schema()["properties"]["status"];
+        let errs: Vec<String> = validate_at(status, &json!({"count": "x"}), "status")
+            .iter()
+            .map(FieldError::message)
+            .collect();
+        assert_eq!(
+            errs,
+            vec![
+                "status.count: Invalid value: \"string\": count in body must be of type integer: \"string\""
+            ]
+        );
+        let int32 =
+            json!({"type": "object", "properties": {"n": {"type": "integer", "format": "int32"}}});
+        let errs: Vec<String> = validate_at(&int32, &json!({"n": 3_000_000_000_i64}), "status")
+            .iter()
+            .map(FieldError::message)
+            .collect();
+        assert_eq!(
+            errs,
+            vec![
+                "status: Invalid value: \"\": Checked value must be of type integer with format int32 in n"
+            ]
         );
     }
 

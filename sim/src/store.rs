@@ -554,8 +554,10 @@ impl Store {
                 + 1;
             meta_mut(&mut new).insert("generation".into(), json!(g));
         }
-        if scope != WriteScope::Internal {
-            check_schema(def, &new, Some(&old))?;
+        match scope {
+            WriteScope::Main => check_schema(def, &new, Some(&old))?,
+            WriteScope::Status => check_status_schema(def, &new, &old)?,
+            WriteScope::Internal => {}
         }
         // A write that changes nothing returns the stored object untouched.
         let mut cmp = new.clone();
@@ -873,6 +875,32 @@ fn check_schema(def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Result<(
     if let Some(old) = old {
         errors = crate::schema::ratchet(errors, old, obj);
     }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let name = meta_str(obj, "name").unwrap_or_default();
+    Err(Error::invalid_fields(&def.group, &def.kind, name, errors))
+}
+
+/// The status subresource validates the status alone, against the status schema, as
+/// `ValidateStatusUpdate` does (with ratcheting).
+fn check_status_schema(def: &ResourceDef, obj: &Value, old: &Value) -> Result<()> {
+    let Some(schema) = def
+        .schema
+        .as_ref()
+        .filter(|_| def.crd)
+        .and_then(|s| s.pointer("/properties/status"))
+    else {
+        return Ok(());
+    };
+    let Some(status) = obj.get("status") else {
+        return Ok(());
+    };
+    let errors = crate::schema::ratchet(
+        crate::schema::validate_at(schema, status, "status"),
+        old,
+        obj,
+    );
     if errors.is_empty() {
         return Ok(());
     }
