@@ -256,6 +256,7 @@ pub struct PodMetricsStatus {
     /// Each member's contribution, keyed by member name (at most
     /// [`super::MAX_LISTED_MEMBERS`], members with missing pods first).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = super::MAX_LISTED_MEMBERS))]
     pub members: BTreeMap<String, PodMetricsMemberStatus>,
 }
 
