@@ -28,6 +28,7 @@ pub mod dso;
 pub mod duration;
 mod error;
 pub mod events;
+pub mod limits;
 pub mod podmetrics;
 pub mod quantity;
 pub mod simulate;

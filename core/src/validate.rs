@@ -21,52 +21,11 @@ use crate::podmetrics;
 use crate::time::elapsed;
 use crate::{Error, Result};
 
-// Limits. Every number a user writes is bounded, so that no arithmetic on it can overflow
-// and no deadline computed from it runs past what a clock can hold. The CRD schema carries
-// the same bounds (`crate::crd`), so the API server refuses such objects before kedge sees
-// them; validation still checks, for `kubectl kedge simulate` and objects stored earlier.
-
-/// Most triggers in one DSJ, as KEDA's ScaledJob CRD allows.
-pub const MAX_TRIGGERS: usize = 64;
-/// Highest `memberClusters[].scheduling.priority` of a DSJ (priorities are 0..=1000).
-pub const MAX_PRIORITY: i32 = 1000;
-
-/// Longest duration in a spec (168h, 7 days). Grace periods and taints are about outages
-/// that someone is paged for; a week covers any of them, and `now + duration` stays far
-/// from the end of what a clock can hold.
-pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Largest replica count (a total, a member's floor or ceiling, an idle, fallback or
-/// paused count). Far above any real workload, and summed over [`MAX_MEMBERS`] members it
-/// still fits the `i32` counts of the status.
-pub const MAX_REPLICAS: u32 = 1_000_000;
-/// Largest Job count of a DSJ (`minReplicaCount`, `maxReplicaCount`, history limits,
-/// workload size). The hub lists and tracks every Job it creates; ten thousand concurrent
-/// Jobs per DSJ is beyond any worker fleet and keeps those lists small.
-pub const MAX_JOBS: u32 = 10_000;
-/// Largest `memberClusters[].weight` (DSO and DSJ). Weights are ratios, so a bound costs
-/// nothing; DSJ round robin runs one pick per unit of weight in the worst case.
-pub const MAX_WEIGHT: u32 = 10_000;
-/// Largest DSO `memberClusters[].tier`. Tiers are an order; a thousand is more levels of
-/// spill-over than there can be members to fill them.
-pub const MAX_TIER: u32 = 1_000;
-/// Most entries in `spec.memberClusters` (DSO and DSJ). Planning is linear or n·log n in
-/// the members; a thousand clusters is beyond any fleet kedge is built for.
-pub const MAX_MEMBERS: usize = 1_000;
-/// Largest `pollingInterval` in seconds (ScaledObject and ScaledJob; at least 1, as KEDA
-/// needs). A trigger read less often than hourly does not autoscale anything.
-pub const MAX_POLLING_INTERVAL: i32 = 3_600;
-/// Largest `cooldownPeriod` and `initialCooldownPeriod` in seconds: 7 days, as
-/// [`MAX_DURATION`].
-pub const MAX_COOLDOWN_PERIOD: u32 = 604_800;
-/// Largest `fallback.failureThreshold` (at least 1, as KEDA needs): a thousand failed reads
-/// in a row is already hours of polling.
-pub const MAX_FAILURE_THRESHOLD: i32 = 1_000;
-/// Largest `customScalingRunningJobPercentage` (at least 0): the factor of running Jobs
-/// subtracted (KEDA writes a fraction, `"0.5"`); beyond 100 it can only ever mean zero Jobs.
-pub const MAX_RUNNING_JOB_PERCENTAGE: f64 = 100.0;
-/// Largest `customScalingQueueLengthDeduction` either way: it is subtracted from the
-/// desired Jobs, so it means something only within the range of replica counts.
-pub const MAX_QUEUE_LENGTH_DEDUCTION: i32 = 1_000_000;
+pub use crate::limits::{
+    MAX_COOLDOWN_PERIOD, MAX_DURATION, MAX_FAILURE_THRESHOLD, MAX_JOBS, MAX_MEMBERS,
+    MAX_POLLING_INTERVAL, MAX_PRIORITY, MAX_QUEUE_LENGTH_DEDUCTION, MAX_REPLICAS,
+    MAX_RUNNING_JOB_PERCENTAGE, MAX_TIER, MAX_TRIGGERS, MAX_WEIGHT,
+};
 
 /// How a resource is paused by its annotations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -397,14 +356,15 @@ fn check_member_list<'a>(problems: &mut Problems, names: impl ExactSizeIterator<
                 format!("spec.memberClusters[{i}].name"),
                 "must not be empty",
             );
-        } else if !kedge_protocol::is_dns1123_label(name) {
-            let shown: String = name.chars().take(70).collect();
+        } else if !crate::limits::is_member_name(name) {
+            // The schema refuses these; an object stored before it did still gets here.
+            let shown: String = name.chars().take(80).collect();
             problems.add(
                 format!("spec.memberClusters[{i}].name"),
                 format!(
-                    "{shown:?}{} is not a member name: at most 63 lower-case letters, digits \
-                     and '-', starting and ending with a letter or digit (RFC 1123)",
-                    if shown.len() < name.len() { "..." } else { "" }
+                    "{shown:?}{} is not a member name (a lowercase RFC 1123 label of at most {} characters)",
+                    if shown.len() < name.len() { "…" } else { "" },
+                    crate::limits::MEMBER_NAME_MAX_LENGTH
                 ),
             );
         } else if !seen.insert(name) {
@@ -1019,10 +979,10 @@ mod tests {
     #[test]
     fn member_names_are_rfc1123_labels_and_a_huge_one_is_shown_cut() {
         for good in ["edge-1", "a", &"x".repeat(63)] {
-            assert!(kedge_protocol::is_dns1123_label(good), "{good}");
+            assert!(crate::limits::is_member_name(good), "{good}");
         }
         for bad in ["", "Edge", "-a", "a-", "a.b", "a_b", &"x".repeat(64)] {
-            assert!(!kedge_protocol::is_dns1123_label(bad), "{bad}");
+            assert!(!crate::limits::is_member_name(bad), "{bad}");
         }
         let huge = "y".repeat(5000);
         let spec = dso_spec(&format!("memberClusters: [{{name: {huge}}}]\n{TARGET}"));

@@ -366,3 +366,203 @@ proptest! {
         }
     }
 }
+
+/// Every `format: int32` node of a schema, with its path.
+fn int32_nodes(schema: &Value, path: String, out: &mut Vec<(String, Value)>) {
+    if schema["type"] == "integer" && schema["format"] == "int32" {
+        out.push((path.clone(), schema.clone()));
+    }
+    if let Some(props) = schema["properties"].as_object() {
+        for (name, sub) in props {
+            int32_nodes(sub, format!("{path}.{name}"), out);
+        }
+    }
+    if schema["items"].is_object() {
+        int32_nodes(&schema["items"], format!("{path}[]"), out);
+    }
+    if schema["additionalProperties"].is_object() {
+        int32_nodes(&schema["additionalProperties"], format!("{path}{{}}"), out);
+    }
+}
+
+/// Issue 26: a number beyond `int32` in an `int32` field (an HPA policy value of 3e9, a DSJ
+/// total of 5e9) was stored, and the hub's typed list then failed to decode every object.
+#[test]
+fn every_int32_field_is_bounded_to_int32_or_tighter() {
+    for file in [DSO, DSJ, "memberclusters.kedge.dev.yaml"] {
+        let mut nodes = Vec::new();
+        int32_nodes(&shipped_schema(file), String::new(), &mut nodes);
+        assert!(nodes.is_empty() == file.starts_with("member"), "{file}");
+        for (path, node) in nodes {
+            let (min, max) = (node["minimum"].as_f64(), node["maximum"].as_f64());
+            assert!(
+                min.is_some_and(|m| m >= f64::from(i32::MIN))
+                    && max.is_some_and(|m| m <= f64::from(i32::MAX)),
+                "{file} {path}: {node}"
+            );
+        }
+    }
+    let behavior = "spec.scaledObjectSpec.advanced.horizontalPodAutoscalerConfig.behavior";
+    let value = node(
+        &shipped_schema(DSO),
+        &format!("{behavior}.scaleUp.policies[].value"),
+    )
+    .clone();
+    assert_eq!(
+        (value["minimum"].as_f64(), value["maximum"].as_f64()),
+        (Some(1.0), Some(2_147_483_647.0))
+    );
+    let total = node(&shipped_schema(DSJ), "spec.totalTargetReplicas").clone();
+    assert_eq!(total["maximum"].as_f64(), Some(f64::from(MAX_REPLICAS)));
+}
+
+/// Member names are RFC 1123 labels (the identity in the agent's certificate); a
+/// 5,000-character one made a child apply retry forever.
+#[test]
+fn member_names_and_namespaces_are_rfc1123_labels_and_targets_are_required() {
+    use kedge_core::limits::{MEMBER_NAME_MAX_LENGTH, RFC1123_LABEL_PATTERN};
+    for (file, path) in [
+        (DSO, "spec.memberClusters[].name"),
+        (DSJ, "spec.memberClusters[].name"),
+        (DSO, "spec.memberClusters[].targetNamespace"),
+    ] {
+        let field = node(&shipped_schema(file), path).clone();
+        assert_eq!(
+            field["pattern"],
+            json!(RFC1123_LABEL_PATTERN),
+            "{file} {path}"
+        );
+        assert_eq!(
+            field["maxLength"],
+            json!(MEMBER_NAME_MAX_LENGTH),
+            "{file} {path}"
+        );
+    }
+    let so = node(&shipped_schema(DSO), "spec.scaledObjectSpec").clone();
+    assert_eq!(so["required"], json!(["scaleTargetRef"]));
+    assert_eq!(
+        so["properties"]["scaleTargetRef"]["required"],
+        json!(["name"])
+    );
+    assert_eq!(
+        so["properties"]["scaleTargetRef"]["properties"]["name"]["minLength"],
+        json!(1)
+    );
+    assert_eq!(
+        node(&shipped_schema(DSO), "spec")["required"],
+        json!(["scaledObjectSpec"])
+    );
+    let spec = DistributedScaledObjectSpec {
+        member_clusters: vec![DsoMemberCluster {
+            name: "m".repeat(5_000),
+            ..Default::default()
+        }],
+        scaled_object_spec: ScaledObjectSpec {
+            scale_target_ref: ScaleTargetRef {
+                name: "web".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    // Validation refuses it too, for an object stored before the schema did.
+    let err = validate::dso(&spec, &BTreeMap::new()).expect_err("refused");
+    assert!(
+        err.to_string().contains("spec.memberClusters[0].name"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().len() < 1_000,
+        "the name is not echoed whole: {err}"
+    );
+}
+
+/// Every value a string enum of the schema allows is one validation accepts (the DSO's
+/// `Value` metric type aside, which it refuses with a reason).
+#[test]
+fn schema_enums_are_what_validation_accepts() {
+    let dsj = shipped_schema(DSJ);
+    type SpecWith = fn(&str) -> DistributedScaledJobSpec;
+    let cases: [(&str, SpecWith); 4] = [
+        ("spec.scaledJobSpec.scalingStrategy.strategy", |v| {
+            DistributedScaledJobSpec {
+                scaled_job_spec: ScaledJobSpec {
+                    scaling_strategy: Some(ScalingStrategy {
+                        strategy: Some(v.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        }),
+        (
+            "spec.scaledJobSpec.scalingStrategy.multipleScalersCalculation",
+            |v| DistributedScaledJobSpec {
+                scaled_job_spec: ScaledJobSpec {
+                    scaling_strategy: Some(ScalingStrategy {
+                        multiple_scalers_calculation: Some(v.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        ),
+        (
+            "spec.clusterScheduling.failoverPolicy.duplicationPolicy",
+            |v| DistributedScaledJobSpec {
+                cluster_scheduling: Some(ClusterScheduling {
+                    failover_policy: Some(FailoverPolicy {
+                        duplication_policy: Some(v.into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ),
+        ("spec.clusterScheduling.strategy", |v| {
+            DistributedScaledJobSpec {
+                member_clusters: vec![DsjMemberCluster {
+                    name: "a".into(),
+                    scheduling: Some(MemberScheduling { priority: Some(1) }),
+                    ..Default::default()
+                }],
+                cluster_scheduling: Some(ClusterScheduling {
+                    strategy: Some(v.into()),
+                    workload_affinity: (v == "priorityFailover").then(|| WorkloadAffinity {
+                        class: "c".into(),
+                        size: 1,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        }),
+    ];
+    for (path, spec) in cases {
+        let values = node(&dsj, path)["enum"].clone();
+        let values = values
+            .as_array()
+            .unwrap_or_else(|| panic!("{path} has an enum"));
+        assert!(!values.is_empty(), "{path}");
+        for v in values {
+            let v = v.as_str().expect("string enum");
+            let mut spec = spec(v);
+            spec.scaled_job_spec.job_target_ref = serde_json::from_value(
+                json!({"template": {"spec": {"containers": [{"name": "w", "image": "w"}]}}}),
+            )
+            .expect("job");
+            if let Some(s) = &mut spec.scaled_job_spec.scaling_strategy
+                && v == "custom"
+            {
+                s.custom_scaling_queue_length_deduction = Some(0);
+                s.custom_scaling_running_job_percentage = Some("0.5".into());
+            }
+            let got = validate::dsj(&spec, &BTreeMap::new());
+            assert!(got.is_ok(), "{path} = {v}: {got:?}");
+        }
+    }
+}

@@ -611,6 +611,72 @@ fn check_kind(t: &Target, obj: &Value) -> Result<()> {
     Ok(())
 }
 
+/// `?fieldValidation=`: what a write does with fields the schema does not declare and with
+/// fields a JSON body names twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in a `Warning` header (the default).
+    Warn,
+    /// Refuse the write (what kubectl asks for by default, `--validate=strict`).
+    Strict,
+}
+
+fn field_validation(r: &Req, options: &str) -> Result<FieldValidation> {
+    match r.q("fieldValidation") {
+        None | Some("" | "Warn") => Ok(FieldValidation::Warn),
+        Some("Ignore") => Ok(FieldValidation::Ignore),
+        Some("Strict") => Ok(FieldValidation::Strict),
+        Some(other) => Err(Error::invalid_fields(
+            "meta.k8s.io",
+            options,
+            "",
+            vec![crate::schema::FieldError {
+                cause: crate::schema::Cause::NotSupported,
+                field: "fieldValidation".into(),
+                value: Some(crate::schema::go_quote(other)),
+                detail: "supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"".into(),
+                at: String::new(),
+            }],
+        )),
+    }
+}
+
+/// What strict decoding finds in a write: the fields a JSON body names twice (when `raw`
+/// is that body) and the fields of `obj` that the CRD's schema does not declare, which are
+/// pruned from `obj`. Each as kube-apiserver words it: `unknown field "spec.x"`.
+fn strict_decoding(t: &Target, r: &Req, raw: Option<&[u8]>, obj: &mut Value) -> Vec<String> {
+    let mut problems: Vec<String> = Vec::new();
+    if let Some(schema) = t.def.schema.as_ref().filter(|_| t.def.crd) {
+        problems.extend(
+            crate::schema::prune(schema, obj)
+                .iter()
+                .map(|p| format!("unknown field {}", crate::schema::go_quote(p))),
+        );
+    }
+    if let Some(raw) = raw.filter(|_| !r.content_type().contains("yaml")) {
+        problems.extend(
+            crate::schema::duplicate_fields(raw)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| format!("duplicate field {}", crate::schema::go_quote(p))),
+        );
+    }
+    problems
+}
+
+/// Adds one `Warning: 299 - "…"` header per warning, as kube-apiserver does.
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = w.replace('\\', "\\\\").replace('"', "\\\"");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
 /// `?dryRun=All`: the write runs against a scratch copy of the store and is not persisted.
 fn dry_run(r: &Req) -> Result<bool> {
     match r.q("dryRun") {
@@ -634,12 +700,14 @@ fn done(c: &ClusterShared, obj: &Value) -> Result<Response> {
 
 fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     let dry = dry_run(r)?;
+    let validation = field_validation(r, "CreateOptions")?;
     let ns = ns_of(t)?.to_string();
     let mut obj = body_json(r)?;
     check_kind(t, &obj)?;
     if !obj.is_object() {
         return Err(Error::BadRequest("the body must be a JSON object".into()));
     }
+    let warnings = decoded(t, r, validation, Some(&r.body), &mut obj)?;
     if obj.get("apiVersion").is_none() {
         obj["apiVersion"] = json!(t.def.api_version(&t.version));
     }
@@ -661,7 +729,32 @@ fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     };
     let out = store.create(&t.def, &ns, obj, now)?;
     drop(guard);
-    created(c, &versioned(&t.def, &t.version, &out))
+    Ok(with_warnings(
+        created(c, &versioned(&t.def, &t.version, &out))?,
+        &warnings,
+    ))
+}
+
+/// Strict decoding of a create or update body: refused under `Strict` as kube-apiserver
+/// refuses a body it cannot decode, else the warnings to send (none under `Ignore`).
+fn decoded(
+    t: &Target,
+    r: &Req,
+    validation: FieldValidation,
+    raw: Option<&[u8]>,
+    obj: &mut Value,
+) -> Result<Vec<String>> {
+    let problems = strict_decoding(t, r, raw, obj);
+    match validation {
+        FieldValidation::Strict if !problems.is_empty() => Err(Error::BadRequest(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            problems.join(", "),
+            kind = t.def.kind,
+            version = t.version,
+        ))),
+        FieldValidation::Ignore => Ok(Vec::new()),
+        _ => Ok(problems),
+    }
 }
 
 /// The field manager of a write: `?fieldManager=`, else the User-Agent's program name.
@@ -698,9 +791,15 @@ fn update(
     sub: Option<&str>,
 ) -> Result<Response> {
     let dry = dry_run(r)?;
+    let validation = field_validation(r, "UpdateOptions")?;
     let ns = ns_of(t)?.to_string();
-    let body = body_json(r)?;
+    let mut body = body_json(r)?;
     check_kind(t, &body)?;
+    let warnings = if sub == Some("scale") {
+        Vec::new()
+    } else {
+        decoded(t, r, validation, Some(&r.body), &mut body)?
+    };
     let now = c.now();
     let mut guard = c.store();
     let mut scratch = None;
@@ -723,7 +822,7 @@ fn update(
         }
     };
     drop(guard);
-    done(c, &out)
+    Ok(with_warnings(done(c, &out)?, &warnings))
 }
 
 /// The `autoscaling/v1` Scale view of an object.
@@ -833,6 +932,7 @@ fn patch(
     sub: Option<&str>,
 ) -> Result<Response> {
     let dry = dry_run(r)?;
+    let validation = field_validation(r, "PatchOptions")?;
     let ns = ns_of(t)?.to_string();
     let ct = r
         .content_type()
@@ -864,6 +964,23 @@ fn patch(
         let applied = body_json(r)?;
         if sub != Some("scale") {
             check_kind(t, &applied)?;
+            // Server-side apply types the applied configuration by the schema, whatever
+            // `fieldValidation` says: a field the schema does not declare is an error.
+            if let Some(schema) = t.def.schema.as_ref().filter(|_| t.def.crd) {
+                let unknown = crate::schema::prune(schema, &mut applied.clone());
+                if !unknown.is_empty() {
+                    return Err(Error::Internal(format!(
+                        "failed to create typed patch object ({ns}/{name}; {}, Kind={}): {}",
+                        t.def.api_version(&t.version),
+                        t.def.kind,
+                        unknown
+                            .iter()
+                            .map(|p| format!(".{p}: field not declared in schema"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
         }
         let opts = |subresource| crate::patch::apply::ApplyOptions {
             manager,
@@ -958,6 +1075,33 @@ fn patch(
             )));
         }
     }
+    let mut warnings = Vec::new();
+    if sub != Some("scale") {
+        let patched = serde_json::to_string(&doc).unwrap_or_default();
+        let raw = (ct == "application/merge-patch+json"
+            || ct == "application/strategic-merge-patch+json")
+            .then_some(&r.body[..]);
+        let problems = strict_decoding(t, r, raw, &mut doc);
+        match validation {
+            FieldValidation::Strict if !problems.is_empty() => {
+                // kube-apiserver reports it as an invalid `patch` of no kind and no name.
+                return Err(Error::invalid_fields(
+                    "",
+                    "",
+                    "",
+                    vec![crate::schema::FieldError {
+                        cause: crate::schema::Cause::Invalid,
+                        field: "patch".into(),
+                        value: Some(crate::schema::go_quote(&patched)),
+                        detail: format!("strict decoding error: {}", problems.join(", ")),
+                        at: String::new(),
+                    }],
+                ));
+            }
+            FieldValidation::Ignore => {}
+            _ => warnings = problems,
+        }
+    }
     // A patch that does not mention resourceVersion carries no precondition.
     let patch_rv = meta_str(&doc, "resourceVersion").map(str::to_string);
     let base_rv = meta_str(&base, "resourceVersion").map(str::to_string);
@@ -974,7 +1118,7 @@ fn patch(
         }
     };
     drop(guard);
-    done(c, &out)
+    Ok(with_warnings(done(c, &out)?, &warnings))
 }
 
 /// A DELETE's DeleteOptions, JSON or (from typed Go clients such as Helm's release storage)

@@ -20,6 +20,10 @@ pub enum Error {
     /// 422: the object is syntactically fine but semantically invalid.
     #[error("{0}")]
     Invalid(String),
+    /// 422 Invalid with one cause per field, as `errors.NewInvalid` builds it (schema
+    /// validation of a custom resource, a refused patch under strict field validation).
+    #[error("{}", .0.message)]
+    InvalidFields(Box<InvalidFields>),
     /// 401: the bearer token is unknown.
     #[error("{0}")]
     Unauthorized(String),
@@ -59,6 +63,45 @@ pub enum Error {
     Fleet(String),
 }
 
+/// What an `Invalid` Status with causes carries.
+#[derive(Debug)]
+pub struct InvalidFields {
+    /// `Kind.group "name" is invalid: …`.
+    pub message: String,
+    /// `details.group`.
+    pub group: String,
+    /// `details.kind`.
+    pub kind: String,
+    /// `details.name`.
+    pub name: String,
+    /// One per field error.
+    pub causes: Vec<crate::schema::FieldError>,
+}
+
+impl Error {
+    /// 422 Invalid for the field errors of an object of `group`/`kind` named `name`, worded
+    /// as `errors.NewInvalid` words it.
+    pub fn invalid_fields(
+        group: &str,
+        kind: &str,
+        name: &str,
+        causes: Vec<crate::schema::FieldError>,
+    ) -> Error {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        Error::InvalidFields(Box::new(InvalidFields {
+            message: crate::schema::invalid_message(&qualified, name, &causes),
+            group: group.into(),
+            kind: kind.into(),
+            name: name.into(),
+            causes,
+        }))
+    }
+}
+
 /// Result alias for the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -69,7 +112,7 @@ impl Error {
             Error::NotFound(_) => 404,
             Error::AlreadyExists(_) | Error::Conflict(_) | Error::ApplyConflict(_) => 409,
             Error::BadRequest(_) => 400,
-            Error::Invalid(_) => 422,
+            Error::Invalid(_) | Error::InvalidFields(_) => 422,
             Error::Unauthorized(_) => 401,
             Error::Forbidden(_) => 403,
             Error::MethodNotAllowed(_) => 405,
@@ -88,7 +131,7 @@ impl Error {
             Error::AlreadyExists(_) => "AlreadyExists",
             Error::Conflict(_) | Error::ApplyConflict(_) => "Conflict",
             Error::BadRequest(_) => "BadRequest",
-            Error::Invalid(_) => "Invalid",
+            Error::Invalid(_) | Error::InvalidFields(_) => "Invalid",
             Error::Unauthorized(_) => "Unauthorized",
             Error::Forbidden(_) => "Forbidden",
             Error::MethodNotAllowed(_) => "MethodNotAllowed",
@@ -112,6 +155,21 @@ impl Error {
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": c.message, "reason": "Conflict", "code": 409,
                 "details": {"causes": causes},
+            });
+        }
+        if let Error::InvalidFields(f) = self {
+            let causes: Vec<Value> = f
+                .causes
+                .iter()
+                .map(|e| json!({"reason": e.cause.reason(), "message": e.body(), "field": e.field}))
+                .collect();
+            let mut details = json!({"name": f.name, "kind": f.kind, "causes": causes});
+            if !f.group.is_empty() {
+                details["group"] = json!(f.group);
+            }
+            return json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": f.message, "reason": "Invalid", "code": 422, "details": details,
             });
         }
         json!({

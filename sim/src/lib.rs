@@ -28,6 +28,7 @@ pub use kedge_core::quantity;
 pub mod rbac;
 pub mod relay;
 pub mod resources;
+pub mod schema;
 pub mod selector;
 pub mod store;
 pub mod table;

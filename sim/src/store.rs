@@ -353,6 +353,7 @@ impl Store {
             reset_status(def, &mut obj);
         }
         crate::defaults::apply(def, &mut obj);
+        check_schema(def, &obj, None)?;
         {
             let meta = meta_mut(&mut obj);
             for f in [
@@ -552,6 +553,11 @@ impl Store {
                 .unwrap_or(0)
                 + 1;
             meta_mut(&mut new).insert("generation".into(), json!(g));
+        }
+        match scope {
+            WriteScope::Main => check_schema(def, &new, Some(&old))?,
+            WriteScope::Status => check_status_schema(def, &new, &old)?,
+            WriteScope::Internal => {}
         }
         // A write that changes nothing returns the stored object untouched.
         let mut cmp = new.clone();
@@ -858,6 +864,50 @@ fn spec_changed(def: &ResourceDef, old: &Value, new: &Value) -> bool {
         m
     };
     strip(old) != strip(new)
+}
+
+/// Validates a custom resource against its CRD's structural schema, as the API server does
+/// on every create and update (the status subresource included); on an update, errors about
+/// values the update did not change are dropped (validation ratcheting).
+fn check_schema(def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Result<()> {
+    let Some(schema) = def.schema.as_ref().filter(|_| def.crd) else {
+        return Ok(());
+    };
+    let mut errors = crate::schema::validate(schema, obj);
+    if let Some(old) = old {
+        errors = crate::schema::ratchet(errors, old, obj);
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let name = meta_str(obj, "name").unwrap_or_default();
+    Err(Error::invalid_fields(&def.group, &def.kind, name, errors))
+}
+
+/// The status subresource validates the status alone, against the status schema, as
+/// `ValidateStatusUpdate` does (with ratcheting).
+fn check_status_schema(def: &ResourceDef, obj: &Value, old: &Value) -> Result<()> {
+    let Some(schema) = def
+        .schema
+        .as_ref()
+        .filter(|_| def.crd)
+        .and_then(|s| s.pointer("/properties/status"))
+    else {
+        return Ok(());
+    };
+    let Some(status) = obj.get("status") else {
+        return Ok(());
+    };
+    let errors = crate::schema::ratchet(
+        crate::schema::validate_at(schema, status, "status"),
+        old,
+        obj,
+    );
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let name = meta_str(obj, "name").unwrap_or_default();
+    Err(Error::invalid_fields(&def.group, &def.kind, name, errors))
 }
 
 fn validate_name(def: &ResourceDef, name: &str) -> Result<()> {

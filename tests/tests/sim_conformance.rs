@@ -842,3 +842,99 @@ async fn objects_and_bodies_beyond_the_control_planes_limits_are_refused() {
     assert_eq!(v["message"], "Request entity too large: limit is 3145728");
     sim.shutdown().await;
 }
+
+/// `fieldValidation` on the wire, as kube-apiserver answers it: `Strict` refuses unknown
+/// and duplicate fields with 400 in kube-apiserver's words, `Warn` (the default) stores the
+/// object without them and says so in `Warning: 299` headers, `Ignore` says nothing, and an
+/// unknown directive is a 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_validation_directives() {
+    let (sim, raw) = start(fast()).await;
+    let crd_path = format!(
+        "{}/../deploy/crds/distributedscaledobjects.kedge.dev.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let crd: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(crd_path).expect("crd")).expect("yaml");
+    let (code, _) = raw
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        )
+        .await;
+    assert_eq!(code, 201);
+    let dsos = "/apis/kedge.dev/v1alpha1/namespaces/default/distributedscaledobjects";
+    // A JSON body with a typo'd field and a field named twice.
+    let body = |name: &str| {
+        format!(
+            r#"{{"apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+                "metadata": {{"name": "{name}"}},
+                "spec": {{"memberCluster": [{{"name": "a"}}],
+                         "scaledObjectSpec": {{"scaleTargetRef": {{"name": "x"}}}},
+                         "scaledObjectSpec": {{"scaleTargetRef": {{"name": "web"}}}}}}}}"#
+        )
+        .into_bytes()
+    };
+    let send = |query: &'static str, name: &'static str| {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{dsos}{query}"))
+            .header("content-type", "application/json")
+            .body(kube::client::Body::from(body(name)))
+            .expect("request");
+        let client = raw.client.clone();
+        async move {
+            let resp = client.send(req).await.expect("send");
+            let code = resp.status().as_u16();
+            let warnings: Vec<String> = resp
+                .headers()
+                .get_all("warning")
+                .iter()
+                .map(|v| v.to_str().unwrap_or_default().to_string())
+                .collect();
+            let bytes = resp.into_body().collect_bytes().await.expect("body");
+            (
+                code,
+                warnings,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+
+    let (code, _, status) = send("?fieldValidation=Strict", "strict").await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{status}"
+    );
+    assert_eq!(
+        status["message"],
+        "DistributedScaledObject in version \"v1alpha1\" cannot be handled as a DistributedScaledObject: strict decoding error: unknown field \"spec.memberCluster\", duplicate field \"spec.scaledObjectSpec\""
+    );
+
+    let (code, warnings, obj) = send("", "warned").await;
+    assert_eq!(code, 201, "{obj}");
+    assert_eq!(
+        warnings,
+        vec![
+            r#"299 - "unknown field \"spec.memberCluster\"""#,
+            r#"299 - "duplicate field \"spec.scaledObjectSpec\"""#,
+        ]
+    );
+    assert!(obj["spec"].get("memberCluster").is_none(), "{obj}");
+    assert_eq!(
+        obj["spec"]["scaledObjectSpec"]["scaleTargetRef"]["name"], "web",
+        "the last one wins"
+    );
+
+    let (code, warnings, _) = send("?fieldValidation=Ignore", "ignored").await;
+    assert_eq!((code, warnings.len()), (201, 0));
+
+    let (code, _, status) = send("?fieldValidation=Loud", "loud").await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(
+        status["message"],
+        "CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Loud\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+    );
+    sim.shutdown().await;
+}

@@ -566,3 +566,235 @@ async fn deleting_a_crd_ends_the_watches_of_its_resource() {
         "{listed:?}"
     );
 }
+
+fn crd_file(name: &str) -> String {
+    format!("{}/../deploy/crds/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn dso_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kedge.dev", "v1alpha1", "DistributedScaledObject"),
+        "distributedscaledobjects",
+    )
+}
+
+fn dso(name: &str, spec: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("dso")
+}
+
+/// The error of a refused write, with its code, reason and message.
+fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
+    match r {
+        Err(kube::Error::Api(s)) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Issue 26: kedge-sim validates custom resources against the CRD schema as kube-apiserver
+/// does, so a typed client sees the same refusals a real cluster gives: an int32 beyond its
+/// bound, a missing `scaleTargetRef`, a 5,000-character member name, a DSJ total of 5e9.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_are_validated_against_their_schema() {
+    let sim = sim("schema").await;
+    let client = sim.clusters()[0].client().expect("client");
+    install_crd(
+        &client,
+        &crd_file("distributedscaledobjects.kedge.dev.yaml"),
+    )
+    .await;
+    install_crd(&client, &crd_file("distributedscaledjobs.kedge.dev.yaml")).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &dso_resource());
+    let pp = PostParams::default();
+
+    let behavior = json!({"scaleUp": {"policies": [{"type": "Pods", "value": 3_000_000_000_i64, "periodSeconds": 60}]}});
+    let bad = dso(
+        "web",
+        json!({"scaledObjectSpec": {"scaleTargetRef": {"name": "web"},
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior}}}}),
+    );
+    let s = api_error(api.create(&pp, &bad).await);
+    let field = "spec.scaledObjectSpec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.policies[0].value";
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
+    assert!(
+        s.message.starts_with("DistributedScaledObject.kedge.dev \"web\" is invalid: ")
+            && s.message.contains(&format!(
+                "{field}: Invalid value: 3000000000: {field} in body should be less than or equal to 2147483647"
+            )),
+        "{}",
+        s.message
+    );
+    let causes = s.details.expect("details").causes;
+    assert!(
+        causes
+            .iter()
+            .any(|c| c.field == field && c.reason == "FieldValueInvalid"),
+        "{causes:?}"
+    );
+
+    let s = api_error(
+        api.create(
+            &pp,
+            &dso("web", json!({"scaledObjectSpec": {"triggers": []}})),
+        )
+        .await,
+    );
+    assert_eq!(
+        s.message,
+        "DistributedScaledObject.kedge.dev \"web\" is invalid: spec.scaledObjectSpec.scaleTargetRef: Required value"
+    );
+
+    let long = "m".repeat(5_000);
+    let s = api_error(
+        api.create(
+            &pp,
+            &dso(
+                "web",
+                json!({"memberClusters": [{"name": long}], "scaledObjectSpec": {"scaleTargetRef": {"name": "web"}}}),
+            ),
+        )
+        .await,
+    );
+    assert_eq!(
+        s.message,
+        "DistributedScaledObject.kedge.dev \"web\" is invalid: spec.memberClusters[0].name: Too long: may not be more than 63 bytes"
+    );
+
+    let dsj: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("kedge.dev", "v1alpha1", "DistributedScaledJob"),
+            "distributedscaledjobs",
+        ),
+    );
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledJob",
+        "metadata": {"name": "batch"},
+        "spec": {"totalTargetReplicas": 5e9, "scaledJobSpec": {"jobTargetRef": {"template": {}}}},
+    }))
+    .expect("dsj");
+    let s = api_error(dsj.create(&pp, &job).await);
+    assert!(
+        s.message.contains("spec.totalTargetReplicas: Invalid value: 5e+09: spec.totalTargetReplicas in body should be less than or equal to 1e+06"),
+        "{}",
+        s.message
+    );
+
+    // A valid one is stored; /scale beyond the bound is refused as the schema says.
+    api.create(
+        &pp,
+        &dso(
+            "web",
+            json!({"scaledObjectSpec": {"scaleTargetRef": {"name": "web"}}}),
+        ),
+    )
+    .await
+    .expect("a valid DSO is stored");
+    let s = api_error(
+        api.patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2_000_000}})),
+        )
+        .await,
+    );
+    assert!(
+        s.message.contains("spec.totalTargetReplicas: Invalid value: 2000000: spec.totalTargetReplicas in body should be less than or equal to 1000000"),
+        "{}",
+        s.message
+    );
+    // The status subresource is validated too: a count beyond int32 is refused.
+    let s = api_error(
+        api.patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"membersTotalCount": 3_000_000_000_i64}})),
+        )
+        .await,
+    );
+    assert!(
+        // The status is validated on its own, as kube-apiserver's ValidateStatusUpdate does:
+        // the path is in the field, not in the message.
+        s.message.contains("status.membersTotalCount: Invalid value: 3000000000: membersTotalCount in body should be less than or equal to 2147483647"),
+        "{}",
+        s.message
+    );
+    api.patch_status(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"membersTotalCount": 3}})),
+    )
+    .await
+    .expect("a status within bounds is written");
+    sim.shutdown().await;
+}
+
+/// `fieldValidation`: a typo'd field (`memberCluster:`) is refused under Strict, pruned with
+/// a warning under Warn, and refused by server-side apply, whose typed merge knows no such
+/// field; it is never stored, so it can never be read back as "all members".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_fields_under_field_validation() {
+    use kube::api::ValidationDirective;
+    let sim = sim("fields").await;
+    let client = sim.clusters()[0].client().expect("client");
+    install_crd(
+        &client,
+        &crd_file("distributedscaledobjects.kedge.dev.yaml"),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &dso_resource());
+    let spec = json!({"scaledObjectSpec": {"scaleTargetRef": {"name": "web"}}});
+    api.create(&PostParams::default(), &dso("web", spec))
+        .await
+        .expect("create");
+    let typo = Patch::Merge(json!({"spec": {"memberCluster": [{"name": "a"}]}}));
+
+    let strict = PatchParams::default().validation(ValidationDirective::Strict);
+    let s = api_error(api.patch("web", &strict, &typo).await);
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
+    assert!(
+        s.message
+            .starts_with(" \"\" is invalid: patch: Invalid value: ")
+            && s.message
+                .ends_with(": strict decoding error: unknown field \"spec.memberCluster\""),
+        "{}",
+        s.message
+    );
+
+    let warn = PatchParams::default().validation(ValidationDirective::Warn);
+    let out = api
+        .patch("web", &warn, &typo)
+        .await
+        .expect("accepted under Warn");
+    assert!(
+        out.data["spec"].get("memberCluster").is_none(),
+        "{:?}",
+        out.data
+    );
+
+    let apply = PatchParams::apply("kedge-test");
+    let mut applied = dso(
+        "web",
+        json!({"scaledObjectSpec": {"scaleTargetRef": {"name": "web"}}, "memberCluster": []}),
+    );
+    applied.metadata.namespace = Some("default".into());
+    let s = api_error(api.patch("web", &apply, &Patch::Apply(&applied)).await);
+    assert_eq!(s.code, 500, "{s:?}");
+    assert!(
+        s.message
+            .ends_with(".spec.memberCluster: field not declared in schema"),
+        "{}",
+        s.message
+    );
+    let stored = api.get("web").await.expect("get");
+    assert!(
+        stored.data["spec"].get("memberCluster").is_none(),
+        "{:?}",
+        stored.data
+    );
+    sim.shutdown().await;
+}

@@ -425,3 +425,131 @@ async fn jobs_secrets_and_watch_with_kubectl() {
     assert!(out.trim().is_empty(), "{out}");
     sim.shutdown().await;
 }
+
+const DSO_YAML: &str = r#"
+apiVersion: kedge.dev/v1alpha1
+kind: DistributedScaledObject
+metadata:
+  name: web
+spec:
+  memberClusters:
+  - name: MEMBER
+  scaledObjectSpec:
+    scaleTargetRef:
+      name: web
+    advanced:
+      horizontalPodAutoscalerConfig:
+        behavior:
+          scaleUp:
+            policies:
+            - {type: Pods, value: VALUE, periodSeconds: 60}
+"#;
+
+fn write_manifest(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write manifest");
+    path.display().to_string()
+}
+
+/// Issue 26 with the real kubectl: kedge-sim refuses what kube-apiserver refuses (a value
+/// beyond the schema's bound, a DSO without `scaleTargetRef`, a 5,000-character member
+/// name), and kubectl's default `--validate=strict` refuses a typo'd field that
+/// `--validate=warn` only warns about (and that is then not stored).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_schema_validation_and_field_validation() {
+    let (sim, kc) = start("k-schema", fast()).await;
+    let dir = kc.parent().expect("kubeconfig dir").to_path_buf();
+    let crd = format!(
+        "{}/../deploy/crds/distributedscaledobjects.kedge.dev.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    kubectl_ok(&kc, &["apply", "-f", &crd]).await;
+    kubectl_ok(
+        &kc,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/distributedscaledobjects.kedge.dev",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    let manifest =
+        |member: &str, value: &str| DSO_YAML.replace("MEMBER", member).replace("VALUE", value);
+
+    let bad = write_manifest(&dir, "value.yaml", &manifest("m1", "3000000000"));
+    let out = kubectl(&kc, &["apply", "-f", &bad]).await;
+    let field = "spec.scaledObjectSpec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.policies[0].value";
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        // kubectl lists the causes of an Invalid Status itself.
+        out.stderr.contains("The DistributedScaledObject \"web\" is invalid")
+            && out.stderr.contains(&format!(
+                "{field}: Invalid value: 3000000000: {field} in body should be less than or equal to 2147483647"
+            )),
+        "{}",
+        out.stderr
+    );
+
+    let long = write_manifest(&dir, "long.yaml", &manifest(&"m".repeat(5_000), "4"));
+    let out = kubectl(&kc, &["create", "-f", &long]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("spec.memberClusters[0].name: Too long: may not be more than 63 bytes"),
+        "{}",
+        out.stderr
+    );
+
+    let no_target = write_manifest(
+        &dir,
+        "no-target.yaml",
+        "apiVersion: kedge.dev/v1alpha1\nkind: DistributedScaledObject\nmetadata: {name: web}\nspec:\n  scaledObjectSpec: {minReplicaCount: 1}\n",
+    );
+    let out = kubectl(&kc, &["apply", "-f", &no_target]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("spec.scaledObjectSpec.scaleTargetRef: Required value"),
+        "{}",
+        out.stderr
+    );
+
+    let typo = write_manifest(
+        &dir,
+        "typo.yaml",
+        &manifest("m1", "4").replace("  memberClusters:", "  memberCluster:"),
+    );
+    let out = kubectl(&kc, &["apply", "-f", &typo]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("strict decoding error: unknown field \"spec.memberCluster\""),
+        "{}",
+        out.stderr
+    );
+    let out = kubectl(&kc, &["apply", "--validate=warn", "-f", &typo]).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("Warning: unknown field \"spec.memberCluster\""),
+        "{}",
+        out.stderr
+    );
+    let stored = kubectl_ok(&kc, &["get", "dso", "web", "-o", "jsonpath={.spec}"]).await;
+    assert!(!stored.contains("memberCluster"), "{stored}");
+
+    // The same typo in an update (kubectl sends a merge patch) is refused too.
+    let out = kubectl(&kc, &["apply", "-f", &typo]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("strict decoding error: unknown field \"spec.memberCluster\""),
+        "{}",
+        out.stderr
+    );
+    // And a valid one goes through.
+    let good = write_manifest(&dir, "good.yaml", &manifest("m1", "4"));
+    kubectl_ok(&kc, &["apply", "-f", &good]).await;
+    sim.shutdown().await;
+}

@@ -11,7 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use super::keda::ScaledJobSpec;
 use crate::duration;
-use crate::validate::{MAX_JOBS, MAX_MEMBERS, MAX_PRIORITY, MAX_WEIGHT};
+use crate::limits::{
+    MAX_JOBS, MAX_MEMBERS, MAX_PRIORITY, MAX_REPLICAS, MAX_WEIGHT, MEMBER_NAME_MAX_LENGTH,
+    RFC1123_LABEL_PATTERN,
+};
 
 /// Default of `failoverPolicy.gracePeriod`.
 pub const DEFAULT_FAILOVER_GRACE_PERIOD: &str = "1m";
@@ -65,6 +68,7 @@ pub const DEFAULT_SOFT_TAINT_DURATION: &str = "3m";
 pub struct DistributedScaledJobSpec {
     /// Written by the shadow ScaledObject's HPA through `/scale`; not used for decisions.
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub total_target_replicas: i32,
     /// Member clusters to use; empty means every registered member with equal weight.
     // A list map keyed by name: server-side apply merges entries, and the apiserver itself
@@ -84,7 +88,8 @@ pub struct DistributedScaledJobSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DsjMemberCluster {
-    /// Name of the `MemberCluster`.
+    /// Name of the `MemberCluster`: an RFC 1123 label of at most 63 characters.
+    #[schemars(length(min = 1, max = MEMBER_NAME_MAX_LENGTH), regex(pattern = RFC1123_LABEL_PATTERN))]
     pub name: String,
     /// Share of Jobs under `weightedRoundRobin` (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,6 +168,7 @@ pub struct ResourcesOverride {
 pub struct ClusterScheduling {
     /// `weightedRoundRobin` (default) or `priorityFailover`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["weightedRoundRobin", "priorityFailover"]))]
     pub strategy: Option<String>,
     /// Class and size of this workload; required under `priorityFailover`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,6 +208,7 @@ pub struct FailoverPolicy {
     pub soft_taint_duration: Option<String>,
     /// `keepAll` (default), `preferFailover`, `preferSource`, `immediateSourceCleanup`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["keepAll", "preferFailover", "preferSource", "immediateSourceCleanup"]))]
     pub duplication_policy: Option<String>,
 }
 
@@ -218,8 +225,9 @@ pub struct DistributedScaledJobStatus {
     /// Jobs not yet running.
     #[serde(default)]
     pub pending_jobs: i32,
-    /// Per member, keyed by member name.
+    /// Per member, keyed by member name (at most [`super::MAX_LISTED_MEMBERS`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = super::MAX_LISTED_MEMBERS))]
     pub member_cluster_statuses: BTreeMap<String, DsjMemberClusterStatus>,
     /// Label selector for `/scale`; never empty and matches no pod in the hub.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 
 use super::keda::ScaledObjectSpec;
 use crate::duration;
-use crate::validate::{MAX_MEMBERS, MAX_REPLICAS, MAX_TIER, MAX_WEIGHT};
+use crate::limits::{
+    MAX_MEMBERS, MAX_REPLICAS, MAX_TIER, MAX_WEIGHT, MEMBER_NAME_MAX_LENGTH, NAMESPACE_MAX_LENGTH,
+    RFC1123_LABEL_PATTERN,
+};
 
 /// Default of `rebalancingPolicy.maxRebalancePercentage`.
 pub const DEFAULT_MAX_REBALANCE_PERCENTAGE: i32 = 50;
@@ -117,7 +120,8 @@ pub struct DistributedScaledObjectSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DsoMemberCluster {
-    /// Name of the `MemberCluster`.
+    /// Name of the `MemberCluster`: an RFC 1123 label of at most 63 characters.
+    #[schemars(length(min = 1, max = MEMBER_NAME_MAX_LENGTH), regex(pattern = RFC1123_LABEL_PATTERN))]
     pub name: String,
     /// Share of replicas relative to the other members (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,6 +129,7 @@ pub struct DsoMemberCluster {
     pub weight: Option<i32>,
     /// Namespace of the workload in this member (default: the DSO's namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = NAMESPACE_MAX_LENGTH), regex(pattern = RFC1123_LABEL_PATTERN))]
     pub target_namespace: Option<String>,
     /// Spill-over tier: tier 0 fills first, then tier 1, …; scale-in drains the highest
     /// tier first.
@@ -195,8 +200,9 @@ pub struct Placement {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedScaledObjectStatus {
-    /// Per member cluster, keyed by member name.
+    /// Per member cluster, keyed by member name (at most [`super::MAX_LISTED_MEMBERS`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = super::MAX_LISTED_MEMBERS))]
     pub member_cluster_statuses: BTreeMap<String, DsoMemberClusterStatus>,
     /// Members that are Ready.
     #[serde(default)]
@@ -250,6 +256,7 @@ pub struct PodMetricsStatus {
     /// Each member's contribution, keyed by member name (at most
     /// [`super::MAX_LISTED_MEMBERS`], members with missing pods first).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = super::MAX_LISTED_MEMBERS))]
     pub members: BTreeMap<String, PodMetricsMemberStatus>,
 }
 

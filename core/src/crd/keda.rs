@@ -8,9 +8,10 @@ use k8s_openapi::api::batch::v1::JobSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{
+use crate::limits::{
     MAX_COOLDOWN_PERIOD, MAX_FAILURE_THRESHOLD, MAX_JOBS, MAX_POLLING_INTERVAL,
-    MAX_QUEUE_LENGTH_DEDUCTION, MAX_REPLICAS, MAX_TRIGGERS,
+    MAX_QUEUE_LENGTH_DEDUCTION, MAX_REPLICAS, MAX_TRIGGERS, OBJECT_NAME_MAX_LENGTH,
+    RFC1123_SUBDOMAIN_PATTERN,
 };
 
 /// KEDA's default `pollingInterval` in seconds.
@@ -28,6 +29,7 @@ pub const DEFAULT_JOBS_HISTORY_LIMIT: i32 = 100;
 pub struct ScaleTriggers {
     /// Scaler type, e.g. `rabbitmq`, `prometheus`, `kubernetes-resource`.
     #[serde(rename = "type")]
+    #[schemars(length(min = 1))]
     pub type_: String,
     /// Optional trigger name; a DSJ simulation scenario refers to triggers by this name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -41,6 +43,7 @@ pub struct ScaleTriggers {
     /// `AverageValue` (default), `Value` or `Utilization`. A DSO refuses `Value`: the HPA
     /// would divide by the pods its selector finds in the hub, and there are none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["AverageValue", "Value", "Utilization"]))]
     pub metric_type: Option<String>,
     /// Whether KEDA may answer from its metrics cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +58,7 @@ pub struct AuthenticationRef {
     pub name: String,
     /// `TriggerAuthentication` (default) or `ClusterTriggerAuthentication`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["TriggerAuthentication", "ClusterTriggerAuthentication"]))]
     pub kind: Option<String>,
 }
 
@@ -68,7 +72,8 @@ pub struct ScaleTargetRef {
     /// Kind of the target, default `Deployment`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Name of the target.
+    /// Name of the target (an RFC 1123 subdomain, as object names are).
+    #[schemars(length(min = 1, max = OBJECT_NAME_MAX_LENGTH), regex(pattern = RFC1123_SUBDOMAIN_PATTERN))]
     pub name: String,
     /// Container whose environment KEDA reads for trigger settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +93,7 @@ pub struct Fallback {
     /// `static` (default), `currentReplicas`, `currentReplicasIfHigher`,
     /// `currentReplicasIfLower`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"]))]
     pub behavior: Option<String>,
 }
 
@@ -133,6 +139,7 @@ pub struct ScalingModifiers {
     pub activation_target: Option<String>,
     /// Metric type of the composite metric; a DSO refuses `Value` here too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["AverageValue", "Value", "Utilization"]))]
     pub metric_type: Option<String>,
 }
 
@@ -194,9 +201,11 @@ impl ScaledObjectSpec {
 pub struct Rollout {
     /// `default` (delete running Jobs on update) or `gradual`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["default", "gradual"]))]
     pub strategy: Option<String>,
     /// `background` (default) or `foreground`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["background", "foreground"]))]
     pub propagation_policy: Option<String>,
 }
 
@@ -206,6 +215,7 @@ pub struct Rollout {
 pub struct ScalingStrategy {
     /// `default`/`basic`, `pendingAware` (DSJ default), `custom`, `accurate`, `eager`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["default", "basic", "pendingAware", "custom", "accurate", "eager"]))]
     pub strategy: Option<String>,
     /// `custom`: subtracted from the target metric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +229,7 @@ pub struct ScalingStrategy {
     pub pending_pod_conditions: Option<Vec<String>>,
     /// `max` (default), `min`, `avg` or `sum` over several triggers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["max", "min", "avg", "sum"]))]
     pub multiple_scalers_calculation: Option<String>,
 }
 
@@ -253,6 +264,7 @@ pub struct ScaledJobSpec {
     pub max_replica_count: Option<i32>,
     /// Deprecated form of `rollout.strategy`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["default", "gradual"]))]
     pub rollout_strategy: Option<String>,
     /// What happens to running Jobs when the spec changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

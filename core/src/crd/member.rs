@@ -8,6 +8,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{NAMESPACE_MAX_LENGTH, RFC1123_LABEL_PATTERN};
+
 /// Spec of a [`MemberCluster`]. Identity is the resource name, which is also the name in
 /// the agent's client certificate.
 // kube's derive takes one `printcolumn(...)` per column; clippy sees repeated attributes.
@@ -55,6 +57,7 @@ pub struct MemberClusterSpec {
     pub description: Option<String>,
     /// Namespaces the agent is allowed to act in, as installed; informational on the hub.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1, max = NAMESPACE_MAX_LENGTH), regex(pattern = RFC1123_LABEL_PATTERN)))]
     pub namespaces: Vec<String>,
     /// Member namespaces that DistributedScaledObjects of a hub namespace may target besides
     /// their own (`memberClusters[].targetNamespace`). Without an entry, a DSO places
@@ -69,8 +72,10 @@ pub struct MemberClusterSpec {
 #[serde(rename_all = "camelCase")]
 pub struct NamespaceMapping {
     /// Namespace in the hub cluster of the DSOs this grant is for.
+    #[schemars(length(min = 1, max = NAMESPACE_MAX_LENGTH), regex(pattern = RFC1123_LABEL_PATTERN))]
     pub hub_namespace: String,
     /// Member namespaces they may target.
+    #[schemars(inner(length(min = 1, max = NAMESPACE_MAX_LENGTH), regex(pattern = RFC1123_LABEL_PATTERN)))]
     pub member_namespaces: Vec<String>,
 }
 

@@ -92,15 +92,139 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             "/properties/spec/properties/memberClusters/items/properties/podOverrides/properties/containerOverrides/additionalProperties/properties/resources/properties/claims",
         ],
     );
-    vec![dso, dsj, MemberCluster::crd()]
+    vec![bound(dso), bound(dsj), bound(MemberCluster::crd())]
+}
+
+/// The HPA behaviour as the API server validates an HPA (`ValidateHorizontalPodAutoscaler`):
+/// KEDA copies it into the HPA it creates, so a value the HPA refuses must be refused here.
+const HPA_BEHAVIOR: &str = "/properties/spec/properties/scaledObjectSpec/properties/advanced/properties/horizontalPodAutoscalerConfig/properties/behavior";
+/// Largest HPA `stabilizationWindowSeconds` (one hour, as the HPA validation allows).
+const MAX_STABILIZATION_WINDOW_SECONDS: i64 = 3_600;
+/// Largest HPA policy `periodSeconds` (30 minutes, as the HPA validation allows).
+const MAX_POLICY_PERIOD_SECONDS: i64 = 1_800;
+
+/// Adds the bounds the types cannot say themselves: every `int32` field gets the `int32`
+/// range unless it has a tighter one (a typed list decodes an out-of-range number as an
+/// error, and one such object stops a controller's list), and the HPA behaviour gets the
+/// HPA's own bounds and enums.
+fn bound(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    edit_schema(crd, |json| {
+        bound_int32(json);
+        for rules in ["scaleUp", "scaleDown"] {
+            let at = format!("{HPA_BEHAVIOR}/properties/{rules}/properties");
+            let set = |json: &mut serde_json::Value, pointer: &str, key: &str, value| {
+                if let Some(map) = json.pointer_mut(pointer).and_then(|n| n.as_object_mut()) {
+                    map.insert(key.to_owned(), value);
+                }
+            };
+            let policy = format!("{at}/policies/items/properties");
+            set(
+                json,
+                &format!("{policy}/value"),
+                "minimum",
+                serde_json::json!(1),
+            );
+            set(
+                json,
+                &format!("{policy}/periodSeconds"),
+                "minimum",
+                serde_json::json!(1),
+            );
+            set(
+                json,
+                &format!("{policy}/periodSeconds"),
+                "maximum",
+                serde_json::json!(MAX_POLICY_PERIOD_SECONDS),
+            );
+            set(
+                json,
+                &format!("{policy}/type"),
+                "enum",
+                serde_json::json!(["Pods", "Percent"]),
+            );
+            set(
+                json,
+                &format!("{at}/selectPolicy"),
+                "enum",
+                serde_json::json!(["Max", "Min", "Disabled"]),
+            );
+            set(
+                json,
+                &format!("{at}/stabilizationWindowSeconds"),
+                "minimum",
+                serde_json::json!(0),
+            );
+            set(
+                json,
+                &format!("{at}/stabilizationWindowSeconds"),
+                "maximum",
+                serde_json::json!(MAX_STABILIZATION_WINDOW_SECONDS),
+            );
+        }
+    })
+}
+
+/// Gives every `format: int32` integer node without a `minimum`/`maximum` the `int32` one.
+fn bound_int32(node: &mut serde_json::Value) {
+    let Some(map) = node.as_object_mut() else {
+        return;
+    };
+    if map.get("type").and_then(serde_json::Value::as_str) == Some("integer")
+        && map.get("format").and_then(serde_json::Value::as_str) == Some("int32")
+    {
+        map.entry("minimum").or_insert(serde_json::json!(i32::MIN));
+        map.entry("maximum").or_insert(serde_json::json!(i32::MAX));
+    }
+    for (key, child) in map.iter_mut() {
+        match key.as_str() {
+            "properties" => child
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|fields| fields.values_mut())
+                .for_each(bound_int32),
+            "items" | "additionalProperties" | "not" => bound_int32(child),
+            "allOf" | "anyOf" | "oneOf" => child
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+                .for_each(bound_int32),
+            _ => {}
+        }
+    }
+}
+
+/// Runs `edit` on the openAPIV3Schema of every version as JSON: the typed schema has too
+/// many shapes to walk by hand. Both conversions are of a value that was just produced from
+/// the same type; should one fail, the schema stays as it was.
+fn edit_schema(
+    mut crd: CustomResourceDefinition,
+    edit: impl Fn(&mut serde_json::Value),
+) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.take())
+        else {
+            continue;
+        };
+        let Ok(mut json) = serde_json::to_value(&schema) else {
+            if let Some(s) = version.schema.as_mut() {
+                s.open_api_v3_schema = Some(schema);
+            }
+            continue;
+        };
+        edit(&mut json);
+        if let Some(s) = version.schema.as_mut() {
+            s.open_api_v3_schema = Some(serde_json::from_value(json).unwrap_or(schema));
+        }
+    }
+    crd
 }
 
 /// Removes `description` from every schema node below each of `pointers` (JSON pointers
 /// into the openAPIV3Schema), keeping the description of the node itself.
-fn trim_descriptions(
-    mut crd: CustomResourceDefinition,
-    pointers: &[&str],
-) -> CustomResourceDefinition {
+fn trim_descriptions(crd: CustomResourceDefinition, pointers: &[&str]) -> CustomResourceDefinition {
     // Walks schema nodes only: `properties` maps field names to schemas (a field may be
     // called `description`), and `default`/`enum` values are data, not schemas.
     fn strip(node: &mut serde_json::Value) {
@@ -123,22 +247,7 @@ fn trim_descriptions(
             }
         }
     }
-    for version in &mut crd.spec.versions {
-        let Some(schema) = version
-            .schema
-            .as_mut()
-            .and_then(|s| s.open_api_v3_schema.take())
-        else {
-            continue;
-        };
-        // Edit as JSON: the typed schema has too many shapes to walk by hand. Both
-        // conversions are of a value that was just produced from the same type.
-        let Ok(mut json) = serde_json::to_value(&schema) else {
-            if let Some(s) = version.schema.as_mut() {
-                s.open_api_v3_schema = Some(schema);
-            }
-            continue;
-        };
+    edit_schema(crd, |json| {
         for pointer in pointers {
             if let Some(node) = json.pointer_mut(pointer) {
                 let own = node.get("description").cloned();
@@ -148,11 +257,7 @@ fn trim_descriptions(
                 }
             }
         }
-        if let Some(s) = version.schema.as_mut() {
-            s.open_api_v3_schema = Some(serde_json::from_value(json).unwrap_or(schema));
-        }
-    }
-    crd
+    })
 }
 
 #[cfg(test)]
