@@ -360,7 +360,9 @@ async fn a_failing_watch_is_unready_and_sigterm_still_releases_the_lease() {
         .await;
     let why = wait_for(LIMIT, "/readyz to turn 503", || async {
         match ready(fleet.ports).await {
-            Some(false) => readyz_body(fleet.ports).await,
+            Some(false) => ops_request(fleet.ports, "/readyz")
+                .await
+                .map(|(_, body)| body),
             _ => None,
         }
     })
@@ -380,21 +382,6 @@ async fn a_failing_watch_is_unready_and_sigterm_still_releases_the_lease() {
     let took = stop_hub(&mut hub).await;
     eprintln!("hub stopped {took:?} after SIGTERM");
     assert_eq!(lease_holder(&fleet), None, "the Lease was not released");
-}
-
-async fn readyz_body(ports: HubPorts) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", ports.ops))
-        .await
-        .ok()?;
-    stream
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    let text = String::from_utf8_lossy(&response);
-    Some(text.split_once("\r\n\r\n")?.1.to_owned())
 }
 
 /// Fault: a DSO refused by namespace policy (older, in another tenant's namespace, placing

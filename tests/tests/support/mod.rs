@@ -285,26 +285,18 @@ pub async fn sessions(ports: HubPorts) -> Option<Vec<Value>> {
 /// Whether the process answering on `ops` says it is ready (`/readyz` 200); `None` while
 /// nothing answers.
 pub async fn ready(ports: HubPorts) -> Option<bool> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", ports.ops))
-        .await
-        .ok()?;
-    stream
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut response = Vec::new();
-    tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut response))
-        .await
-        .ok()?
-        .ok()?;
-    let status = String::from_utf8_lossy(&response);
-    let code = status.split_whitespace().nth(1)?;
-    Some(code == "200")
+    Some(ops_request(ports, "/readyz").await?.0 == 200)
 }
 
 /// The body of `GET PATH` on the hub's ops endpoint, if it answers 200.
 pub async fn ops_get(ports: HubPorts, path: &str) -> Option<String> {
+    let (status, body) = ops_request(ports, path).await?;
+    (status == 200).then_some(body)
+}
+
+/// The status code and body of `GET PATH` on the hub's ops endpoint; `None` while nothing
+/// answers (or not within 5 s).
+pub async fn ops_request(ports: HubPorts, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", ports.ops))
         .await
@@ -318,7 +310,10 @@ pub async fn ops_get(ports: HubPorts, path: &str) -> Option<String> {
         .ok()?;
     let text = String::from_utf8_lossy(&response);
     let (head, body) = text.split_once("\r\n\r\n")?;
-    (head.split_whitespace().nth(1)? == "200").then(|| body.to_owned())
+    Some((
+        head.split_whitespace().nth(1)?.parse().ok()?,
+        body.to_owned(),
+    ))
 }
 
 /// The state of one member, if the hub knows it.
