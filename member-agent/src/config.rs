@@ -49,8 +49,9 @@ pub struct AgentArgs {
     /// PEM bundle of the hub CA.
     #[arg(long, env = "KEDGE_AGENT_TLS_CA")]
     pub tls_ca: PathBuf,
-    /// TCP address of the ops endpoint (/metrics, /healthz, /readyz).
-    #[arg(long, env = "KEDGE_AGENT_OPS_LISTEN", default_value = "0.0.0.0:8081")]
+    /// TCP address of the ops endpoint (/metrics, /healthz, /readyz); loopback unless
+    /// widened (the chart and `kubectl kedge install agent` set 0.0.0.0:8081 for probes).
+    #[arg(long, env = "KEDGE_AGENT_OPS_LISTEN", default_value = "127.0.0.1:8081")]
     pub ops_listen: SocketAddr,
     /// Namespaces the agent may act in (comma-separated); commands for any other namespace
     /// are refused. Required unless --all-namespaces.
@@ -249,6 +250,14 @@ mod tests {
             .unwrap()
             .policy();
         assert_eq!(policy.namespaces, NamespacePolicy::All);
+    }
+
+    #[test]
+    fn the_ops_endpoint_listens_on_loopback_unless_told_otherwise() {
+        let args = with(&["--hub", "h:1"]).unwrap();
+        assert_eq!(args.ops_listen, "127.0.0.1:8081".parse().unwrap());
+        let wide = with(&["--hub", "h:1", "--ops-listen", "0.0.0.0:8081"]).unwrap();
+        assert_eq!(wide.ops_listen, "0.0.0.0:8081".parse().unwrap());
     }
 
     #[test]
