@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::duplication::JobPhase;
 use super::metrics::{Reading, TriggerState};
-use super::step::{DsjMember, DsjState, JobView, Remembered, StepOutput, taint_level};
+use super::step::{
+    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepOutput, taint_level,
+};
 use super::taint::TaintLevel;
 use super::{Eligibility, MemberJobs};
 use crate::crd::conditions::{
@@ -70,6 +72,38 @@ pub const EVENT_INVALID_SPEC: &str = crate::dso::outcome::EVENT_INVALID_SPEC;
 /// needs a few seconds to serve a new ScaledObject.
 pub fn first_reading_grace(polling: Duration) -> Duration {
     polling.saturating_add(Duration::from_secs(10))
+}
+
+/// The Warning Event of a member whose Job creates failed, with the taint it now has.
+pub fn create_failed_event(member: &str, why: &str, level: TaintLevel) -> Event {
+    Event::warning(
+        EVENT_JOB_CREATE_FAILED,
+        format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
+    )
+}
+
+/// The Event of a failover Job `job` created in `member` to replace the stuck `source`.
+pub fn failover_event(source: &str, job: &str, member: &str) -> Event {
+    Event::normal(
+        EVENT_FAILOVER,
+        format!("Job {source} is stuck; {job} replaces it in {member}"),
+    )
+}
+
+/// The Event of a Job deleted by the rollout, the duplication policy or the history limits.
+pub fn deletion_event(d: &Deletion) -> Event {
+    let (reason, why) = match d.why {
+        Cleanup::Rollout => (
+            EVENT_JOB_ROLLED_OUT,
+            "made from an earlier spec; rollout.strategy default",
+        ),
+        Cleanup::Duplicate => (EVENT_JOB_CLEANED_UP, "duplicationPolicy"),
+        Cleanup::History => (EVENT_JOB_CLEANED_UP, "beyond the history limit"),
+    };
+    Event::normal(
+        reason,
+        format!("deleting Job {} in {} ({why})", d.name, d.member),
+    )
 }
 
 /// Everything the status of a poll is decided from.

@@ -18,9 +18,8 @@ use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, V
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, usable};
 use kedge_core::dsj::outcome::{
-    EVENT_FAILOVER, EVENT_INVALID_SPEC, EVENT_JOB_CLEANED_UP, EVENT_JOB_CREATE_FAILED,
-    EVENT_JOB_DELETE_FAILED, EVENT_JOB_ROLLED_OUT, EVENT_UNKNOWN_CONTAINER, OutcomeInput,
-    next_wake, outcome,
+    EVENT_INVALID_SPEC, EVENT_JOB_DELETE_FAILED, EVENT_UNKNOWN_CONTAINER, OutcomeInput,
+    create_failed_event, deletion_event, failover_event, next_wake, outcome,
 };
 use kedge_core::dsj::pending::is_pending;
 use kedge_core::dsj::persist::saved_taints;
@@ -611,10 +610,7 @@ fn decide(
     state.taints.share(shared);
     for (member, why) in &create_failures {
         let level = create_failed(settings, &mut state, member, now);
-        events.push(Event::warning(
-            EVENT_JOB_CREATE_FAILED,
-            format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
-        ));
+        events.push(create_failed_event(member, why, level));
     }
     let levels_before: BTreeMap<String, TaintLevel> = names
         .iter()
@@ -689,13 +685,7 @@ fn decide(
                 events.push(Event::warning(EVENT_UNKNOWN_CONTAINER, w));
             }
             if let Some(source) = replaces {
-                events.push(Event::normal(
-                    EVENT_FAILOVER,
-                    format!(
-                        "Job {source} is stuck; {job_name} replaces it in {}",
-                        creates.member
-                    ),
-                ));
+                events.push(failover_event(source, &job_name, &creates.member));
             }
             let manifest_json =
                 serde_json::to_vec(&manifest).map_err(|source| Error::Serialize {
@@ -772,16 +762,9 @@ fn delete(
     if held.deletes.iter().any(|x| x.name == d.name) || (d.why != Cleanup::Rollout && !reported) {
         return;
     }
-    let (propagation, why) = match d.why {
-        Cleanup::Rollout => (
-            match settings.propagation {
-                validate::Propagation::Background => Propagation::Background,
-                validate::Propagation::Foreground => Propagation::Foreground,
-            },
-            "made from an earlier spec; rollout.strategy default",
-        ),
-        Cleanup::Duplicate => (Propagation::Background, "duplicationPolicy"),
-        Cleanup::History => (Propagation::Background, "beyond the history limit"),
+    let propagation = match (d.why, settings.propagation) {
+        (Cleanup::Rollout, validate::Propagation::Foreground) => Propagation::Foreground,
+        _ => Propagation::Background,
     };
     held.deletes.push(JobDelete {
         namespace: namespace.to_owned(),
@@ -789,14 +772,7 @@ fn delete(
         owner: owner.to_owned(),
         propagation,
     });
-    events.push(Event::normal(
-        if d.why == Cleanup::Rollout {
-            EVENT_JOB_ROLLED_OUT
-        } else {
-            EVENT_JOB_CLEANED_UP
-        },
-        format!("deleting Job {} in {} ({why})", d.name, d.member),
-    ));
+    events.push(deletion_event(d));
 }
 
 /// The taints the other DSJs of `namespace` keep (the status this process wrote last for
