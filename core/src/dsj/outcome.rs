@@ -424,17 +424,85 @@ fn why_not(members: &[MemberJobs]) -> String {
 /// unplaced, every create refused), and Degraded is then True with the same reason, so the
 /// two never contradict each other.
 fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Condition> {
+    let not_ready = not_ready(i, &in_state(triggers, "Error"));
+    let p = &i.previous.conditions;
+    let ready = match &not_ready {
+        Some((reason, message)) => condition(
+            p,
+            CONDITION_READY,
+            false,
+            reason,
+            message.clone(),
+            i.generation,
+            i.now,
+        ),
+        None => condition(
+            p,
+            CONDITION_READY,
+            true,
+            REASON_RECONCILED,
+            "Jobs are planned every pollingInterval".to_owned(),
+            i.generation,
+            i.now,
+        ),
+    };
+    let paused = i.settings.paused;
+    let (degraded, reason, message) = degraded(i, not_ready, &in_state(triggers, TRIGGER_PENDING));
+    vec![
+        ready,
+        condition(
+            p,
+            CONDITION_PAUSED,
+            paused,
+            if paused {
+                REASON_PAUSED_BY_ANNOTATION
+            } else {
+                "NotPaused"
+            },
+            if paused {
+                "autoscaling.keda.sh/paused: no new Jobs are created"
+            } else {
+                "Jobs are created as the triggers ask"
+            }
+            .to_owned(),
+            i.generation,
+            i.now,
+        ),
+        condition(
+            p,
+            CONDITION_DEGRADED,
+            degraded,
+            reason,
+            message,
+            i.generation,
+            i.now,
+        ),
+    ]
+}
+
+/// The names of the triggers in `state`.
+fn in_state<'t>(triggers: &'t [TriggerMetricStatus], state: &str) -> Vec<&'t str> {
+    triggers
+        .iter()
+        .filter(|t| t.state == state)
+        .map(|t| t.name.as_str())
+        .collect()
+}
+
+/// The members whose creates failed in this poll, with why: `member-1: why; member-2: why`.
+fn create_failures(i: &OutcomeInput<'_>) -> String {
+    i.create_failures
+        .iter()
+        .map(|(m, why)| format!("{m}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why Ready is False (reason and message), if it is: in this order, a trigger that cannot
+/// be read (`errors`), no eligible member while Jobs are wanted, Jobs left unplaced, every
+/// eligible member refusing its creates.
+fn not_ready(i: &OutcomeInput<'_>, errors: &[&str]) -> Option<(&'static str, String)> {
     let plan = &i.out.plan;
-    let errors: Vec<&str> = triggers
-        .iter()
-        .filter(|t| t.state == "Error")
-        .map(|t| t.name.as_str())
-        .collect();
-    let waiting: Vec<&str> = triggers
-        .iter()
-        .filter(|t| t.state == TRIGGER_PENDING)
-        .map(|t| t.name.as_str())
-        .collect();
     let eligible: Vec<&str> = plan
         .members
         .iter()
@@ -450,14 +518,7 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
         && eligible
             .iter()
             .all(|m| i.create_failures.iter().any(|(f, _)| f == m));
-    let failures = || {
-        i.create_failures
-            .iter()
-            .map(|(m, why)| format!("{m}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let not_ready: Option<(&str, String)> = if !errors.is_empty() {
+    if !errors.is_empty() {
         Some((
             REASON_METRIC_UNAVAILABLE,
             format!(
@@ -491,39 +552,30 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
     } else if refusing_all {
         Some((
             REASON_JOB_CREATE_FAILED,
-            format!("every member refuses the Jobs it is sent: {}", failures()),
+            format!(
+                "every member refuses the Jobs it is sent: {}",
+                create_failures(i)
+            ),
         ))
     } else {
         None
-    };
-    let p = &i.previous.conditions;
-    let ready = match &not_ready {
-        Some((reason, message)) => condition(
-            p,
-            CONDITION_READY,
-            false,
-            reason,
-            message.clone(),
-            i.generation,
-            i.now,
-        ),
-        None => condition(
-            p,
-            CONDITION_READY,
-            true,
-            REASON_RECONCILED,
-            "Jobs are planned every pollingInterval".to_owned(),
-            i.generation,
-            i.now,
-        ),
-    };
-    let paused = i.settings.paused;
-    let degraded = match (&not_ready, i.create_failures.is_empty(), waiting.is_empty()) {
-        (Some((reason, message)), _, _) => (true, *reason, message.clone()),
+    }
+}
+
+/// Degraded (status, reason, message): True with Ready's reason when Ready is False
+/// (`not_ready`), True when some member refused its creates, else False, saying which new
+/// triggers are still `waiting` for their first value.
+fn degraded(
+    i: &OutcomeInput<'_>,
+    not_ready: Option<(&'static str, String)>,
+    waiting: &[&str],
+) -> (bool, &'static str, String) {
+    match (not_ready, i.create_failures.is_empty(), waiting.is_empty()) {
+        (Some((reason, message)), _, _) => (true, reason, message),
         (None, false, _) => (
             true,
             REASON_JOB_CREATE_FAILED,
-            format!("creating Jobs failed: {}", failures()),
+            format!("creating Jobs failed: {}", create_failures(i)),
         ),
         (None, true, false) => (
             false,
@@ -535,37 +587,7 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
             REASON_NO_FAILURES,
             "every trigger can be read and every member takes its Jobs".to_owned(),
         ),
-    };
-    vec![
-        ready,
-        condition(
-            p,
-            CONDITION_PAUSED,
-            paused,
-            if paused {
-                REASON_PAUSED_BY_ANNOTATION
-            } else {
-                "NotPaused"
-            },
-            if paused {
-                "autoscaling.keda.sh/paused: no new Jobs are created"
-            } else {
-                "Jobs are created as the triggers ask"
-            }
-            .to_owned(),
-            i.generation,
-            i.now,
-        ),
-        condition(
-            p,
-            CONDITION_DEGRADED,
-            degraded.0,
-            degraded.1,
-            degraded.2,
-            i.generation,
-            i.now,
-        ),
-    ]
+    }
 }
 
 /// When the DSJ must be looked at before its next poll, if ever: the moment a pending Job
