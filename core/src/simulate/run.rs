@@ -399,11 +399,7 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
         members.push(member);
     }
     let mut hub = SimHub {
-        name: s
-            .metadata
-            .name
-            .clone()
-            .unwrap_or_else(|| "simulated".to_owned()),
+        name: s.metadata.name.as_deref().unwrap_or("simulated").to_owned(),
         interval,
         state: DsjState::default(),
         previous: DistributedScaledJobStatus::default(),
@@ -449,23 +445,71 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
             .map(|m| m.name.clone())
             .collect();
         let mut report = dsj_report(&poll.out, &settings, &hub.state, &names, now);
-        let creating = poll
-            .out
-            .creates
-            .iter()
-            .map(dsj::step::Creates::total)
-            .fold(0u64, u64::saturating_add);
         if u64::try_from(jobs.jobs.len())
             .unwrap_or(u64::MAX)
-            .saturating_add(creating)
+            .saturating_add(poll.creating)
             > MAX_SIMULATED_JOBS as u64
         {
             return Err(too_many_jobs(format!("steps[{i}]")));
         }
         let mut events = poll.events;
-        // The members run what was decided.
-        for creates in poll.out.creates {
-            let Some(member) = members.iter().find(|x| x.name == creates.member) else {
+        let sim = Sim {
+            settings: &settings,
+            members: &members,
+            now,
+        };
+        sim.create(
+            &mut hub,
+            poll.out.creates,
+            &mut jobs,
+            &mut report,
+            &mut events,
+        );
+        sim.settle(&mut jobs, &mut report, &mut events);
+        events.extend(poll.outcome_events);
+        report.conditions = poll.conditions;
+        report.events = published(events);
+        steps.push(StepReport::Dsj(report));
+    }
+    Ok(Report {
+        members: names,
+        steps,
+    })
+}
+
+/// The Events as the hub publishes them: more than a few of one reason folded into one.
+fn published(events: Vec<Event>) -> Vec<EventReport> {
+    fold_alike(
+        events,
+        |e| e.reason,
+        |e| &e.note,
+        |e, note| Event { note, ..e },
+    )
+    .into_iter()
+    .map(EventReport::from)
+    .collect()
+}
+
+/// The simulated members at one step.
+struct Sim<'a> {
+    settings: &'a validate::DsjSettings,
+    members: &'a [SimDsjMember],
+    now: SystemTime,
+}
+
+impl Sim<'_> {
+    /// The members run what was decided: a Job runs in a Ready member that `acceptsJobs`,
+    /// else it pends; a member that `failCreates` refuses each (one taint failure a poll).
+    fn create(
+        &self,
+        hub: &mut SimHub,
+        creates: Vec<dsj::step::Creates>,
+        jobs: &mut SimJobs,
+        report: &mut DsjStepReport,
+        events: &mut Vec<Event>,
+    ) {
+        for creates in creates {
+            let Some(member) = self.members.iter().find(|x| x.name == creates.member) else {
                 continue;
             };
             let phase = if member.accepts_jobs && member.state == MemberState::Ready {
@@ -481,51 +525,39 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                         .entry(member.name.clone())
                         .or_default();
                     if *failed == 0 {
-                        let level = create_failed(&settings, &mut hub.state, &member.name, now);
+                        let level =
+                            create_failed(self.settings, &mut hub.state, &member.name, self.now);
                         hub.failed.push((member.name.clone(), level));
                     }
                     *failed += 1;
                     continue;
                 }
-                jobs.add(&member.name, phase, now, replaces.clone());
+                jobs.add(&member.name, phase, self.now, replaces.clone());
                 if let (Some(source), Some(job)) = (replaces, jobs.jobs.last()) {
                     events.push(failover_event(&source, &job.name, &member.name));
                 }
             }
         }
-        // Pending Jobs start in members that have room again.
+    }
+
+    /// Pending Jobs start in members that have room again, then the duplication policy
+    /// resolves source/failover pairs.
+    fn settle(&self, jobs: &mut SimJobs, report: &mut DsjStepReport, events: &mut Vec<Event>) {
         for job in &mut jobs.jobs {
             if job.phase == JobPhase::Pending
-                && members.iter().any(|m| {
+                && self.members.iter().any(|m| {
                     m.name == job.member && m.accepts_jobs && m.state == MemberState::Ready
                 })
             {
                 job.phase = JobPhase::Running;
             }
         }
-        // The duplication policy resolves source/failover pairs.
-        for gone in cleanup(&settings, &jobs.jobs) {
+        for gone in cleanup(self.settings, &jobs.jobs) {
             jobs.jobs.retain(|j| j.name != gone.name);
             events.push(deletion_event(&gone));
             *report.deleted.entry(gone.member).or_default() += 1;
         }
-        events.extend(poll.outcome_events);
-        report.conditions = poll.conditions;
-        report.events = fold_alike(
-            events,
-            |e| e.reason,
-            |e| &e.note,
-            |e, note| Event { note, ..e },
-        )
-        .into_iter()
-        .map(EventReport::from)
-        .collect();
-        steps.push(StepReport::Dsj(report));
     }
-    Ok(Report {
-        members: names,
-        steps,
-    })
 }
 
 /// What the simulated hub keeps between polls.
@@ -545,6 +577,8 @@ struct SimHub {
 /// What one simulated poll decided.
 struct SimPoll {
     out: StepOutput,
+    /// The Jobs `out` creates.
+    creating: u64,
     /// Events decided before the step (creates that failed in the previous poll).
     events: Vec<Event>,
     /// Events `outcome` decided; the hub publishes them after those of its creates and
@@ -609,7 +643,7 @@ impl SimHub {
             .creates
             .iter()
             .map(dsj::step::Creates::total)
-            .fold(jobs.next_id, u64::saturating_add);
+            .fold(0, u64::saturating_add);
         let decided = outcome(&OutcomeInput {
             previous: &self.previous,
             generation: Some(1),
@@ -625,7 +659,7 @@ impl SimHub {
             state: &self.state,
             levels_before: &levels_before,
             create_failures: &create_failures,
-            next_index: i64::try_from(creating).unwrap_or(i64::MAX),
+            next_index: i64::try_from(jobs.next_id.saturating_add(creating)).unwrap_or(i64::MAX),
             now,
         });
         let conditions = decided
@@ -642,6 +676,7 @@ impl SimHub {
         self.previous = decided.status;
         SimPoll {
             out,
+            creating,
             events,
             outcome_events: decided.events,
             conditions,
