@@ -397,8 +397,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     /// KEDA's bound: Jobs after a poll never exceed `minReplicaCount` + KEDA's
-    /// `MaxReplicaCount()` (that is `maxReplicaCount` when min ≤ max, 100 when unset); Jobs
-    /// already beyond it get no more. `custom` subtracts only a share of the running Jobs, so
+    /// `MaxReplicaCount()` (that is `maxReplicaCount` when min ≤ max, min + 100 when max is
+    /// unset, and twice `maxReplicaCount` when min > max, where KEDA's `MinReplicaCount()` and
+    /// `MaxReplicaCount()` both return max); Jobs already beyond it get no more. `custom` subtracts only a share of the running Jobs, so
     /// KEDA bounds one poll's creates by `maxReplicaCount` instead. The status `outcome`
     /// writes counts the same Jobs.
     #[test]

@@ -2,9 +2,9 @@
 //! interval it reads the triggers through the shadow KEDA ScaledObject (whose target is the
 //! DSJ's own `/scale`; the hub never runs a ScaledJob, which would create Jobs in the hub
 //! cluster), the Jobs every member reports, and the state the previous poll left in status;
-//! calls `step` and `cleanup` (the same functions `kubectl kedge simulate` runs); and writes
-//! what they decided: Job creates and deletes into the [`Fleet`](crate::fleet::Fleet),
-//! Events, status.
+//! calls `step`, `cleanup` and `outcome` (the same functions `kubectl kedge simulate` runs);
+//! and writes what they decided: Job creates and deletes into the
+//! [`Fleet`](crate::fleet::Fleet), Events, status.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
