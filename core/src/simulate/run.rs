@@ -400,7 +400,10 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
     }
     let mut hub = SimHub {
         name: s.metadata.name.as_deref().unwrap_or("simulated").to_owned(),
-        interval,
+        // As the controller reads it.
+        polling: Duration::from_secs(
+            u64::try_from(s.spec.scaled_job_spec.polling_interval.unwrap_or(30)).unwrap_or(30),
+        ),
         state: DsjState::default(),
         previous: DistributedScaledJobStatus::default(),
         failed: Vec::new(),
@@ -564,8 +567,8 @@ impl Sim<'_> {
 struct SimHub {
     /// The DSJ's name (for the status selector).
     name: String,
-    /// `interval`, taken as the `pollingInterval`.
-    interval: Duration,
+    /// The spec's `pollingInterval`.
+    polling: Duration,
     state: DsjState,
     /// The status the previous poll decided.
     previous: DistributedScaledJobStatus,
@@ -649,7 +652,7 @@ impl SimHub {
             generation: Some(1),
             name: &self.name,
             settings,
-            polling: self.interval,
+            polling: self.polling,
             members,
             ids: &BTreeMap::new(),
             jobs: &jobs.jobs,
