@@ -342,6 +342,109 @@ fn dsj_round_robin_taints() {
         ]
     );
     assert_eq!(r["steps"][0]["failedCreates"]["broken"], json!(3));
+    // The hub learns of the refused creates at its next poll: Degraded from step 2 on, and
+    // Ready all along since the healthy member takes its Jobs.
+    let degraded: Vec<(Value, Value)> = column(&r, "conditions")
+        .iter()
+        .map(|c| {
+            let d = c
+                .as_array()
+                .expect("conditions")
+                .iter()
+                .find(|c| c["type"] == "Degraded")
+                .expect("Degraded");
+            (d["status"].clone(), d["reason"].clone())
+        })
+        .collect();
+    assert_eq!(
+        degraded,
+        [
+            ("False", "NoFailures"),
+            ("True", "JobCreateFailed"),
+            ("True", "JobCreateFailed")
+        ]
+        .map(|(s, r)| (json!(s), json!(r)))
+    );
+    let reasons = |step: usize| -> Vec<Value> {
+        r["steps"][step]["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e["reason"].clone())
+            .collect()
+    };
+    assert_eq!(reasons(0), [json!("JobsCreated")]);
+    assert_eq!(reasons(1), [json!("JobCreateFailed"), json!("JobsCreated")]);
+    let failed = &r["steps"][2]["events"][0];
+    assert_eq!(failed["type"], json!("Warning"));
+    assert!(
+        failed["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("creating Jobs in broken failed")
+                && n.ends_with("taint now Hard")),
+        "{failed}"
+    );
+}
+
+#[test]
+fn dsj_events_of_a_failover() {
+    let (r, table) = example("dsj-priority-failover.yaml");
+    let step4: Vec<(Value, Value)> = r["steps"][3]["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| (e["type"].clone(), e["reason"].clone()))
+        .collect();
+    let count = |reason: &str| step4.iter().filter(|(_, r)| r == reason).count();
+    assert_eq!(count("Failover"), 3, "{step4:?}");
+    assert_eq!(count("JobCleanedUp"), 3, "{step4:?}");
+    assert_eq!(count("JobStuck"), 3, "{step4:?}");
+    assert!(
+        step4.contains(&(json!("Warning"), json!("TaintChanged"))),
+        "{step4:?}"
+    );
+    // The hub's order: its creates and deletes, then what `outcome` says.
+    assert_eq!(step4[0].1, json!("Failover"));
+    assert!(
+        table.contains("* step 4: Warning TaintChanged: member-primary: taint Hard"),
+        "{table}"
+    );
+    assert!(table.starts_with("STEP  DESIRED  CREATE"), "{table}");
+    assert!(
+        table
+            .lines()
+            .next()
+            .is_some_and(|h| h.ends_with("UNPLACED  READY  DEGRADED"))
+    );
+}
+
+#[test]
+fn dsj_no_eligible_member_is_not_ready() {
+    let yaml = r#"
+kind: DistributedScaledJob
+spec:
+  memberClusters: [{name: a}]
+  scaledJobSpec:
+    jobTargetRef: {template: {spec: {containers: [{name: c, image: busybox}]}}}
+    triggers: [{type: rabbitmq, name: q}]
+members: [{name: a, state: Unreachable}]
+steps:
+- metrics: {q: {value: 2, target: 1}}
+- members: [{name: a, state: Ready}]
+"#;
+    let report = serde_json::to_value(simulate(yaml).expect("runs")).expect("serializes");
+    let ready = |step: usize| {
+        let c = report["steps"][step]["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .expect("Ready")
+            .clone();
+        (c["status"].clone(), c["reason"].clone())
+    };
+    assert_eq!(ready(0), (json!("False"), json!("NoEligibleMember")));
+    assert_eq!(ready(1), (json!("True"), json!("Reconciled")));
 }
 
 #[test]

@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::duplication::JobPhase;
 use super::metrics::{Reading, TriggerState};
-use super::step::{DsjMember, DsjState, JobView, Remembered, StepOutput, taint_level};
+use super::step::{
+    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepOutput, taint_level,
+};
 use super::taint::TaintLevel;
 use super::{Eligibility, MemberJobs};
 use crate::crd::conditions::{
@@ -70,6 +72,38 @@ pub const EVENT_INVALID_SPEC: &str = crate::dso::outcome::EVENT_INVALID_SPEC;
 /// needs a few seconds to serve a new ScaledObject.
 pub fn first_reading_grace(polling: Duration) -> Duration {
     polling.saturating_add(Duration::from_secs(10))
+}
+
+/// The Warning Event of a member whose Job creates failed, with the taint it now has.
+pub fn create_failed_event(member: &str, why: &str, level: TaintLevel) -> Event {
+    Event::warning(
+        EVENT_JOB_CREATE_FAILED,
+        format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
+    )
+}
+
+/// The Event of a failover Job `job` created in `member` to replace the stuck `source`.
+pub fn failover_event(source: &str, job: &str, member: &str) -> Event {
+    Event::normal(
+        EVENT_FAILOVER,
+        format!("Job {source} is stuck; {job} replaces it in {member}"),
+    )
+}
+
+/// The Event of a Job deleted by the rollout, the duplication policy or the history limits.
+pub fn deletion_event(d: &Deletion) -> Event {
+    let (reason, why) = match d.why {
+        Cleanup::Rollout => (
+            EVENT_JOB_ROLLED_OUT,
+            "made from an earlier spec; rollout.strategy default",
+        ),
+        Cleanup::Duplicate => (EVENT_JOB_CLEANED_UP, "duplicationPolicy"),
+        Cleanup::History => (EVENT_JOB_CLEANED_UP, "beyond the history limit"),
+    };
+    Event::normal(
+        reason,
+        format!("deleting Job {} in {} ({why})", d.name, d.member),
+    )
 }
 
 /// Everything the status of a poll is decided from.
@@ -390,17 +424,85 @@ fn why_not(members: &[MemberJobs]) -> String {
 /// unplaced, every create refused), and Degraded is then True with the same reason, so the
 /// two never contradict each other.
 fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Condition> {
+    let not_ready = not_ready(i, &in_state(triggers, "Error"));
+    let p = &i.previous.conditions;
+    let ready = match &not_ready {
+        Some((reason, message)) => condition(
+            p,
+            CONDITION_READY,
+            false,
+            reason,
+            message.clone(),
+            i.generation,
+            i.now,
+        ),
+        None => condition(
+            p,
+            CONDITION_READY,
+            true,
+            REASON_RECONCILED,
+            "Jobs are planned every pollingInterval".to_owned(),
+            i.generation,
+            i.now,
+        ),
+    };
+    let paused = i.settings.paused;
+    let (degraded, reason, message) = degraded(i, not_ready, &in_state(triggers, TRIGGER_PENDING));
+    vec![
+        ready,
+        condition(
+            p,
+            CONDITION_PAUSED,
+            paused,
+            if paused {
+                REASON_PAUSED_BY_ANNOTATION
+            } else {
+                "NotPaused"
+            },
+            if paused {
+                "autoscaling.keda.sh/paused: no new Jobs are created"
+            } else {
+                "Jobs are created as the triggers ask"
+            }
+            .to_owned(),
+            i.generation,
+            i.now,
+        ),
+        condition(
+            p,
+            CONDITION_DEGRADED,
+            degraded,
+            reason,
+            message,
+            i.generation,
+            i.now,
+        ),
+    ]
+}
+
+/// The names of the triggers in `state`.
+fn in_state<'t>(triggers: &'t [TriggerMetricStatus], state: &str) -> Vec<&'t str> {
+    triggers
+        .iter()
+        .filter(|t| t.state == state)
+        .map(|t| t.name.as_str())
+        .collect()
+}
+
+/// The members whose creates failed in this poll, with why: `member-1: why; member-2: why`.
+fn create_failures(i: &OutcomeInput<'_>) -> String {
+    i.create_failures
+        .iter()
+        .map(|(m, why)| format!("{m}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why Ready is False (reason and message), if it is: in this order, a trigger that cannot
+/// be read (`errors`), no eligible member while Jobs are wanted, Jobs left unplaced, every
+/// eligible member refusing its creates.
+fn not_ready(i: &OutcomeInput<'_>, errors: &[&str]) -> Option<(&'static str, String)> {
     let plan = &i.out.plan;
-    let errors: Vec<&str> = triggers
-        .iter()
-        .filter(|t| t.state == "Error")
-        .map(|t| t.name.as_str())
-        .collect();
-    let waiting: Vec<&str> = triggers
-        .iter()
-        .filter(|t| t.state == TRIGGER_PENDING)
-        .map(|t| t.name.as_str())
-        .collect();
     let eligible: Vec<&str> = plan
         .members
         .iter()
@@ -416,14 +518,7 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
         && eligible
             .iter()
             .all(|m| i.create_failures.iter().any(|(f, _)| f == m));
-    let failures = || {
-        i.create_failures
-            .iter()
-            .map(|(m, why)| format!("{m}: {why}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let not_ready: Option<(&str, String)> = if !errors.is_empty() {
+    if !errors.is_empty() {
         Some((
             REASON_METRIC_UNAVAILABLE,
             format!(
@@ -457,39 +552,30 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
     } else if refusing_all {
         Some((
             REASON_JOB_CREATE_FAILED,
-            format!("every member refuses the Jobs it is sent: {}", failures()),
+            format!(
+                "every member refuses the Jobs it is sent: {}",
+                create_failures(i)
+            ),
         ))
     } else {
         None
-    };
-    let p = &i.previous.conditions;
-    let ready = match &not_ready {
-        Some((reason, message)) => condition(
-            p,
-            CONDITION_READY,
-            false,
-            reason,
-            message.clone(),
-            i.generation,
-            i.now,
-        ),
-        None => condition(
-            p,
-            CONDITION_READY,
-            true,
-            REASON_RECONCILED,
-            "Jobs are planned every pollingInterval".to_owned(),
-            i.generation,
-            i.now,
-        ),
-    };
-    let paused = i.settings.paused;
-    let degraded = match (&not_ready, i.create_failures.is_empty(), waiting.is_empty()) {
-        (Some((reason, message)), _, _) => (true, *reason, message.clone()),
+    }
+}
+
+/// Degraded (status, reason, message): True with Ready's reason when Ready is False
+/// (`not_ready`), True when some member refused its creates, else False, saying which new
+/// triggers are still `waiting` for their first value.
+fn degraded(
+    i: &OutcomeInput<'_>,
+    not_ready: Option<(&'static str, String)>,
+    waiting: &[&str],
+) -> (bool, &'static str, String) {
+    match (not_ready, i.create_failures.is_empty(), waiting.is_empty()) {
+        (Some((reason, message)), _, _) => (true, reason, message),
         (None, false, _) => (
             true,
             REASON_JOB_CREATE_FAILED,
-            format!("creating Jobs failed: {}", failures()),
+            format!("creating Jobs failed: {}", create_failures(i)),
         ),
         (None, true, false) => (
             false,
@@ -501,37 +587,7 @@ fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Con
             REASON_NO_FAILURES,
             "every trigger can be read and every member takes its Jobs".to_owned(),
         ),
-    };
-    vec![
-        ready,
-        condition(
-            p,
-            CONDITION_PAUSED,
-            paused,
-            if paused {
-                REASON_PAUSED_BY_ANNOTATION
-            } else {
-                "NotPaused"
-            },
-            if paused {
-                "autoscaling.keda.sh/paused: no new Jobs are created"
-            } else {
-                "Jobs are created as the triggers ask"
-            }
-            .to_owned(),
-            i.generation,
-            i.now,
-        ),
-        condition(
-            p,
-            CONDITION_DEGRADED,
-            degraded.0,
-            degraded.1,
-            degraded.2,
-            i.generation,
-            i.now,
-        ),
-    ]
+    }
 }
 
 /// When the DSJ must be looked at before its next poll, if ever: the moment a pending Job

@@ -10,5 +10,7 @@ mod run;
 mod scenario;
 
 pub use render::render_table;
-pub use run::{DsjStepReport, DsoStepReport, Report, StepReport, simulate};
+pub use run::{
+    ConditionReport, DsjStepReport, DsoStepReport, EventReport, Report, StepReport, simulate,
+};
 pub use scenario::{AnyScenario, KIND_DSJ, KIND_DSO, Scenario, ScenarioMember, Step, parse};

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::run::{Report, StepReport};
+use super::run::{ConditionReport, Report, StepReport};
 use crate::dsj::taint::TaintLevel;
 use crate::dso::Reason;
 
@@ -28,6 +28,15 @@ fn table(header: Vec<String>, rows: Vec<Vec<String>>) -> String {
         row(&mut out, r, &widths);
     }
     out
+}
+
+/// A condition's status, with its reason when it is `unhealthy`.
+fn condition(conditions: &[ConditionReport], type_: &str, unhealthy: &str) -> String {
+    match conditions.iter().find(|c| c.type_ == type_) {
+        Some(c) if c.status == unhealthy => format!("{} {}", c.status, c.reason),
+        Some(c) => c.status.clone(),
+        None => "-".to_owned(),
+    }
 }
 
 /// Renders a report as an aligned text table, one row per step. DSO cells show the desired
@@ -92,8 +101,19 @@ pub fn render_table(report: &Report) -> String {
                     }
                 }
                 cells.push(s.unplaced.to_string());
+                cells.push(condition(&s.conditions, "Ready", "False"));
+                cells.push(condition(&s.conditions, "Degraded", "True"));
                 if s.paused {
                     notes.push(format!("step {}: paused by annotation", i + 1));
+                }
+                for e in &s.events {
+                    notes.push(format!(
+                        "step {}: {} {}: {}",
+                        i + 1,
+                        e.type_,
+                        e.reason,
+                        e.note
+                    ));
                 }
             }
         }
@@ -109,11 +129,18 @@ pub fn render_table(report: &Report) -> String {
     if is_dso {
         header.extend(["SHORTFALL".to_owned(), "MOVED".to_owned()]);
     } else {
-        header.push("UNPLACED".to_owned());
+        header.extend([
+            "UNPLACED".to_owned(),
+            "READY".to_owned(),
+            "DEGRADED".to_owned(),
+        ]);
     }
     let mut out = table(header, rows);
     if !is_dso {
-        out.push_str("member cells: +created (jobs/pending before the step) [taint]\n");
+        out.push_str(
+            "member cells: +created (jobs/pending before the step) [taint]; READY, DEGRADED: \
+             the conditions, with the reason when not healthy; Events below\n",
+        );
     }
     for note in notes {
         let _ = writeln!(out, "* {note}");

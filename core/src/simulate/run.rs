@@ -6,15 +6,21 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::scenario::{AnyScenario, Scenario, ScenarioMember, StepMetric, duration};
+use crate::crd::DistributedScaledJobStatus;
 use crate::crd::{DistributedScaledJobSpec, DistributedScaledObjectSpec};
 use crate::dsj;
 use crate::dsj::duplication::JobPhase;
+use crate::dsj::metrics::Reading;
+use crate::dsj::outcome::{
+    OutcomeInput, create_failed_event, deletion_event, failover_event, outcome,
+};
 use crate::dsj::scaling::TriggerMetric;
 use crate::dsj::step::{
-    DsjMember, DsjState, JobView, StepInput, cleanup, create_failed, taint_level,
+    DsjMember, DsjState, JobView, StepInput, StepOutput, cleanup, create_failed, taint_level,
 };
 use crate::dsj::taint::TaintLevel;
 use crate::dso::{self, DsoPlanInput, MemberObservation, MemberState, Reason};
+use crate::events::{Event, EventKind, fold_alike};
 use crate::time::{saturating_add, saturating_sub};
 use crate::validate;
 use crate::{Error, Result};
@@ -68,6 +74,49 @@ pub struct DsjStepReport {
     pub failed_creates: BTreeMap<String, u32>,
     /// Whether a pause annotation applied.
     pub paused: bool,
+    /// The conditions the hub would write in this poll's status.
+    pub conditions: Vec<ConditionReport>,
+    /// The Events the hub would publish in this poll, in order.
+    pub events: Vec<EventReport>,
+}
+
+/// A condition of the DSJ's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConditionReport {
+    /// `Ready`, `Paused` or `Degraded`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// Why, in one word.
+    pub reason: String,
+    /// Why, for people.
+    pub message: String,
+}
+
+/// An Event about the DSJ.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EventReport {
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    /// One of the `EVENT_*` reasons of `dsj::outcome`.
+    pub reason: &'static str,
+    /// What happened.
+    pub note: String,
+}
+
+impl From<Event> for EventReport {
+    fn from(e: Event) -> Self {
+        Self {
+            type_: match e.kind {
+                EventKind::Normal => "Normal",
+                EventKind::Warning => "Warning",
+            },
+            reason: e.reason,
+            note: e.note,
+        }
+    }
 }
 
 /// One step of either kind; serializes without a tag.
@@ -330,8 +379,9 @@ fn apply_dsj(
     jobs.reset(field, &m.name, m.running_jobs, m.pending_jobs, since)
 }
 
-/// Runs a DSJ scenario: each step is one poll of [`dsj::step::step`] (what the hub runs),
-/// after which the simulated members create, start and delete Jobs as decided.
+/// Runs a DSJ scenario: each step is one poll of [`dsj::step::step`] followed by
+/// [`dsj::outcome::outcome`] (what the hub runs), after which the simulated members create,
+/// start and delete Jobs as decided.
 fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
     let interval = duration("interval", s.interval.as_deref())?.unwrap_or(DEFAULT_INTERVAL);
     let mut annotations = s.metadata.annotations.clone();
@@ -348,7 +398,16 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
         apply_dsj(&format!("members[{i}]"), m, &mut member, &mut jobs, now)?;
         members.push(member);
     }
-    let mut state = DsjState::default();
+    let mut hub = SimHub {
+        name: s.metadata.name.as_deref().unwrap_or("simulated").to_owned(),
+        // As the controller reads it.
+        polling: Duration::from_secs(
+            u64::try_from(s.spec.scaled_job_spec.polling_interval.unwrap_or(30)).unwrap_or(30),
+        ),
+        state: DsjState::default(),
+        previous: DistributedScaledJobStatus::default(),
+        failed: Vec::new(),
+    };
     let mut metrics: BTreeMap<String, TriggerMetric> = BTreeMap::new();
     let mut steps = Vec::with_capacity(s.steps.len());
     let mut names: Vec<String> = Vec::new();
@@ -380,63 +439,80 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                 state: m.state,
             })
             .collect();
-        let out = dsj::step::step(
-            &StepInput {
-                settings: &settings,
-                metrics: &metrics,
-                members: &views,
-                jobs: &jobs.jobs,
-                remembered: &[],
-                failover_only: false,
-                now,
-            },
-            &mut state,
-        );
-        let plan = &out.plan;
-        names = plan.members.iter().map(|m| m.name.clone()).collect();
-        let mut report = DsjStepReport {
-            desired_jobs: plan.desired_jobs,
-            to_create: plan.to_create,
-            create: plan.create(),
-            replacements: plan
-                .members
-                .iter()
-                .map(|m| (m.name.clone(), m.replacements))
-                .collect(),
-            unplaced: plan.unplaced,
-            running: out
-                .observations
-                .iter()
-                .map(|o| (o.name.clone(), o.running_jobs))
-                .collect(),
-            pending: out
-                .observations
-                .iter()
-                .map(|o| (o.name.clone(), o.pending_jobs))
-                .collect(),
-            taints: names
-                .iter()
-                .map(|n| (n.clone(), taint_level(&settings, &state, n, now)))
-                .collect(),
-            deleted: names.iter().map(|n| (n.clone(), 0)).collect(),
-            failed_creates: names.iter().map(|n| (n.clone(), 0)).collect(),
-            paused: plan.paused,
-        };
-        let creating = out
-            .creates
+        let poll = hub.poll(&settings, &metrics, &views, &jobs, now);
+        names = poll
+            .out
+            .plan
+            .members
             .iter()
-            .map(dsj::step::Creates::total)
-            .fold(0u64, u64::saturating_add);
+            .map(|m| m.name.clone())
+            .collect();
+        let mut report = dsj_report(&poll.out, &settings, &hub.state, &names, now);
         if u64::try_from(jobs.jobs.len())
             .unwrap_or(u64::MAX)
-            .saturating_add(creating)
+            .saturating_add(poll.creating)
             > MAX_SIMULATED_JOBS as u64
         {
             return Err(too_many_jobs(format!("steps[{i}]")));
         }
-        // The members run what was decided.
-        for creates in out.creates {
-            let Some(member) = members.iter().find(|x| x.name == creates.member) else {
+        let mut events = poll.events;
+        let sim = Sim {
+            settings: &settings,
+            members: &members,
+            now,
+        };
+        sim.create(
+            &mut hub,
+            poll.out.creates,
+            &mut jobs,
+            &mut report,
+            &mut events,
+        );
+        sim.settle(&mut jobs, &mut report, &mut events);
+        events.extend(poll.outcome_events);
+        report.conditions = poll.conditions;
+        report.events = published(events);
+        steps.push(StepReport::Dsj(report));
+    }
+    Ok(Report {
+        members: names,
+        steps,
+    })
+}
+
+/// The Events as the hub publishes them: more than a few of one reason folded into one.
+fn published(events: Vec<Event>) -> Vec<EventReport> {
+    fold_alike(
+        events,
+        |e| e.reason,
+        |e| &e.note,
+        |e, note| Event { note, ..e },
+    )
+    .into_iter()
+    .map(EventReport::from)
+    .collect()
+}
+
+/// The simulated members at one step.
+struct Sim<'a> {
+    settings: &'a validate::DsjSettings,
+    members: &'a [SimDsjMember],
+    now: SystemTime,
+}
+
+impl Sim<'_> {
+    /// The members run what was decided: a Job runs in a Ready member that `acceptsJobs`,
+    /// else it pends; a member that `failCreates` refuses each (one taint failure a poll).
+    fn create(
+        &self,
+        hub: &mut SimHub,
+        creates: Vec<dsj::step::Creates>,
+        jobs: &mut SimJobs,
+        report: &mut DsjStepReport,
+        events: &mut Vec<Event>,
+    ) {
+        for creates in creates {
+            let Some(member) = self.members.iter().find(|x| x.name == creates.member) else {
                 continue;
             };
             let phase = if member.accepts_jobs && member.state == MemberState::Ready {
@@ -452,35 +528,204 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
                         .entry(member.name.clone())
                         .or_default();
                     if *failed == 0 {
-                        create_failed(&settings, &mut state, &member.name, now);
+                        let level =
+                            create_failed(self.settings, &mut hub.state, &member.name, self.now);
+                        hub.failed.push((member.name.clone(), level));
                     }
                     *failed += 1;
                     continue;
                 }
-                jobs.add(&member.name, phase, now, replaces);
+                jobs.add(&member.name, phase, self.now, replaces.clone());
+                if let (Some(source), Some(job)) = (replaces, jobs.jobs.last()) {
+                    events.push(failover_event(&source, &job.name, &member.name));
+                }
             }
         }
-        // Pending Jobs start in members that have room again.
+    }
+
+    /// Pending Jobs start in members that have room again, then the duplication policy
+    /// resolves source/failover pairs.
+    fn settle(&self, jobs: &mut SimJobs, report: &mut DsjStepReport, events: &mut Vec<Event>) {
         for job in &mut jobs.jobs {
             if job.phase == JobPhase::Pending
-                && members.iter().any(|m| {
+                && self.members.iter().any(|m| {
                     m.name == job.member && m.accepts_jobs && m.state == MemberState::Ready
                 })
             {
                 job.phase = JobPhase::Running;
             }
         }
-        // The duplication policy resolves source/failover pairs.
-        for gone in cleanup(&settings, &jobs.jobs) {
+        for gone in cleanup(self.settings, &jobs.jobs) {
             jobs.jobs.retain(|j| j.name != gone.name);
+            events.push(deletion_event(&gone));
             *report.deleted.entry(gone.member).or_default() += 1;
         }
-        steps.push(StepReport::Dsj(report));
     }
-    Ok(Report {
-        members: names,
-        steps,
-    })
+}
+
+/// What the simulated hub keeps between polls.
+struct SimHub {
+    /// The DSJ's name (for the status selector).
+    name: String,
+    /// The spec's `pollingInterval`.
+    polling: Duration,
+    state: DsjState,
+    /// The status the previous poll decided.
+    previous: DistributedScaledJobStatus,
+    /// Members whose creates failed in the previous poll, with the taint that gave them: the
+    /// hub learns of a failed create from the agent, so at its next poll.
+    failed: Vec<(String, TaintLevel)>,
+}
+
+/// What one simulated poll decided.
+struct SimPoll {
+    out: StepOutput,
+    /// The Jobs `out` creates.
+    creating: u64,
+    /// Events decided before the step (creates that failed in the previous poll).
+    events: Vec<Event>,
+    /// Events `outcome` decided; the hub publishes them after those of its creates and
+    /// deletes.
+    outcome_events: Vec<Event>,
+    conditions: Vec<ConditionReport>,
+}
+
+impl SimHub {
+    /// One poll as the hub's DSJ controller runs it: `step`, then `outcome` on the same
+    /// inputs. The scenario's metrics are read without failure; no Job is remembered only
+    /// by count (the simulated hub never restarts).
+    fn poll(
+        &mut self,
+        settings: &validate::DsjSettings,
+        metrics: &BTreeMap<String, TriggerMetric>,
+        members: &[DsjMember],
+        jobs: &SimJobs,
+        now: SystemTime,
+    ) -> SimPoll {
+        let failed = std::mem::take(&mut self.failed);
+        let create_failures: Vec<(String, String)> = failed
+            .iter()
+            .map(|(m, _)| {
+                (
+                    m.clone(),
+                    "the member refuses Job creates (failCreates)".to_owned(),
+                )
+            })
+            .collect();
+        let events = failed
+            .iter()
+            .zip(&create_failures)
+            .map(|((m, level), (_, why))| create_failed_event(m, why, *level))
+            .collect();
+        let levels_before = members
+            .iter()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    taint_level(settings, &self.state, &m.name, now),
+                )
+            })
+            .collect();
+        let out = dsj::step::step(
+            &StepInput {
+                settings,
+                metrics,
+                members,
+                jobs: &jobs.jobs,
+                remembered: &[],
+                failover_only: false,
+                now,
+            },
+            &mut self.state,
+        );
+        let readings: BTreeMap<String, Reading> = metrics
+            .iter()
+            .map(|(k, m)| (k.clone(), Reading::Read(*m)))
+            .collect();
+        let creating = out
+            .creates
+            .iter()
+            .map(dsj::step::Creates::total)
+            .fold(0, u64::saturating_add);
+        let decided = outcome(&OutcomeInput {
+            previous: &self.previous,
+            generation: Some(1),
+            name: &self.name,
+            settings,
+            polling: self.polling,
+            members,
+            ids: &BTreeMap::new(),
+            jobs: &jobs.jobs,
+            remembered: &[],
+            readings: &readings,
+            out: &out,
+            state: &self.state,
+            levels_before: &levels_before,
+            create_failures: &create_failures,
+            next_index: i64::try_from(jobs.next_id.saturating_add(creating)).unwrap_or(i64::MAX),
+            now,
+        });
+        let conditions = decided
+            .status
+            .conditions
+            .iter()
+            .map(|c| ConditionReport {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect();
+        self.previous = decided.status;
+        SimPoll {
+            out,
+            creating,
+            events,
+            outcome_events: decided.events,
+            conditions,
+        }
+    }
+}
+
+/// The report of a DSJ step, before its creates and deletes are carried out.
+fn dsj_report(
+    out: &StepOutput,
+    settings: &validate::DsjSettings,
+    state: &DsjState,
+    names: &[String],
+    now: SystemTime,
+) -> DsjStepReport {
+    let plan = &out.plan;
+    DsjStepReport {
+        desired_jobs: plan.desired_jobs,
+        to_create: plan.to_create,
+        create: plan.create(),
+        replacements: plan
+            .members
+            .iter()
+            .map(|m| (m.name.clone(), m.replacements))
+            .collect(),
+        unplaced: plan.unplaced,
+        running: out
+            .observations
+            .iter()
+            .map(|o| (o.name.clone(), o.running_jobs))
+            .collect(),
+        pending: out
+            .observations
+            .iter()
+            .map(|o| (o.name.clone(), o.pending_jobs))
+            .collect(),
+        taints: names
+            .iter()
+            .map(|n| (n.clone(), taint_level(settings, state, n, now)))
+            .collect(),
+        deleted: names.iter().map(|n| (n.clone(), 0)).collect(),
+        failed_creates: names.iter().map(|n| (n.clone(), 0)).collect(),
+        paused: plan.paused,
+        conditions: Vec::new(),
+        events: Vec::new(),
+    }
 }
 
 fn read_metrics(

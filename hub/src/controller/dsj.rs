@@ -2,9 +2,9 @@
 //! interval it reads the triggers through the shadow KEDA ScaledObject (whose target is the
 //! DSJ's own `/scale`; the hub never runs a ScaledJob, which would create Jobs in the hub
 //! cluster), the Jobs every member reports, and the state the previous poll left in status;
-//! calls `step` and `cleanup` (the same functions `kubectl kedge simulate` runs); and writes
-//! what they decided: Job creates and deletes into the [`Fleet`](crate::fleet::Fleet),
-//! Events, status.
+//! calls `step`, `cleanup` and `outcome` (the same functions `kubectl kedge simulate` runs);
+//! and writes what they decided: Job creates and deletes into the
+//! [`Fleet`](crate::fleet::Fleet), Events, status.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -18,16 +18,15 @@ use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, V
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, usable};
 use kedge_core::dsj::outcome::{
-    EVENT_FAILOVER, EVENT_INVALID_SPEC, EVENT_JOB_CLEANED_UP, EVENT_JOB_CREATE_FAILED,
-    EVENT_JOB_DELETE_FAILED, EVENT_JOB_ROLLED_OUT, EVENT_UNKNOWN_CONTAINER, OutcomeInput,
-    next_wake, outcome,
+    EVENT_INVALID_SPEC, EVENT_JOB_DELETE_FAILED, EVENT_UNKNOWN_CONTAINER, OutcomeInput,
+    create_failed_event, deletion_event, failover_event, next_wake, outcome,
 };
 use kedge_core::dsj::pending::is_pending;
 use kedge_core::dsj::persist::saved_taints;
 use kedge_core::dsj::render::{JobOf, job, job_name, template_hash};
 use kedge_core::dsj::step::{
-    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepInput, cleanup, create_failed,
-    rollout, step, taint_level,
+    Cleanup, Deletion, DsjMember, DsjState, JobView, Remembered, StepInput, StepOutput, cleanup,
+    create_failed, rollout, step, taint_level,
 };
 use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
 use kedge_core::dso::MemberState;
@@ -519,31 +518,7 @@ async fn gather(
         for j in &jobs.jobs {
             world.views.push(view(member, j, &pending_conditions));
         }
-        // Creates sent and not reported yet count as pending Jobs; failed ones are dropped.
-        let mut held = jobs.commands.clone();
-        let failed: BTreeSet<&str> = jobs.failures.iter().map(|(n, _)| n.as_str()).collect();
-        let before = held.creates.len();
-        held.creates
-            .retain(|c| !failed.contains(format!("{}/{}", c.namespace, c.name).as_str()));
-        if held.creates.len() < before {
-            let why = jobs
-                .failures
-                .first()
-                .map(|(_, f)| f.message.clone())
-                .unwrap_or_default();
-            world.create_failures.push((member.clone(), why));
-        }
-        // A refused delete (the Job lost kedge's label, say) is retried, and said.
-        if let Some((name, f)) = jobs.failures.iter().find(|(n, _)| {
-            held.deletes
-                .iter()
-                .any(|d| format!("{}/{}", d.namespace, d.name) == *n)
-        }) {
-            world.delete_failures.push(format!(
-                "deleting Job {name} in {member} failed ({:?}: {})",
-                f.code, f.message
-            ));
-        }
+        let held = held_commands(&mut world, member, &jobs);
         for c in &held.creates {
             world.views.push(JobView {
                 name: c.name.clone(),
@@ -567,6 +542,36 @@ async fn gather(
         .views
         .sort_by(|a, b| (a.pending_since, &a.name).cmp(&(b.pending_since, &b.name)));
     Ok(world)
+}
+
+/// The commands held for `member` that still stand: creates sent and not reported yet count
+/// as pending Jobs, failed ones are dropped (and the member's create failure noted in
+/// `world`); a refused delete (the Job lost kedge's label, say) is kept, retried, and said.
+fn held_commands(world: &mut World, member: &str, jobs: &MemberJobs) -> JobCommands {
+    let mut held = jobs.commands.clone();
+    let failed: BTreeSet<&str> = jobs.failures.iter().map(|(n, _)| n.as_str()).collect();
+    let before = held.creates.len();
+    held.creates
+        .retain(|c| !failed.contains(format!("{}/{}", c.namespace, c.name).as_str()));
+    if held.creates.len() < before {
+        let why = jobs
+            .failures
+            .first()
+            .map(|(_, f)| f.message.clone())
+            .unwrap_or_default();
+        world.create_failures.push((member.to_owned(), why));
+    }
+    if let Some((name, f)) = jobs.failures.iter().find(|(n, _)| {
+        held.deletes
+            .iter()
+            .any(|d| format!("{}/{}", d.namespace, d.name) == *n)
+    }) {
+        world.delete_failures.push(format!(
+            "deleting Job {name} in {member} failed ({:?}: {})",
+            f.code, f.message
+        ));
+    }
+    held
 }
 
 /// What one poll decided: the status to write first, then the commands and Events.
@@ -606,16 +611,8 @@ fn decide(
         shared,
     } = world;
     let mut events: Vec<Event> = Vec::new();
-    let mut state =
-        DsjState::from_status(settings, &previous.scheduling.clone().unwrap_or_default());
-    state.taints.share(shared);
-    for (member, why) in &create_failures {
-        let level = create_failed(settings, &mut state, member, now);
-        events.push(Event::warning(
-            EVENT_JOB_CREATE_FAILED,
-            format!("creating Jobs in {member} failed ({why}); taint now {level:?}"),
-        ));
-    }
+    let state = DsjState::from_status(settings, &previous.scheduling.clone().unwrap_or_default());
+    let mut state = with_failures(settings, state, shared, &create_failures, now, &mut events);
     let levels_before: BTreeMap<String, TaintLevel> = names
         .iter()
         .map(|m| (m.clone(), taint_level(settings, &state, m, now)))
@@ -629,22 +626,7 @@ fn decide(
         .as_ref()
         .map_or(0, |s| s.next_job_index)
         .max(0);
-
-    // Jobs made from an earlier spec go (rollout.strategy default) and are left out of the
-    // plan, so their replacements are created in this same poll. A create still in flight is
-    // withdrawn, and deleted in case the agent made it already.
-    let current: BTreeMap<String, String> = names
-        .iter()
-        .map(|m| (m.clone(), template_hash(&obj.spec, m)))
-        .collect();
-    let rolled_out = rollout(settings, &views, &current);
-    for d in &rolled_out {
-        if let Some((_, held)) = commands.get_mut(&d.member) {
-            held.creates.retain(|c| c.name != d.name);
-        }
-    }
-    views.retain(|v| !rolled_out.iter().any(|d| d.name == v.name));
-
+    let rolled_out = roll_out(obj, settings, &names, &mut views, &mut commands);
     let out = step(
         &StepInput {
             settings,
@@ -660,56 +642,7 @@ fn decide(
     let mut deletions = rolled_out;
     deletions.extend(cleanup(settings, &views));
     debug!(plan = ?out.plan, creates = ?out.creates, deletions = ?deletions, "decided");
-
-    // New Jobs, rendered.
-    let uid = obj.uid().unwrap_or_default();
-    let labels = obj.labels().clone();
-    let annotations = obj.annotations().clone();
-    for creates in &out.creates {
-        let Some((_, held)) = commands.get_mut(&creates.member) else {
-            continue;
-        };
-        let plain = (0..creates.new).map(|_| None);
-        for replaces in creates.failovers.iter().map(Some).chain(plain) {
-            let job_name = job_name(&name, &uid, u64::try_from(next_index).unwrap_or(0));
-            next_index = next_index.saturating_add(1);
-            let (manifest, warnings) = job(
-                &obj.spec,
-                &JobOf {
-                    namespace: &namespace,
-                    dsj: &name,
-                    labels: &labels,
-                    annotations: &annotations,
-                    member: &creates.member,
-                    name: &job_name,
-                    replaces: replaces.map(String::as_str),
-                },
-            );
-            for w in warnings {
-                events.push(Event::warning(EVENT_UNKNOWN_CONTAINER, w));
-            }
-            if let Some(source) = replaces {
-                events.push(Event::normal(
-                    EVENT_FAILOVER,
-                    format!(
-                        "Job {source} is stuck; {job_name} replaces it in {}",
-                        creates.member
-                    ),
-                ));
-            }
-            let manifest_json =
-                serde_json::to_vec(&manifest).map_err(|source| Error::Serialize {
-                    what: "Job",
-                    source,
-                })?;
-            held.creates.push(JobCreate {
-                namespace: namespace.clone(),
-                name: job_name,
-                owner: owner.clone(),
-                manifest_json,
-            });
-        }
-    }
+    render_creates(obj, &out, &mut commands, &mut next_index, &mut events)?;
     for d in &deletions {
         delete(
             settings,
@@ -753,6 +686,106 @@ fn decide(
     })
 }
 
+/// The taint state of the poll: the DSJ's own (from its status), the taints the other DSJs
+/// of the namespace keep (`shared`), and the create failures reported since the last poll,
+/// each said in an Event with the taint it gives.
+fn with_failures(
+    settings: &validate::DsjSettings,
+    mut state: DsjState,
+    shared: Vec<((String, TaintScope), Taint)>,
+    create_failures: &[(String, String)],
+    now: SystemTime,
+    events: &mut Vec<Event>,
+) -> DsjState {
+    state.taints.share(shared);
+    for (member, why) in create_failures {
+        let level = create_failed(settings, &mut state, member, now);
+        events.push(create_failed_event(member, why, level));
+    }
+    state
+}
+
+/// Jobs made from an earlier spec go (rollout.strategy default) and are left out of the
+/// plan, so their replacements are created in this same poll. A create still in flight is
+/// withdrawn, and deleted in case the agent made it already.
+fn roll_out(
+    obj: &DistributedScaledJob,
+    settings: &validate::DsjSettings,
+    names: &[String],
+    views: &mut Vec<JobView>,
+    commands: &mut BTreeMap<String, (String, JobCommands)>,
+) -> Vec<Deletion> {
+    let current: BTreeMap<String, String> = names
+        .iter()
+        .map(|m| (m.clone(), template_hash(&obj.spec, m)))
+        .collect();
+    let rolled_out = rollout(settings, views, &current);
+    for d in &rolled_out {
+        if let Some((_, held)) = commands.get_mut(&d.member) {
+            held.creates.retain(|c| c.name != d.name);
+        }
+    }
+    views.retain(|v| !rolled_out.iter().any(|d| d.name == v.name));
+    rolled_out
+}
+
+/// Renders the Jobs `out` creates into the held commands of their members, named from
+/// `next_index` on, with their Events (a failover, a container override naming no
+/// container).
+fn render_creates(
+    obj: &DistributedScaledJob,
+    out: &StepOutput,
+    commands: &mut BTreeMap<String, (String, JobCommands)>,
+    next_index: &mut i64,
+    events: &mut Vec<Event>,
+) -> Result<()> {
+    let (namespace, name) = ns_name(obj)?;
+    let owner = format!("{namespace}/{name}");
+    let uid = obj.uid().unwrap_or_default();
+    let labels = obj.labels().clone();
+    let annotations = obj.annotations().clone();
+    for creates in &out.creates {
+        let Some((_, held)) = commands.get_mut(&creates.member) else {
+            continue;
+        };
+        let plain = (0..creates.new).map(|_| None);
+        for replaces in creates.failovers.iter().map(Some).chain(plain) {
+            let job_name = job_name(&name, &uid, u64::try_from(*next_index).unwrap_or(0));
+            *next_index = next_index.saturating_add(1);
+            let (manifest, warnings) = job(
+                &obj.spec,
+                &JobOf {
+                    namespace: &namespace,
+                    dsj: &name,
+                    labels: &labels,
+                    annotations: &annotations,
+                    member: &creates.member,
+                    name: &job_name,
+                    replaces: replaces.map(String::as_str),
+                },
+            );
+            for w in warnings {
+                events.push(Event::warning(EVENT_UNKNOWN_CONTAINER, w));
+            }
+            if let Some(source) = replaces {
+                events.push(failover_event(source, &job_name, &creates.member));
+            }
+            let manifest_json =
+                serde_json::to_vec(&manifest).map_err(|source| Error::Serialize {
+                    what: "Job",
+                    source,
+                })?;
+            held.creates.push(JobCreate {
+                namespace: namespace.clone(),
+                name: job_name,
+                owner: owner.clone(),
+                manifest_json,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Adds the delete of `d` to its member's commands, once, with its Event.
 fn delete(
     settings: &validate::DsjSettings,
@@ -772,16 +805,9 @@ fn delete(
     if held.deletes.iter().any(|x| x.name == d.name) || (d.why != Cleanup::Rollout && !reported) {
         return;
     }
-    let (propagation, why) = match d.why {
-        Cleanup::Rollout => (
-            match settings.propagation {
-                validate::Propagation::Background => Propagation::Background,
-                validate::Propagation::Foreground => Propagation::Foreground,
-            },
-            "made from an earlier spec; rollout.strategy default",
-        ),
-        Cleanup::Duplicate => (Propagation::Background, "duplicationPolicy"),
-        Cleanup::History => (Propagation::Background, "beyond the history limit"),
+    let propagation = match (d.why, settings.propagation) {
+        (Cleanup::Rollout, validate::Propagation::Foreground) => Propagation::Foreground,
+        _ => Propagation::Background,
     };
     held.deletes.push(JobDelete {
         namespace: namespace.to_owned(),
@@ -789,14 +815,7 @@ fn delete(
         owner: owner.to_owned(),
         propagation,
     });
-    events.push(Event::normal(
-        if d.why == Cleanup::Rollout {
-            EVENT_JOB_ROLLED_OUT
-        } else {
-            EVENT_JOB_CLEANED_UP
-        },
-        format!("deleting Job {} in {} ({why})", d.name, d.member),
-    ));
+    events.push(deletion_event(d));
 }
 
 /// The taints the other DSJs of `namespace` keep (the status this process wrote last for
