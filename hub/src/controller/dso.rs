@@ -115,18 +115,13 @@ async fn registered(
 /// The members of `names` that have no MemberCluster (none when the MemberClusters cannot
 /// be read now: then nothing is said about them).
 async fn not_enrolled(ctx: &Context, names: &BTreeSet<String>) -> BTreeSet<String> {
-    let Ok(list) = ctx.member_clusters().await else {
-        return BTreeSet::new();
-    };
-    let known: BTreeSet<&str> = list
-        .iter()
-        .filter_map(|m| m.metadata.name.as_deref())
-        .collect();
-    names
-        .iter()
-        .filter(|n| !known.contains(n.as_str()))
-        .cloned()
-        .collect()
+    let mut missing = BTreeSet::new();
+    for name in names {
+        if ctx.member_cluster(name).await == Some(false) {
+            missing.insert(name.clone());
+        }
+    }
+    missing
 }
 
 /// The members whose target namespace this DSO's namespace was not granted (tenancy,

@@ -286,6 +286,17 @@ impl Context {
         Ok(list.items.into_iter().map(Arc::new).collect())
     }
 
+    /// Whether a MemberCluster named `name` exists, from the reflector cache once it has
+    /// listed them (one lookup, not a copy of the list); `None` when that cannot be known now.
+    pub async fn member_cluster(&self, name: &str) -> Option<bool> {
+        let store = self.member_clusters.as_ref()?;
+        tokio::time::timeout(API_TIMEOUT, store.wait_until_ready())
+            .await
+            .ok()?
+            .ok()?;
+        Some(store.get(&ObjectRef::new(name)).is_some())
+    }
+
     /// Every MemberCluster in the reflector cache now (none before its first list).
     pub fn member_clusters_cached(&self) -> Vec<Arc<MemberCluster>> {
         self.member_clusters
