@@ -245,8 +245,14 @@ fn send_to_connected(ctx: &Context, owner: &str, commands: impl Fn(&MemberJobs) 
             continue;
         };
         let jobs = ctx.fleet.jobs_of(&member.name, owner);
+        let commands = commands(&jobs);
+        // Nothing held and nothing to send: the member is left alone (a `set_jobs` would also
+        // release its desired state, which waits for its planning after a restart).
+        if commands == JobCommands::default() && jobs.commands == JobCommands::default() {
+            continue;
+        }
         ctx.fleet
-            .set_jobs(&member.name, &session.session_id, owner, commands(&jobs));
+            .set_jobs(&member.name, &session.session_id, owner, commands);
     }
 }
 
