@@ -166,28 +166,40 @@ fn bound(crd: CustomResourceDefinition) -> CustomResourceDefinition {
 
 /// Gives every `format: int32` integer node without a `minimum`/`maximum` the `int32` one.
 fn bound_int32(node: &mut serde_json::Value) {
+    walk_schema(node, &mut |map| {
+        if map.get("type").and_then(serde_json::Value::as_str) == Some("integer")
+            && map.get("format").and_then(serde_json::Value::as_str) == Some("int32")
+        {
+            map.entry("minimum").or_insert(serde_json::json!(i32::MIN));
+            map.entry("maximum").or_insert(serde_json::json!(i32::MAX));
+        }
+    });
+}
+
+/// Runs `visit` on `node` and every schema node below it. Walks schema nodes only:
+/// `properties` maps field names to schemas (a field may be called `description`), and
+/// `default`/`enum` values are data, not schemas.
+fn walk_schema(
+    node: &mut serde_json::Value,
+    visit: &mut impl FnMut(&mut serde_json::Map<String, serde_json::Value>),
+) {
     let Some(map) = node.as_object_mut() else {
         return;
     };
-    if map.get("type").and_then(serde_json::Value::as_str) == Some("integer")
-        && map.get("format").and_then(serde_json::Value::as_str) == Some("int32")
-    {
-        map.entry("minimum").or_insert(serde_json::json!(i32::MIN));
-        map.entry("maximum").or_insert(serde_json::json!(i32::MAX));
-    }
+    visit(map);
     for (key, child) in map.iter_mut() {
         match key.as_str() {
             "properties" => child
                 .as_object_mut()
                 .into_iter()
                 .flat_map(|fields| fields.values_mut())
-                .for_each(bound_int32),
-            "items" | "additionalProperties" | "not" => bound_int32(child),
+                .for_each(|field| walk_schema(field, visit)),
+            "items" | "additionalProperties" | "not" => walk_schema(child, visit),
             "allOf" | "anyOf" | "oneOf" => child
                 .as_array_mut()
                 .into_iter()
                 .flatten()
-                .for_each(bound_int32),
+                .for_each(|branch| walk_schema(branch, visit)),
             _ => {}
         }
     }
@@ -225,33 +237,13 @@ fn edit_schema(
 /// Removes `description` from every schema node below each of `pointers` (JSON pointers
 /// into the openAPIV3Schema), keeping the description of the node itself.
 fn trim_descriptions(crd: CustomResourceDefinition, pointers: &[&str]) -> CustomResourceDefinition {
-    // Walks schema nodes only: `properties` maps field names to schemas (a field may be
-    // called `description`), and `default`/`enum` values are data, not schemas.
-    fn strip(node: &mut serde_json::Value) {
-        let Some(map) = node.as_object_mut() else {
-            return;
-        };
-        map.remove("description");
-        for (key, child) in map.iter_mut() {
-            match key.as_str() {
-                "properties" => child
-                    .as_object_mut()
-                    .into_iter()
-                    .flat_map(|fields| fields.values_mut())
-                    .for_each(strip),
-                "items" | "additionalProperties" | "not" => strip(child),
-                "allOf" | "anyOf" | "oneOf" => {
-                    child.as_array_mut().into_iter().flatten().for_each(strip)
-                }
-                _ => {}
-            }
-        }
-    }
     edit_schema(crd, |json| {
         for pointer in pointers {
             if let Some(node) = json.pointer_mut(pointer) {
                 let own = node.get("description").cloned();
-                strip(node);
+                walk_schema(node, &mut |map| {
+                    map.remove("description");
+                });
                 if let (Some(own), Some(map)) = (own, node.as_object_mut()) {
                     map.insert("description".to_owned(), own);
                 }
