@@ -862,7 +862,7 @@ async fn a_workload_taint_excludes_only_equal_or_larger_sizes_across_dsjs() {
 async fn grace_periods_and_cleanup_act_between_polls() {
     let _serial = SERIAL.lock().await;
     let (_dir, fleet, _hub, _agents) = dsj_fleet(Duration::from_secs(600)).await;
-    set_queue(&fleet, 1).await;
+    set_queue(&fleet, 0).await;
     let yaml = dsj_yaml("queue")
         .replace(
             "  - {name: member-1, weight: 2}\n  - {name: member-2, weight: 3}\n",
@@ -876,6 +876,9 @@ async fn grace_periods_and_cleanup_act_between_polls() {
         )
         .replace("    pollingInterval: 1\n", "    pollingInterval: 12\n");
     apply(&fleet, &yaml, "work.yaml").await;
+    // Until both members have reported their Jobs, the one Job would go to whichever did.
+    members_ready(&fleet).await;
+    set_queue(&fleet, 1).await;
     // The first Job goes to member-1 (first on a tie); its pod never starts.
     let source = wait_for(Duration::from_secs(40), "a Job in member-1", || async {
         jobs(&fleet).await[0].first().cloned()
