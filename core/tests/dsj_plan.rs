@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use kedge_core::crd::DistributedScaledJobSpec;
+use kedge_core::crd::conditions::MemberPhase;
 use kedge_core::dsj::scaling::TriggerMetric;
 use kedge_core::dsj::schedule::WrrState;
 use kedge_core::dsj::taint::{TaintBook, TaintEvent};
 use kedge_core::dsj::{DsjMemberObservation, DsjPlan, DsjPlanInput, Eligibility, plan};
-use kedge_core::dso::MemberState;
 use kedge_core::validate::{self, DsjSettings};
 use proptest::prelude::*;
 
@@ -41,7 +41,7 @@ scaledJobSpec:
 fn member(name: &str, running: u32, pending: u32, stuck: u32) -> DsjMemberObservation {
     DsjMemberObservation {
         name: name.into(),
-        state: MemberState::Ready,
+        state: MemberPhase::Ready,
         running_jobs: running,
         pending_jobs: pending,
         stuck_jobs: stuck,
@@ -201,11 +201,11 @@ fn unreachable_members_and_paused() {
         member("member-cluster-1", 0, 0, 0),
         member("member-cluster-2", 0, 0, 0),
     ];
-    members[0].state = MemberState::Unreachable;
+    members[0].state = MemberPhase::Unreachable;
     let p = run(&s, 4.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!(p.members[0].eligibility, Eligibility::Unreachable);
     assert_eq!(p.members[1].create, 4);
-    members[1].state = MemberState::Unreachable;
+    members[1].state = MemberPhase::Unreachable;
     let p = run(&s, 4.0, &members, &TaintBook::new(&s), &WrrState::default());
     assert_eq!(p.unplaced, 4);
     s.paused = true;
@@ -265,7 +265,7 @@ scaledJobSpec:
         };
         let away = [
             DsjMemberObservation {
-                state: MemberState::Unreachable,
+                state: MemberPhase::Unreachable,
                 ..member("a", 0, 0, 0)
             },
             member("b", 0, 0, 0),

@@ -6,17 +6,18 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use kedge_core::crd::conditions::EVENT_JOBS_CREATED;
+use kedge_core::crd::conditions::MemberPhase;
 use kedge_core::crd::{DistributedScaledJobSpec, DistributedScaledJobStatus};
 use kedge_core::dsj::duplication::JobPhase;
 use kedge_core::dsj::metrics::{Reading, usable};
-use kedge_core::dsj::outcome::{EVENT_JOBS_CREATED, Outcome, OutcomeInput, outcome};
+use kedge_core::dsj::outcome::{Outcome, OutcomeInput, outcome};
 use kedge_core::dsj::scaling::TriggerMetric;
 use kedge_core::dsj::step::{
     DsjMember, DsjState, JobView, Remembered, StepInput, StepOutput, create_failed, step,
     taint_level,
 };
 use kedge_core::dsj::taint::TaintLevel;
-use kedge_core::dso::MemberState;
 use kedge_core::validate::{self, DsjSettings, ScalingStrategyKind};
 use proptest::prelude::*;
 
@@ -234,9 +235,9 @@ impl World {
             .map(|(i, m)| DsjMember {
                 name: name(i),
                 state: if m.reachable {
-                    MemberState::Ready
+                    MemberPhase::Ready
                 } else {
-                    MemberState::Unreachable
+                    MemberPhase::Unreachable
                 },
             })
             .collect()
@@ -450,7 +451,7 @@ proptest! {
             let m = &p.outcome.status.member_cluster_statuses[&c.member];
             prop_assert!(!m.hard_tainted && !m.excluded, "{}: {m:?}", c.member);
             prop_assert!(
-                w.members().iter().any(|m| m.name == c.member && m.state == MemberState::Ready),
+                w.members().iter().any(|m| m.name == c.member && m.state == MemberPhase::Ready),
                 "Jobs created in unreachable {}", c.member
             );
         }

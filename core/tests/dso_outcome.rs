@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use kedge_core::crd::conditions::{
+    EVENT_CONFLICT, EVENT_INVALID_SPEC, EVENT_MEMBER_LOST, EVENT_MEMBER_RETURNED,
+    EVENT_NAMESPACE_NOT_ALLOWED,
+};
 use kedge_core::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
 use kedge_core::dso::member::{Claim, MemberFacts, MemberPhase, Session, claim};
-use kedge_core::dso::outcome::{
-    Command, DsoInput, DsoOutcome, EVENT_CONFLICT, EVENT_INVALID_SPEC, EVENT_MEMBER_LOST,
-    EVENT_MEMBER_RETURNED, EVENT_NAMESPACE_NOT_ALLOWED, outcome,
-};
+use kedge_core::dso::outcome::{Command, DsoInput, DsoOutcome, outcome};
 use kedge_core::validate::{DsoMemberSettings, DsoSettings, Pause};
 use kedge_protocol::{ClusterCapacity, Failure, FailureCode, Retry, WorkloadRef, WorkloadStatus};
 

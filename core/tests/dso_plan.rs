@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kedge_core::dso::{DsoPlan, DsoPlanInput, MemberObservation, MemberState, Reason, plan};
+use kedge_core::crd::conditions::MemberPhase;
+use kedge_core::dso::{DsoPlan, DsoPlanInput, MemberObservation, Reason, plan};
 use kedge_core::validate::{DsoMemberSettings, DsoSettings, Pause};
 use proptest::prelude::*;
 
@@ -88,7 +89,7 @@ fn grace_period_then_failover_then_fail_back() {
     let s = settings(&[("a", 1), ("b", 1), ("c", 1)]);
     let mut members = ready(&[("a", 4), ("b", 4), ("c", 4)]);
     // Within the grace period nothing moves.
-    members[1].state = MemberState::Unreachable;
+    members[1].state = MemberPhase::Unreachable;
     members[1].unreachable_for = Duration::from_secs(30);
     let p = run(&s, 12, &members);
     assert_eq!(desired(&p), vec![4, 4, 4]);

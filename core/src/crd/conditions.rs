@@ -1,4 +1,9 @@
-//! Condition types, reasons, states and annotation names shared by hub, agent and CLI.
+//! The vocabulary kedge writes into objects, each word defined once: annotation and label
+//! names, condition types, condition reasons, member states ([`MemberPhase`]), trigger
+//! states and Event reasons. Hub, CLI, `kubectl kedge simulate` and the agent use these.
+
+use std::fmt;
+use std::str::FromStr;
 
 /// Annotation that pauses scaling of a DSO or Job creation of a DSJ (`"true"`).
 pub const ANNOTATION_PAUSED: &str = "autoscaling.keda.sh/paused";
@@ -50,25 +55,19 @@ pub const REASON_NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
 /// unreachable); the message says why for each.
 pub const REASON_NO_MEMBER_AVAILABLE: &str = "NoMemberAvailable";
 
-/// Member state: the agent is connected and heartbeating.
-pub const STATE_READY: &str = "Ready";
-/// Member state: heartbeats are missing.
-pub const STATE_UNREACHABLE: &str = "Unreachable";
-/// Member state: registered, agent never connected.
-pub const STATE_PENDING: &str = "Pending";
-/// Member state: connected, but no report since it (re)connected: nothing is planned for it.
-pub const STATE_NOT_REPORTED: &str = "NotReported";
-/// Member state: connected, but the workload does not exist there.
-pub const STATE_WORKLOAD_MISSING: &str = "WorkloadMissing";
-/// Member state: connected, but the agent refuses or cannot act on the workload.
-pub const STATE_REFUSED: &str = "Refused";
-/// Member state: something else scales the workload (another DSO, a local autoscaler).
-pub const STATE_CONFLICT: &str = "Conflict";
-
 /// Condition: something else also scales a workload of this resource.
 pub const CONDITION_CONFLICT: &str = "Conflict";
 /// Condition: whether the fleet-wide total has been written through `/scale`.
 pub const CONDITION_TOTAL_SET: &str = "TotalSet";
+/// Every condition type kedge writes (the printer columns may name only these).
+pub const CONDITION_TYPES: [&str; 6] = [
+    CONDITION_READY,
+    CONDITION_PAUSED,
+    CONDITION_DEGRADED,
+    CONDITION_INVALID_SPEC,
+    CONDITION_CONFLICT,
+    CONDITION_TOTAL_SET,
+];
 
 /// Reason: an agent keeps failing to apply a command (transient errors).
 pub const REASON_COMMAND_FAILING: &str = "CommandFailing";
@@ -86,6 +85,162 @@ pub const REASON_CLAIMED_ELSEWHERE: &str = "ClaimedByAnotherDSO";
 pub const REASON_LOCAL_AUTOSCALER: &str = "ScaledInMember";
 /// Reason: no conflict.
 pub const REASON_NO_CONFLICT: &str = "NoConflict";
+
+// DSJ condition reasons.
+
+/// `Ready=False`: a trigger cannot be read (after `dsj::outcome::first_reading_grace`), nothing is
+/// created.
+pub const REASON_METRIC_UNAVAILABLE: &str = "MetricUnavailable";
+/// `Ready=False`: Jobs are wanted and no member can take any (none listed or registered,
+/// all unreachable or hard-tainted).
+pub const REASON_NO_ELIGIBLE_MEMBER: &str = "NoEligibleMember";
+/// `Ready=False`: the strategy asked for Jobs that no eligible member could take.
+pub const REASON_JOBS_UNPLACED: &str = "JobsUnplaced";
+/// `Ready=False` when every member sent Jobs refused them; `Degraded=True` when some did.
+pub const REASON_JOB_CREATE_FAILED: &str = "JobCreateFailed";
+/// `Degraded=False`.
+pub const REASON_NO_FAILURES: &str = "NoFailures";
+/// `Degraded=False` while a new trigger has not had the time to publish its first value.
+pub const REASON_AWAITING_METRIC: &str = "AwaitingMetric";
+
+// MemberCluster condition reasons.
+
+/// MemberCluster `Ready` reason when the agent is connected.
+pub const REASON_CONNECTED: &str = "AgentConnected";
+/// MemberCluster `Ready` reason when it is not.
+pub const REASON_NOT_CONNECTED: &str = "AgentNotConnected";
+
+/// `triggerMetricsStatus[].state`: the trigger was read and asks for Jobs.
+pub const TRIGGER_ACTIVE: &str = "Active";
+/// `triggerMetricsStatus[].state`: the trigger was read and asks for none.
+pub const TRIGGER_INACTIVE: &str = "Inactive";
+/// `triggerMetricsStatus[].state`: a new trigger waits for its first value.
+pub const TRIGGER_PENDING: &str = "Pending";
+/// `triggerMetricsStatus[].state`: the trigger cannot be read; nothing is created.
+pub const TRIGGER_ERROR: &str = "Error";
+
+// DSO Event reasons.
+
+/// Event reason: the split over members changed at the same total.
+pub const EVENT_REBALANCED: &str = "Rebalanced";
+/// Event reason: the total changed and was split over the members.
+pub const EVENT_SCALED: &str = "Scaled";
+/// Event reason: a member stopped being usable for this DSO.
+pub const EVENT_MEMBER_LOST: &str = "MemberLost";
+/// Event reason: a member is usable again.
+pub const EVENT_MEMBER_RETURNED: &str = "MemberReturned";
+/// Event reason: an agent refused a command or cannot act on the workload.
+pub const EVENT_COMMAND_REFUSED: &str = "CommandRefused";
+/// Event reason: an agent keeps failing to apply a command.
+pub const EVENT_COMMAND_FAILING: &str = "CommandFailing";
+/// Event reason: the workload does not exist in a member.
+pub const EVENT_WORKLOAD_MISSING: &str = "WorkloadMissing";
+/// Event reason: something else scales the workload in a member.
+pub const EVENT_CONFLICT: &str = "Conflict";
+/// Event reason: the spec or annotations are invalid.
+pub const EVENT_INVALID_SPEC: &str = "InvalidSpec";
+/// Event reason: the spec targets a member namespace that was not granted.
+pub const EVENT_NAMESPACE_NOT_ALLOWED: &str = REASON_NAMESPACE_NOT_ALLOWED;
+/// Event reason: the child ScaledObject cannot be created.
+pub const EVENT_KEDA_UNAVAILABLE: &str = REASON_KEDA_UNAVAILABLE;
+
+// DSJ Event reasons (and [`EVENT_INVALID_SPEC`]).
+
+/// Event: Jobs were created in this poll (KEDA's `KEDAJobsCreated`), naming where.
+pub const EVENT_JOBS_CREATED: &str = "JobsCreated";
+/// Event: a pending Job passed the grace period.
+pub const EVENT_JOB_STUCK: &str = "JobStuck";
+/// Event: a member's taint level changed.
+pub const EVENT_TAINT_CHANGED: &str = "TaintChanged";
+/// Event: a trigger could not be read (once per change).
+pub const EVENT_METRIC_UNAVAILABLE: &str = REASON_METRIC_UNAVAILABLE;
+/// Event: a member refused or failed the Jobs it was sent (with the agent's reason).
+pub const EVENT_JOB_CREATE_FAILED: &str = REASON_JOB_CREATE_FAILED;
+/// Event: a member refused or failed a delete (it is retried).
+pub const EVENT_JOB_DELETE_FAILED: &str = "JobDeleteFailed";
+/// Event: a `containerOverrides` entry names no container of the Job template.
+pub const EVENT_UNKNOWN_CONTAINER: &str = "UnknownContainer";
+/// Event: a failover Job replaces a stuck one.
+pub const EVENT_FAILOVER: &str = "Failover";
+/// Event: a Job made from an earlier spec is deleted (`rollout.strategy: default`).
+pub const EVENT_JOB_ROLLED_OUT: &str = "JobRolledOut";
+/// Event: a Job is deleted by the duplication policy or the history limits.
+pub const EVENT_JOB_CLEANED_UP: &str = "JobCleanedUp";
+
+/// The state of one member: `state` in a MemberCluster's status (`Ready`, `Pending`,
+/// `Unreachable`), in a DSO's `memberClusterStatuses` (every phase) and in a DSJ's
+/// (`Ready`, `Unreachable`). The planners take it too: a member that is not
+/// [`MemberPhase::Ready`] runs nothing new and keeps what it holds until its grace period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MemberPhase {
+    /// Connected, reported, the workload is there: it gets its share.
+    Ready,
+    /// Registered, its agent never connected: it gets nothing and holds nothing.
+    Pending,
+    /// Connected (or expected back after a hub restart) without a report to plan from.
+    NotReported,
+    /// Heartbeats missing.
+    Unreachable,
+    /// The workload does not exist in the member.
+    WorkloadMissing,
+    /// The agent refuses or cannot act on the workload (namespace policy, RBAC, invalid).
+    Refused,
+    /// Something else scales the workload: another DSO that came first, or a local
+    /// autoscaler or hand edits in the member.
+    Conflict,
+}
+
+impl MemberPhase {
+    /// Every phase, for parsers and tests.
+    pub const ALL: [MemberPhase; 7] = [
+        MemberPhase::Ready,
+        MemberPhase::Pending,
+        MemberPhase::NotReported,
+        MemberPhase::Unreachable,
+        MemberPhase::WorkloadMissing,
+        MemberPhase::Refused,
+        MemberPhase::Conflict,
+    ];
+
+    /// The `state` string in status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberPhase::Ready => "Ready",
+            MemberPhase::Pending => "Pending",
+            MemberPhase::NotReported => "NotReported",
+            MemberPhase::Unreachable => "Unreachable",
+            MemberPhase::WorkloadMissing => "WorkloadMissing",
+            MemberPhase::Refused => "Refused",
+            MemberPhase::Conflict => "Conflict",
+        }
+    }
+
+    /// Whether the member runs its share of the DSO.
+    pub fn is_ready(self) -> bool {
+        self == MemberPhase::Ready
+    }
+}
+
+impl fmt::Display for MemberPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown `state` string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownPhase(pub String);
+
+impl FromStr for MemberPhase {
+    type Err = UnknownPhase;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MemberPhase::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownPhase(s.to_owned()))
+    }
+}
 
 /// A condition whose `lastTransitionTime` is `now`, or the previous one of the same type
 /// when its status did not change (the Kubernetes convention).

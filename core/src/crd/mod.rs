@@ -338,6 +338,35 @@ mod tests {
         }
     }
 
+    /// A printer column that shows a condition names a type kedge writes, so renaming a
+    /// condition type cannot leave `kubectl get` showing an empty column.
+    #[test]
+    fn printer_columns_name_only_condition_types_kedge_writes() {
+        let mut named = 0;
+        for crd in crds() {
+            for column in crd.spec.versions[0]
+                .additional_printer_columns
+                .iter()
+                .flatten()
+            {
+                if let Some(rest) = column.json_path.split("@.type==\"").nth(1) {
+                    let type_ = rest.split('"').next().unwrap_or_default();
+                    assert!(
+                        conditions::CONDITION_TYPES.contains(&type_),
+                        "{}: column {} shows condition {type_:?}, which kedge never writes",
+                        crd.spec.names.kind,
+                        column.name
+                    );
+                    named += 1;
+                }
+            }
+        }
+        assert!(
+            named >= 2,
+            "the DSO columns Ready and Paused show conditions"
+        );
+    }
+
     #[test]
     fn crds_fit_in_client_side_apply() {
         for crd in crds() {

@@ -16,56 +16,20 @@ use super::step::{
 };
 use super::taint::TaintLevel;
 use super::{Eligibility, MemberJobs};
+use crate::crd::conditions::MemberPhase;
 use crate::crd::conditions::{
-    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, LABEL_DSJ, REASON_PAUSED_BY_ANNOTATION,
-    REASON_RECONCILED, condition,
+    CONDITION_DEGRADED, CONDITION_PAUSED, CONDITION_READY, EVENT_FAILOVER, EVENT_JOB_CLEANED_UP,
+    EVENT_JOB_CREATE_FAILED, EVENT_JOB_ROLLED_OUT, EVENT_JOB_STUCK, EVENT_JOBS_CREATED,
+    EVENT_METRIC_UNAVAILABLE, EVENT_TAINT_CHANGED, LABEL_DSJ, REASON_AWAITING_METRIC,
+    REASON_JOB_CREATE_FAILED, REASON_JOBS_UNPLACED, REASON_METRIC_UNAVAILABLE,
+    REASON_NO_ELIGIBLE_MEMBER, REASON_NO_FAILURES, REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILED,
+    TRIGGER_ACTIVE, TRIGGER_ERROR, TRIGGER_INACTIVE, TRIGGER_PENDING, condition,
 };
 use crate::crd::dsj::{DsjMemberClusterStatus, MemberJobCount, TriggerMetricStatus};
 use crate::crd::{DistributedScaledJobStatus, bound_member_statuses};
-use crate::dso::MemberState;
 use crate::events::Event;
 use crate::time::to_time;
 use crate::validate::{ClusterStrategy, DsjSettings, DuplicationPolicy};
-
-/// `Ready=False`: a trigger cannot be read (after [`first_reading_grace`]), nothing is
-/// created.
-pub const REASON_METRIC_UNAVAILABLE: &str = "MetricUnavailable";
-/// `Ready=False`: Jobs are wanted and no member can take any (none listed or registered,
-/// all unreachable or hard-tainted).
-pub const REASON_NO_ELIGIBLE_MEMBER: &str = "NoEligibleMember";
-/// `Ready=False`: the strategy asked for Jobs that no eligible member could take.
-pub const REASON_JOBS_UNPLACED: &str = "JobsUnplaced";
-/// `Ready=False` when every member sent Jobs refused them; `Degraded=True` when some did.
-pub const REASON_JOB_CREATE_FAILED: &str = "JobCreateFailed";
-/// `Degraded=False`.
-pub const REASON_NO_FAILURES: &str = "NoFailures";
-/// `Degraded=False` while a new trigger has not had the time to publish its first value.
-pub const REASON_AWAITING_METRIC: &str = "AwaitingMetric";
-/// Trigger state while it waits for its first value.
-pub const TRIGGER_PENDING: &str = "Pending";
-
-/// Event: Jobs were created in this poll (KEDA's `KEDAJobsCreated`), naming where.
-pub const EVENT_JOBS_CREATED: &str = "JobsCreated";
-/// Event: a pending Job passed the grace period.
-pub const EVENT_JOB_STUCK: &str = "JobStuck";
-/// Event: a member's taint level changed.
-pub const EVENT_TAINT_CHANGED: &str = "TaintChanged";
-/// Event: a trigger could not be read (once per change).
-pub const EVENT_METRIC_UNAVAILABLE: &str = REASON_METRIC_UNAVAILABLE;
-/// Event: a member refused or failed the Jobs it was sent (with the agent's reason).
-pub const EVENT_JOB_CREATE_FAILED: &str = REASON_JOB_CREATE_FAILED;
-/// Event: a member refused or failed a delete (it is retried).
-pub const EVENT_JOB_DELETE_FAILED: &str = "JobDeleteFailed";
-/// Event: a `containerOverrides` entry names no container of the Job template.
-pub const EVENT_UNKNOWN_CONTAINER: &str = "UnknownContainer";
-/// Event: a failover Job replaces a stuck one.
-pub const EVENT_FAILOVER: &str = "Failover";
-/// Event: a Job made from an earlier spec is deleted (`rollout.strategy: default`).
-pub const EVENT_JOB_ROLLED_OUT: &str = "JobRolledOut";
-/// Event: a Job is deleted by the duplication policy or the history limits.
-pub const EVENT_JOB_CLEANED_UP: &str = "JobCleanedUp";
-/// Event: the spec or annotations are invalid.
-pub const EVENT_INVALID_SPEC: &str = crate::dso::outcome::EVENT_INVALID_SPEC;
 
 /// How long a trigger new to the DSJ may fail to read before it counts as an error: KEDA
 /// publishes its first value after one polling interval of its own, and its metrics adapter
@@ -279,17 +243,17 @@ fn trigger_statuses(i: &OutcomeInput<'_>, events: &mut Vec<Event>) -> Vec<Trigge
                 Some(_) => None,
             };
             let state = match r.state() {
-                TriggerState::Active => "Active",
-                TriggerState::Inactive => "Inactive",
+                TriggerState::Active => TRIGGER_ACTIVE,
+                TriggerState::Inactive => TRIGGER_INACTIVE,
                 TriggerState::Error
                     if waiting_since
                         .is_some_and(|since| crate::time::saturating_add(since, grace) > i.now) =>
                 {
                     TRIGGER_PENDING
                 }
-                TriggerState::Error => "Error",
+                TriggerState::Error => TRIGGER_ERROR,
             };
-            if state == "Error" && before.is_none_or(|b| b.state != "Error") {
+            if state == TRIGGER_ERROR && before.is_none_or(|b| b.state != TRIGGER_ERROR) {
                 events.push(Event::warning(
                     EVENT_METRIC_UNAVAILABLE,
                     format!(
@@ -331,22 +295,9 @@ fn member_statuses(
         let new = created.get(m.name.as_str()).copied().unwrap_or(0);
         let level = taint_level(i.settings, i.state, &m.name, i.now);
         let remembered = i.remembered.iter().any(|r| r.member == m.name);
-        let state = match m.state {
-            MemberState::Ready => "Ready",
-            MemberState::Unreachable => "Unreachable",
-        };
+        let state = m.state.as_str();
         let before = i.previous.member_cluster_statuses.get(&m.name);
-        let description = match (m.state, level) {
-            (MemberState::Unreachable, _) if remembered => {
-                "not reported since the hub started: its Jobs are counted as last recorded"
-            }
-            (MemberState::Unreachable, _) => "agent not connected, or its Jobs not reported yet",
-            (_, TaintLevel::Hard) => "hard-tainted: receives no Jobs until the taint expires",
-            (_, TaintLevel::Soft) => {
-                "soft-tainted: a second failure within softTaintDuration excludes it"
-            }
-            _ => "Cluster is healthy",
-        };
+        let description = member_description(m.state, level, remembered);
         // Stuck: pending past the grace period, replaced or not (a replaced one still
         // pends in its member).
         let stuck = i
@@ -379,7 +330,7 @@ fn member_statuses(
                 soft_tainted: level == TaintLevel::Soft,
                 hard_tainted: level == TaintLevel::Hard,
                 hard_taint_scopes: i.state.hard_taint_scopes(i.settings, &m.name, i.now),
-                excluded: level == TaintLevel::Hard || m.state == MemberState::Unreachable,
+                excluded: level == TaintLevel::Hard || !m.state.is_ready(),
                 last_status_change_time: match before {
                     Some(b) if b.state.as_deref() == Some(state) => {
                         b.last_status_change_time.clone()
@@ -391,9 +342,35 @@ fn member_statuses(
         );
     }
     bound_member_statuses(&mut statuses, |m| {
-        m.state.as_deref() == Some("Ready") && !m.soft_tainted && !m.hard_tainted
+        m.state.as_deref() == Some(MemberPhase::Ready.as_str())
+            && !m.soft_tainted
+            && !m.hard_tainted
     });
     statuses
+}
+
+/// What `description` says of a member in a DSJ's `memberClusterStatuses`.
+fn member_description(state: MemberPhase, level: TaintLevel, remembered: bool) -> &'static str {
+    match (state, level) {
+        (MemberPhase::Ready, TaintLevel::None) => "Cluster is healthy",
+        (MemberPhase::Ready, TaintLevel::Soft) => {
+            "soft-tainted: a second failure within softTaintDuration excludes it"
+        }
+        (MemberPhase::Ready, TaintLevel::Hard) => {
+            "hard-tainted: receives no Jobs until the taint expires"
+        }
+        (MemberPhase::Unreachable | MemberPhase::Pending | MemberPhase::NotReported, _)
+            if remembered =>
+        {
+            "not reported since the hub started: its Jobs are counted as last recorded"
+        }
+        (MemberPhase::Unreachable | MemberPhase::Pending | MemberPhase::NotReported, _) => {
+            "agent not connected, or its Jobs not reported yet"
+        }
+        (MemberPhase::WorkloadMissing | MemberPhase::Refused | MemberPhase::Conflict, _) => {
+            "the agent cannot act for this DSJ: it receives no Jobs"
+        }
+    }
 }
 
 /// Why each member cannot take Jobs, for a message: `member-1 unreachable, member-2
@@ -424,7 +401,7 @@ fn why_not(members: &[MemberJobs]) -> String {
 /// unplaced, every create refused), and Degraded is then True with the same reason, so the
 /// two never contradict each other.
 fn conditions(i: &OutcomeInput<'_>, triggers: &[TriggerMetricStatus]) -> Vec<Condition> {
-    let not_ready = not_ready(i, &in_state(triggers, "Error"));
+    let not_ready = not_ready(i, &in_state(triggers, TRIGGER_ERROR));
     let p = &i.previous.conditions;
     let ready = match &not_ready {
         Some((reason, message)) => condition(
@@ -659,7 +636,7 @@ mod tests {
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
     }
 
-    fn member(name: &str, state: MemberState) -> DsjMember {
+    fn member(name: &str, state: MemberPhase) -> DsjMember {
         DsjMember {
             name: name.into(),
             state,
@@ -770,8 +747,8 @@ mod tests {
         let mut p = poll(
             settings(""),
             vec![
-                member("a", MemberState::Unreachable),
-                member("b", MemberState::Unreachable),
+                member("a", MemberPhase::Unreachable),
+                member("b", MemberPhase::Unreachable),
             ],
         );
         let o = p.run(t(0));
@@ -792,7 +769,7 @@ mod tests {
         );
         assert_eq!(o.status.desired_jobs, 3);
         // One member back: Ready.
-        p.members[1].state = MemberState::Ready;
+        p.members[1].state = MemberPhase::Ready;
         let o = p.run(t(1));
         assert_eq!(cond(&o.status, "Ready"), ("True", REASON_RECONCILED));
         assert_eq!(cond(&o.status, "Degraded"), ("False", REASON_NO_FAILURES));
@@ -807,8 +784,8 @@ mod tests {
         let mut p = poll(
             settings(""),
             vec![
-                member("a", MemberState::Ready),
-                member("b", MemberState::Ready),
+                member("a", MemberPhase::Ready),
+                member("b", MemberPhase::Ready),
             ],
         );
         p.failures = &failures;
@@ -828,7 +805,7 @@ mod tests {
 
     #[test]
     fn a_new_trigger_waits_for_its_first_value_before_it_is_an_error() {
-        let mut p = poll(settings(""), vec![member("a", MemberState::Ready)]);
+        let mut p = poll(settings(""), vec![member("a", MemberPhase::Ready)]);
         p.readings = BTreeMap::from([("q".to_owned(), Reading::Failed("not found".into()))]);
         let o = p.run(t(0));
         assert_eq!(o.status.trigger_metrics_status[0].state, TRIGGER_PENDING);
@@ -856,7 +833,7 @@ mod tests {
         assert_eq!(o.events[0].reason, EVENT_METRIC_UNAVAILABLE);
         assert!(p.run(t(17)).events.is_empty());
         // A trigger that was read before and fails later is an error at once.
-        let mut q = poll(settings(""), vec![member("a", MemberState::Ready)]);
+        let mut q = poll(settings(""), vec![member("a", MemberPhase::Ready)]);
         q.run(t(0));
         q.readings = BTreeMap::from([("q".to_owned(), Reading::Failed("503".into()))]);
         let o = q.run(t(1));
@@ -868,8 +845,8 @@ mod tests {
         let mut p = poll(
             settings(""),
             vec![
-                member("a", MemberState::Ready),
-                member("b", MemberState::Ready),
+                member("a", MemberPhase::Ready),
+                member("b", MemberPhase::Ready),
             ],
         );
         p.remembered = vec![];
@@ -897,8 +874,8 @@ mod tests {
         let mut p = poll(
             settings(""),
             vec![
-                member("a", MemberState::Unreachable),
-                member("b", MemberState::Ready),
+                member("a", MemberPhase::Unreachable),
+                member("b", MemberPhase::Ready),
             ],
         );
         p.remembered = vec![Remembered {
@@ -917,8 +894,8 @@ mod tests {
         let mut p = poll(
             settings(""),
             vec![
-                member("a", MemberState::Ready),
-                member("b", MemberState::Ready),
+                member("a", MemberPhase::Ready),
+                member("b", MemberPhase::Ready),
             ],
         );
         p.readings = queue(1.0);

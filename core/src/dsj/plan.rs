@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::scaling::{JobCounts, TriggerMetric, combine, jobs_to_create};
 use super::schedule::{WrrState, highest_priority};
 use super::taint::{TaintBook, TaintLevel};
-use crate::dso::MemberState;
+use crate::crd::conditions::MemberPhase;
 use crate::validate::{ClusterStrategy, DsjMemberSettings, DsjSettings, ScalingStrategyKind};
 
 /// What the hub knows about one registered member for one DSJ.
@@ -17,7 +17,7 @@ pub struct DsjMemberObservation {
     /// Member name.
     pub name: String,
     /// Health.
-    pub state: MemberState,
+    pub state: MemberPhase,
     /// Non-terminal Jobs of this DSJ there (includes pending).
     pub running_jobs: u32,
     /// Of those, Jobs whose pods are not running yet.
@@ -194,7 +194,7 @@ pub fn plan(input: &DsjPlanInput<'_>) -> DsjPlan {
             let (name, priority) = (&m.name, m.priority);
             let eligibility = match observation(name) {
                 None => Eligibility::NotConnected,
-                Some(o) if o.state == MemberState::Unreachable => Eligibility::Unreachable,
+                Some(o) if !o.state.is_ready() => Eligibility::Unreachable,
                 Some(_) => {
                     match input
                         .taints

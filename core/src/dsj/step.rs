@@ -14,7 +14,7 @@ use super::scaling::TriggerMetric;
 use super::schedule::WrrState;
 use super::taint::{TaintBook, TaintEvent, TaintLevel};
 use super::{DsjMemberObservation, DsjPlan, DsjPlanInput, plan};
-use crate::dso::MemberState;
+use crate::crd::conditions::MemberPhase;
 use crate::validate::{DsjSettings, Rollout};
 
 /// One Job of the DSJ, as the agents report it (hub) or the simulator tracks it.
@@ -48,7 +48,7 @@ pub struct DsjMember {
     /// Member name.
     pub name: String,
     /// Health.
-    pub state: MemberState,
+    pub state: MemberPhase,
 }
 
 /// What one poll leaves for the next: the hub keeps it in the DSJ's status, so a hub restart
@@ -501,7 +501,7 @@ mod tests {
             .iter()
             .map(|n| DsjMember {
                 name: (*n).into(),
-                state: MemberState::Ready,
+                state: MemberPhase::Ready,
             })
             .collect()
     }
@@ -575,11 +575,11 @@ mod tests {
         let members = vec![
             DsjMember {
                 name: "a".into(),
-                state: MemberState::Unreachable,
+                state: MemberPhase::Unreachable,
             },
             DsjMember {
                 name: "b".into(),
-                state: MemberState::Ready,
+                state: MemberPhase::Ready,
             },
         ];
         let jobs: Vec<JobView> = (0..3)
@@ -646,7 +646,7 @@ mod tests {
         let away: Vec<DsjMember> = members
             .iter()
             .map(|m| DsjMember {
-                state: MemberState::Unreachable,
+                state: MemberPhase::Unreachable,
                 ..m.clone()
             })
             .collect();

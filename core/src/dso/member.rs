@@ -3,94 +3,17 @@
 //! rule that turns facts into a phase lives here.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
 use kedge_protocol::{ClusterCapacity, Failure, FailureCode, Retry, WorkloadRef, WorkloadStatus};
 
-use crate::crd::conditions::{
-    STATE_CONFLICT, STATE_NOT_REPORTED, STATE_PENDING, STATE_READY, STATE_REFUSED,
-    STATE_UNREACHABLE, STATE_WORKLOAD_MISSING,
-};
+pub use crate::crd::conditions::{MemberPhase, UnknownPhase};
 use crate::crd::dso::{DistributedScaledObjectSpec, DsoMemberClusterStatus};
 
 /// Default `scaleTargetRef.apiVersion`.
 pub const DEFAULT_TARGET_API_VERSION: &str = "apps/v1";
 /// Default `scaleTargetRef.kind`.
 pub const DEFAULT_TARGET_KIND: &str = "Deployment";
-
-/// The phase of one member for one DSO (`state` in its status).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum MemberPhase {
-    /// Connected, reported, the workload is there: it gets its share.
-    Ready,
-    /// Registered, its agent never connected: it gets nothing and holds nothing.
-    Pending,
-    /// Connected (or expected back after a hub restart) without a report to plan from.
-    NotReported,
-    /// Heartbeats missing.
-    Unreachable,
-    /// The workload does not exist in the member.
-    WorkloadMissing,
-    /// The agent refuses or cannot act on the workload (namespace policy, RBAC, invalid).
-    Refused,
-    /// Something else scales the workload: another DSO that came first, or a local
-    /// autoscaler or hand edits in the member.
-    Conflict,
-}
-
-impl MemberPhase {
-    /// Every phase, for parsers and tests.
-    pub const ALL: [MemberPhase; 7] = [
-        MemberPhase::Ready,
-        MemberPhase::Pending,
-        MemberPhase::NotReported,
-        MemberPhase::Unreachable,
-        MemberPhase::WorkloadMissing,
-        MemberPhase::Refused,
-        MemberPhase::Conflict,
-    ];
-
-    /// The `state` string in status.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemberPhase::Ready => STATE_READY,
-            MemberPhase::Pending => STATE_PENDING,
-            MemberPhase::NotReported => STATE_NOT_REPORTED,
-            MemberPhase::Unreachable => STATE_UNREACHABLE,
-            MemberPhase::WorkloadMissing => STATE_WORKLOAD_MISSING,
-            MemberPhase::Refused => STATE_REFUSED,
-            MemberPhase::Conflict => STATE_CONFLICT,
-        }
-    }
-
-    /// Whether the member runs its share of the DSO.
-    pub fn is_ready(self) -> bool {
-        self == MemberPhase::Ready
-    }
-}
-
-impl fmt::Display for MemberPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An unknown `state` string.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnknownPhase(pub String);
-
-impl FromStr for MemberPhase {
-    type Err = UnknownPhase;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        MemberPhase::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownPhase(s.to_owned()))
-    }
-}
 
 /// The workload a DSO scales in `member`: `scaleTargetRef` (default `apps/v1` Deployment)
 /// in the member's `targetNamespace`, else the DSO's namespace.

@@ -10,6 +10,4 @@ pub mod member;
 pub mod outcome;
 mod plan;
 
-pub use plan::{
-    DsoPlan, DsoPlanInput, MemberDecision, MemberObservation, MemberState, Reason, plan,
-};
+pub use plan::{DsoPlan, DsoPlanInput, MemberDecision, MemberObservation, Reason, plan};

@@ -22,15 +22,18 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::member::{Claim, MemberFacts, MemberPhase, MemberView, view};
-use super::plan::{DsoPlan, DsoPlanInput, MemberObservation, MemberState, Reason, plan};
+use super::plan::{DsoPlan, DsoPlanInput, MemberObservation, Reason, plan};
 use crate::crd::conditions::{
     ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, CONDITION_CONFLICT, CONDITION_DEGRADED,
-    CONDITION_PAUSED, CONDITION_READY, CONDITION_TOTAL_SET, REASON_AWAITING_TOTAL,
-    REASON_CLAIMED_ELSEWHERE, REASON_COMMAND_FAILING, REASON_INSUFFICIENT_CAPACITY,
-    REASON_KEDA_UNAVAILABLE, REASON_LOCAL_AUTOSCALER, REASON_MEMBER_UNREACHABLE,
-    REASON_NAMESPACE_NOT_ALLOWED, REASON_NO_CONFLICT, REASON_NO_MEMBER_AVAILABLE,
-    REASON_PAUSED_AT_REPLICAS, REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILE_FAILED,
-    REASON_RECONCILED, REASON_TOTAL_SET, REASON_VALIDATION_FAILED, condition,
+    CONDITION_PAUSED, CONDITION_READY, CONDITION_TOTAL_SET, EVENT_COMMAND_FAILING,
+    EVENT_COMMAND_REFUSED, EVENT_CONFLICT, EVENT_INVALID_SPEC, EVENT_KEDA_UNAVAILABLE,
+    EVENT_MEMBER_LOST, EVENT_MEMBER_RETURNED, EVENT_NAMESPACE_NOT_ALLOWED, EVENT_REBALANCED,
+    EVENT_SCALED, EVENT_WORKLOAD_MISSING, REASON_AWAITING_TOTAL, REASON_CLAIMED_ELSEWHERE,
+    REASON_COMMAND_FAILING, REASON_INSUFFICIENT_CAPACITY, REASON_KEDA_UNAVAILABLE,
+    REASON_LOCAL_AUTOSCALER, REASON_MEMBER_UNREACHABLE, REASON_NAMESPACE_NOT_ALLOWED,
+    REASON_NO_CONFLICT, REASON_NO_MEMBER_AVAILABLE, REASON_PAUSED_AT_REPLICAS,
+    REASON_PAUSED_BY_ANNOTATION, REASON_RECONCILE_FAILED, REASON_RECONCILED, REASON_TOTAL_SET,
+    REASON_VALIDATION_FAILED, condition,
 };
 use crate::crd::dso::{DistributedScaledObjectStatus, DsoMemberClusterStatus};
 use crate::crd::listed_members;
@@ -45,29 +48,6 @@ pub const RESYNC: Duration = Duration::from_secs(30);
 pub const RETRY: Duration = Duration::from_secs(5);
 /// Members a Scaled or Rebalanced Event names before it says how many more there are.
 const SPLIT_SHOWN: usize = 20;
-
-/// Event reason: the split over members changed at the same total.
-pub const EVENT_REBALANCED: &str = "Rebalanced";
-/// Event reason: the total changed and was split over the members.
-pub const EVENT_SCALED: &str = "Scaled";
-/// Event reason: a member stopped being usable for this DSO.
-pub const EVENT_MEMBER_LOST: &str = "MemberLost";
-/// Event reason: a member is usable again.
-pub const EVENT_MEMBER_RETURNED: &str = "MemberReturned";
-/// Event reason: an agent refused a command or cannot act on the workload.
-pub const EVENT_COMMAND_REFUSED: &str = "CommandRefused";
-/// Event reason: an agent keeps failing to apply a command.
-pub const EVENT_COMMAND_FAILING: &str = "CommandFailing";
-/// Event reason: the workload does not exist in a member.
-pub const EVENT_WORKLOAD_MISSING: &str = "WorkloadMissing";
-/// Event reason: something else scales the workload in a member.
-pub const EVENT_CONFLICT: &str = "Conflict";
-/// Event reason: the spec or annotations are invalid.
-pub const EVENT_INVALID_SPEC: &str = "InvalidSpec";
-/// Event reason: the spec targets a member namespace that was not granted.
-pub const EVENT_NAMESPACE_NOT_ALLOWED: &str = REASON_NAMESPACE_NOT_ALLOWED;
-/// Event reason: the child ScaledObject cannot be created.
-pub const EVENT_KEDA_UNAVAILABLE: &str = REASON_KEDA_UNAVAILABLE;
 
 /// What one member is told for this DSO.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,11 +319,7 @@ fn observation(v: &MemberView, now: SystemTime) -> MemberObservation {
     let ready = v.phase.is_ready();
     MemberObservation {
         name: v.name.clone(),
-        state: if ready {
-            MemberState::Ready
-        } else {
-            MemberState::Unreachable
-        },
+        state: v.phase,
         unreachable_for: if ready {
             Duration::ZERO
         } else {

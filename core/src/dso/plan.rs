@@ -6,24 +6,16 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::distribute::{Slot, distribute, distribute_change, rebalance_step};
+use crate::crd::conditions::MemberPhase;
 use crate::validate::{DsoMemberSettings, DsoSettings, Pause};
-
-/// Health of a member as the hub sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum MemberState {
-    /// Agent connected and heartbeating.
-    Ready,
-    /// Heartbeats missing.
-    Unreachable,
-}
 
 /// What the hub knows about one registered member for one DSO.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberObservation {
     /// Member name.
     pub name: String,
-    /// Health.
-    pub state: MemberState,
+    /// Its state: anything but Ready is treated as unreachable (for `unreachable_for`).
+    pub state: MemberPhase,
     /// How long the member has been unreachable (ignored when Ready).
     pub unreachable_for: Duration,
     /// Replicas the member last reported for the workload.
@@ -42,7 +34,7 @@ impl MemberObservation {
     pub fn ready(name: impl Into<String>, current_replicas: u32) -> Self {
         Self {
             name: name.into(),
-            state: MemberState::Ready,
+            state: MemberPhase::Ready,
             unreachable_for: Duration::ZERO,
             current_replicas,
             unschedulable_replicas: 0,
@@ -284,7 +276,7 @@ pub fn plan(input: &DsoPlanInput<'_>) -> DsoPlan {
             (decision.desired, decision.ideal, decision.reason) = (0, 0, Reason::NotConnected);
             continue;
         };
-        if o.state == MemberState::Unreachable {
+        if !o.state.is_ready() {
             if o.unreachable_for > s.grace_period {
                 (decision.desired, decision.ideal, decision.reason) = (0, 0, Reason::Unreachable);
             } else {

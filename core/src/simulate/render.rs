@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::run::{ConditionReport, Report, StepReport};
+use crate::crd::conditions::CONDITION_READY;
 use crate::dsj::taint::TaintLevel;
 use crate::dso::Reason;
 
@@ -101,7 +102,7 @@ pub fn render_table(report: &Report) -> String {
                     }
                 }
                 cells.push(s.unplaced.to_string());
-                cells.push(condition(&s.conditions, "Ready", "False"));
+                cells.push(condition(&s.conditions, CONDITION_READY, "False"));
                 cells.push(condition(&s.conditions, "Degraded", "True"));
                 if s.paused {
                     notes.push(format!("step {}: paused by annotation", i + 1));

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::scenario::{AnyScenario, Scenario, ScenarioMember, StepMetric, duration};
 use crate::crd::DistributedScaledJobStatus;
+use crate::crd::conditions::MemberPhase;
 use crate::crd::{DistributedScaledJobSpec, DistributedScaledObjectSpec};
 use crate::dsj;
 use crate::dsj::duplication::JobPhase;
@@ -19,7 +20,7 @@ use crate::dsj::step::{
     DsjMember, DsjState, JobView, StepInput, StepOutput, cleanup, create_failed, taint_level,
 };
 use crate::dsj::taint::TaintLevel;
-use crate::dso::{self, DsoPlanInput, MemberObservation, MemberState, Reason};
+use crate::dso::{self, DsoPlanInput, MemberObservation, Reason};
 use crate::events::{Event, EventKind, fold_alike};
 use crate::time::{saturating_add, saturating_sub};
 use crate::validate;
@@ -152,13 +153,10 @@ fn start() -> SystemTime {
     saturating_add(SystemTime::UNIX_EPOCH, Duration::from_secs(86_400))
 }
 
-fn state(field: &str, value: Option<&str>) -> Result<Option<MemberState>> {
-    match value {
-        None => Ok(None),
-        Some("Ready") => Ok(Some(MemberState::Ready)),
-        Some("Unreachable") => Ok(Some(MemberState::Unreachable)),
-        Some(other) => Err(Error::invalid(field, format!("unknown state {other:?}"))),
-    }
+fn state(field: &str, value: Option<&str>) -> Result<Option<MemberPhase>> {
+    value
+        .map(|v| super::scenario::member_state(v).map_err(|e| Error::invalid(field, e)))
+        .transpose()
 }
 
 /// A DSO member in the simulation, with the room it really has.
@@ -173,7 +171,7 @@ struct SimDsoMember {
 fn apply_dso(field: &str, sim: &mut SimDsoMember, m: &ScenarioMember) -> Result<()> {
     let o = &mut sim.obs;
     if let Some(s) = state(&format!("{field}.state"), m.state.as_deref())? {
-        if s == MemberState::Ready {
+        if s == MemberPhase::Ready {
             o.unreachable_for = Duration::ZERO;
         }
         o.state = s;
@@ -223,7 +221,7 @@ fn run_dso(s: &Scenario<DistributedScaledObjectSpec>) -> Result<Report> {
     for (i, step) in s.steps.iter().enumerate() {
         if i > 0 {
             for m in &mut members {
-                if m.obs.state == MemberState::Unreachable {
+                if m.obs.state == MemberPhase::Unreachable {
                     m.obs.unreachable_for = m.obs.unreachable_for.saturating_add(interval);
                 }
                 if m.obs.unschedulable_replicas > 0 {
@@ -269,7 +267,7 @@ fn run_dso(s: &Scenario<DistributedScaledObjectSpec>) -> Result<Report> {
         // Reachable members now run what was decided; unreachable ones keep what they ran.
         for d in &plan.members {
             if let Some(m) = members.iter_mut().find(|m| m.obs.name == d.name)
-                && m.obs.state == MemberState::Ready
+                && m.obs.state == MemberPhase::Ready
             {
                 m.obs.current_replicas = d.desired;
                 let unschedulable = m.fits.map_or(0, |f| d.desired.saturating_sub(f));
@@ -289,7 +287,7 @@ fn run_dso(s: &Scenario<DistributedScaledObjectSpec>) -> Result<Report> {
 #[derive(Clone, Debug)]
 struct SimDsjMember {
     name: String,
-    state: MemberState,
+    state: MemberPhase,
     accepts_jobs: bool,
     fail_creates: bool,
 }
@@ -391,7 +389,7 @@ fn run_dsj(s: &Scenario<DistributedScaledJobSpec>) -> Result<Report> {
     for (i, m) in s.members.iter().enumerate() {
         let mut member = SimDsjMember {
             name: m.name.clone(),
-            state: MemberState::Ready,
+            state: MemberPhase::Ready,
             accepts_jobs: true,
             fail_creates: false,
         };
@@ -515,7 +513,7 @@ impl Sim<'_> {
             let Some(member) = self.members.iter().find(|x| x.name == creates.member) else {
                 continue;
             };
-            let phase = if member.accepts_jobs && member.state == MemberState::Ready {
+            let phase = if member.accepts_jobs && member.state == MemberPhase::Ready {
                 JobPhase::Running
             } else {
                 JobPhase::Pending
@@ -549,7 +547,7 @@ impl Sim<'_> {
         for job in &mut jobs.jobs {
             if job.phase == JobPhase::Pending
                 && self.members.iter().any(|m| {
-                    m.name == job.member && m.accepts_jobs && m.state == MemberState::Ready
+                    m.name == job.member && m.accepts_jobs && m.state == MemberPhase::Ready
                 })
             {
                 job.phase = JobPhase::Running;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::crd::conditions::MemberPhase;
 use crate::crd::{DistributedScaledJobSpec, DistributedScaledObjectSpec};
 use crate::duration::parse_duration;
 use crate::{Error, Result};
@@ -176,17 +177,22 @@ pub(crate) fn duration(field: &str, value: Option<&str>) -> Result<Option<Durati
         .transpose()
 }
 
+/// A member `state` a scenario may set. The planners tell Ready from every other state, so
+/// `Ready` and `Unreachable` are the two a scenario needs.
+pub(crate) fn member_state(state: &str) -> std::result::Result<MemberPhase, String> {
+    state
+        .parse::<MemberPhase>()
+        .ok()
+        .filter(|p| matches!(p, MemberPhase::Ready | MemberPhase::Unreachable))
+        .ok_or_else(|| format!("unknown state {state:?} (expected Ready or Unreachable)"))
+}
+
 fn check_member(field: &str, m: &ScenarioMember, dso: bool, errors: &mut Vec<Error>) {
     if m.name.is_empty() {
         errors.push(Error::invalid(format!("{field}.name"), "must not be empty"));
     }
-    if let Some(state) = m.state.as_deref()
-        && !matches!(state, "Ready" | "Unreachable")
-    {
-        errors.push(Error::invalid(
-            format!("{field}.state"),
-            format!("unknown state {state:?} (expected Ready or Unreachable)"),
-        ));
+    if let Some(Err(e)) = m.state.as_deref().map(member_state) {
+        errors.push(Error::invalid(format!("{field}.state"), e));
     }
     for (name, value) in [
         ("unreachableFor", &m.unreachable_for),

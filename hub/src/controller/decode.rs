@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kedge_core::crd::conditions::REASON_VALIDATION_FAILED;
-use kedge_core::dso::outcome::{EVENT_INVALID_SPEC, refused_conditions};
+use kedge_core::crd::conditions::{EVENT_INVALID_SPEC, REASON_VALIDATION_FAILED};
+use kedge_core::dso::outcome::refused_conditions;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};

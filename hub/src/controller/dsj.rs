@@ -10,16 +10,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use kedge_core::crd::conditions::MemberPhase;
 use kedge_core::crd::conditions::{
-    ANNOTATION_REPLACES, ANNOTATION_TEMPLATE, LABEL_DSJ, REASON_VALIDATION_FAILED,
+    ANNOTATION_REPLACES, ANNOTATION_TEMPLATE, EVENT_INVALID_SPEC, EVENT_JOB_DELETE_FAILED,
+    EVENT_UNKNOWN_CONTAINER, LABEL_DSJ, REASON_VALIDATION_FAILED,
 };
 use kedge_core::crd::keda::trigger_key;
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, usable};
 use kedge_core::dsj::outcome::{
-    EVENT_INVALID_SPEC, EVENT_JOB_DELETE_FAILED, EVENT_UNKNOWN_CONTAINER, OutcomeInput,
-    create_failed_event, deletion_event, failover_event, next_wake, outcome,
+    OutcomeInput, create_failed_event, deletion_event, failover_event, next_wake, outcome,
 };
 use kedge_core::dsj::pending::is_pending;
 use kedge_core::dsj::persist::saved_taints;
@@ -29,7 +30,6 @@ use kedge_core::dsj::step::{
     create_failed, rollout, step, taint_level,
 };
 use kedge_core::dsj::taint::{Taint, TaintLevel, TaintPolicy, TaintScope};
-use kedge_core::dso::MemberState;
 use kedge_core::dso::outcome::refused_conditions;
 use kedge_core::events::Event;
 use kedge_core::time::from_unix_ms;
@@ -505,9 +505,9 @@ async fn gather(
         world.members.push(DsjMember {
             name: member.clone(),
             state: if ready {
-                MemberState::Ready
+                MemberPhase::Ready
             } else {
-                MemberState::Unreachable
+                MemberPhase::Unreachable
             },
         });
         if !jobs.known {

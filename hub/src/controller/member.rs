@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kedge_core::crd::conditions::{
-    CONDITION_READY, STATE_PENDING, STATE_READY, STATE_UNREACHABLE, condition,
+    CONDITION_READY, MemberPhase, REASON_CONNECTED, REASON_NOT_CONNECTED, condition,
 };
 use kedge_core::crd::member::MemberCapacity;
 use kedge_core::crd::{GROUP, MemberCluster, MemberClusterStatus, VERSION};
@@ -41,11 +41,6 @@ const HEARTBEAT_WRITES_PER_SECOND: usize = 50;
 /// Status writes one pass keeps in flight. After a hub restart or a reconnect storm every
 /// member's status changes at once; written one after the other, 10,000 of them took minutes.
 const WRITES_IN_FLIGHT: usize = 16;
-
-/// Reason of the Ready condition when the agent is connected.
-pub const REASON_CONNECTED: &str = "AgentConnected";
-/// Reason of the Ready condition when it is not.
-pub const REASON_NOT_CONNECTED: &str = "AgentNotConnected";
 
 fn capacity(c: &ClusterCapacity) -> MemberCapacity {
     let q = |s: String| Quantity(s);
@@ -96,11 +91,11 @@ pub fn status(
     Some(MemberClusterStatus {
         state: Some(
             if connected {
-                STATE_READY
+                MemberPhase::Ready
             } else {
-                STATE_UNREACHABLE
+                MemberPhase::Unreachable
             }
-            .to_owned(),
+            .to_string(),
         ),
         agent_version: Some(session.agent_version.clone()),
         kubernetes_version: Some(session.kubernetes_version.clone()),
@@ -178,15 +173,16 @@ fn heartbeat_budget(since: Duration) -> usize {
 /// The status of a registered member that has not connected since the hub started.
 pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
     let mut status = old.cloned().unwrap_or_default();
-    let was_seen =
-        old.is_some_and(|o| o.state.is_some() && o.state.as_deref() != Some(STATE_PENDING));
+    let was_seen = old.is_some_and(|o| {
+        o.state.is_some() && o.state.as_deref() != Some(MemberPhase::Pending.as_str())
+    });
     status.state = Some(
         if was_seen {
-            STATE_UNREACHABLE
+            MemberPhase::Unreachable
         } else {
-            STATE_PENDING
+            MemberPhase::Pending
         }
-        .to_owned(),
+        .to_string(),
     );
     status.conditions = vec![ready_condition(
         false,
@@ -365,7 +361,7 @@ mod tests {
     #[test]
     fn status_from_a_connected_session() {
         let s = status(&snapshot(SessionState::Connected), None).unwrap();
-        assert_eq!(s.state.as_deref(), Some(STATE_READY));
+        assert_eq!(s.state.as_deref(), Some(MemberPhase::Ready.as_str()));
         assert_eq!(s.agent_version.as_deref(), Some("0.1.0"));
         assert_eq!(s.kubernetes_version.as_deref(), Some("v1.33.0"));
         assert_eq!(s.address.as_deref(), Some("127.0.0.1:9"));
@@ -381,7 +377,10 @@ mod tests {
     fn unreachable_and_absent_members_and_kept_transition_times() {
         let up = status(&snapshot(SessionState::Connected), None).unwrap();
         let down = status(&snapshot(SessionState::Unreachable), Some(&up)).unwrap();
-        assert_eq!(down.state.as_deref(), Some(STATE_UNREACHABLE));
+        assert_eq!(
+            down.state.as_deref(),
+            Some(MemberPhase::Unreachable.as_str())
+        );
         assert_eq!(down.conditions[0].message, "no heartbeat for 3s");
         let mut old = up.clone();
         old.conditions[0].last_transition_time = kedge_core::time::to_time(std::time::UNIX_EPOCH);
@@ -391,12 +390,18 @@ mod tests {
             kedge_core::time::to_time(std::time::UNIX_EPOCH)
         );
 
-        assert_eq!(absent_status(None).state.as_deref(), Some(STATE_PENDING));
+        assert_eq!(
+            absent_status(None).state.as_deref(),
+            Some(MemberPhase::Pending.as_str())
+        );
         assert_eq!(worth_writing(None, &up), Worth::Change);
         assert_eq!(worth_writing(Some(&up), &up), Worth::Nothing);
         assert_eq!(worth_writing(Some(&up), &down), Worth::Change);
         let absent = absent_status(Some(&up));
-        assert_eq!(absent.state.as_deref(), Some(STATE_UNREACHABLE));
+        assert_eq!(
+            absent.state.as_deref(),
+            Some(MemberPhase::Unreachable.as_str())
+        );
         assert_eq!(absent.agent_version.as_deref(), Some("0.1.0"));
     }
 
