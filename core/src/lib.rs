@@ -28,6 +28,7 @@ pub mod dso;
 pub mod duration;
 mod error;
 pub mod events;
+pub mod keda_object;
 pub mod limits;
 pub mod podmetrics;
 pub mod quantity;

@@ -16,6 +16,9 @@ use crate::{Error, Result};
 
 /// The trigger `type` a DSO names to scale on its pods' metrics.
 pub const TRIGGER_TYPE: &str = "kedge-pod-metrics";
+/// The metadata key of the child ScaledObject's `external` trigger naming the index of the
+/// DSO's `kedge-pod-metrics` trigger it stands for.
+pub const TRIGGER_INDEX_KEY: &str = "kedgeTrigger";
 /// Kaito's default metric: requests waiting for a vLLM engine.
 pub const DEFAULT_METRIC_NAME: &str = "vllm:num_requests_waiting";
 /// Kaito's default target average per pod.

@@ -13,10 +13,10 @@ use std::time::{Duration, SystemTime};
 use kedge_core::crd::conditions::MemberPhase;
 use kedge_core::crd::conditions::{
     ANNOTATION_REPLACES, ANNOTATION_TEMPLATE, EVENT_INVALID_SPEC, EVENT_JOB_DELETE_FAILED,
-    EVENT_UNKNOWN_CONTAINER, LABEL_DSJ, REASON_VALIDATION_FAILED,
+    EVENT_UNKNOWN_CONTAINER, REASON_VALIDATION_FAILED,
 };
 use kedge_core::crd::keda::trigger_key;
-use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus, GROUP, VERSION};
+use kedge_core::crd::{DistributedScaledJob, DistributedScaledJobStatus};
 use kedge_core::dsj::duplication::JobPhase as Phase;
 use kedge_core::dsj::metrics::{Reading, usable};
 use kedge_core::dsj::outcome::{
@@ -40,7 +40,7 @@ use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{debug, instrument, warn};
 
 use super::external_metrics::{Source, read};
@@ -139,43 +139,23 @@ impl Sent {
     }
 }
 
-/// The shadow KEDA ScaledObject of a DSJ: the DSJ's triggers, targeting the DSJ's own
+/// The shadow KEDA ScaledObject of a DSJ, from the one builder
+/// ([`kedge_core::keda_object::shadow_of_dsj`]): the DSJ's triggers, targeting the DSJ's own
 /// `/scale`, so KEDA's metrics server exposes the trigger values.
 pub fn shadow_scaled_object(
     dsj: &DistributedScaledJob,
     namespace: &str,
     name: &str,
 ) -> Result<Value> {
-    let sj = &dsj.spec.scaled_job_spec;
     let owner = dsj.controller_owner_ref(&()).ok_or(Error::MissingField {
         kind: "DistributedScaledJob",
         field: "metadata.uid",
     })?;
-    let triggers = serde_json::to_value(&sj.triggers).map_err(|source| Error::Serialize {
+    let object = kedge_core::keda_object::shadow_of_dsj(dsj, namespace, name, owner);
+    serde_json::to_value(object).map_err(|source| Error::Serialize {
         what: "scaledJobSpec.triggers",
         source,
-    })?;
-    Ok(json!({
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {LABEL_DSJ: name},
-            "ownerReferences": [owner],
-        },
-        "spec": {
-            "scaleTargetRef": {
-                "apiVersion": format!("{GROUP}/{VERSION}"),
-                "kind": "DistributedScaledJob",
-                "name": name,
-            },
-            "pollingInterval": sj.polling_interval.unwrap_or(30),
-            "minReplicaCount": 0,
-            "maxReplicaCount": sj.max_replicas().max(1),
-            "triggers": triggers,
-        },
-    }))
+    })
 }
 
 /// Finalizer that has the Jobs of a deleted DSJ deleted in every member.

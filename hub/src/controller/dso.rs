@@ -7,13 +7,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use kedge_core::crd::DistributedScaledObject;
 use kedge_core::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS, LABEL_DSO};
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
 use kedge_core::crd::keda::{DEFAULT_POLLING_INTERVAL, trigger_key};
 use kedge_core::crd::member::NamespaceMapping;
-use kedge_core::crd::{DistributedScaledObject, GROUP, VERSION};
 use kedge_core::dso::member::{Claim, Targets, members_of};
 use kedge_core::dso::outcome::{Command, DsoInput, outcome};
+use kedge_core::keda_object::{self, ExternalScaler};
 use kedge_core::{podmetrics, tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
 use kube::api::{Api, Patch, PatchParams};
@@ -21,12 +22,12 @@ use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing::{debug, instrument, warn};
 
 use super::Context;
 use super::observe;
-use crate::podmetrics::{Configured, ConfiguredMember, certs, scaler};
+use crate::podmetrics::{Configured, ConfiguredMember, certs};
 use crate::{Error, Result};
 
 /// Name of this controller in metrics and logs.
@@ -415,10 +416,6 @@ async fn write_status(
     super::write_status::<DistributedScaledObject>(ctx, CONTROLLER, namespace, name, status).await
 }
 
-/// The dead zone of a pod-metrics trigger (Kaito's defaults): scale up only above
-/// threshold × (1 + 0.1), down only below threshold × (1 − 0.5). Tolerances are quantities.
-pub const POD_METRICS_TOLERANCE: [(&str, &str); 2] = [("scaleUp", "0.1"), ("scaleDown", "0.5")];
-
 /// Whether the DSO has a `kedge-pod-metrics` trigger.
 pub fn has_pod_metrics(dso: &DistributedScaledObject) -> bool {
     dso.spec
@@ -428,87 +425,28 @@ pub fn has_pod_metrics(dso: &DistributedScaledObject) -> bool {
         .any(|t| t.type_ == podmetrics::TRIGGER_TYPE)
 }
 
-/// Turns each `kedge-pod-metrics` trigger of a ScaledObject spec into the `external` trigger
-/// KEDA calls the hub's scaler with (at `scaler_address`, with the hub-managed
-/// ClusterTriggerAuthentication), and gives the HPA the dead zone of
-/// [`POD_METRICS_TOLERANCE`] in each direction the DSO does not set a tolerance for.
-fn external_triggers(spec: &mut Value, scaler_address: &str) {
-    let mut converted = false;
-    for (index, trigger) in spec["triggers"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        if trigger["type"] != podmetrics::TRIGGER_TYPE {
-            continue;
-        }
-        converted = true;
-        let mut metadata = trigger["metadata"].as_object().cloned().unwrap_or_default();
-        metadata.insert("scalerAddress".into(), json!(scaler_address));
-        metadata.insert(scaler::TRIGGER_INDEX_KEY.into(), json!(index.to_string()));
-        trigger["type"] = json!("external");
-        trigger["metadata"] = Value::Object(metadata);
-        trigger["metricType"] = json!("AverageValue");
-        trigger["authenticationRef"] = json!({
-            "name": certs::TRIGGER_AUTHENTICATION,
-            "kind": "ClusterTriggerAuthentication",
-        });
-    }
-    if !converted {
-        return;
-    }
-    for (direction, tolerance) in POD_METRICS_TOLERANCE {
-        let rules = &mut spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"][direction];
-        if rules.get("tolerance").is_none() {
-            rules["tolerance"] = json!(tolerance);
-        }
-    }
-}
-
-/// The child KEDA ScaledObject of a DSO: its target is the DSO's own `/scale`; its
-/// `kedge-pod-metrics` triggers call the hub's external scaler at `scaler_address` (see
-/// [`external_triggers`]).
+/// The child KEDA ScaledObject of a DSO, from the one builder
+/// ([`kedge_core::keda_object::child_of_dso`]); its `kedge-pod-metrics` triggers call the
+/// hub's external scaler at `scaler_address`.
 pub fn scaled_object(
     dso: &DistributedScaledObject,
     namespace: &str,
     name: &str,
     scaler_address: Option<&str>,
 ) -> Result<Value> {
-    let mut spec =
-        serde_json::to_value(&dso.spec.scaled_object_spec).map_err(|source| Error::Serialize {
-            what: "scaledObjectSpec",
-            source,
-        })?;
-    if let Some(address) = scaler_address {
-        external_triggers(&mut spec, address);
-    }
-    spec["scaleTargetRef"] = json!({
-        "apiVersion": format!("{GROUP}/{VERSION}"),
-        "kind": "DistributedScaledObject",
-        "name": name,
-    });
-    let annotations: BTreeMap<&String, &String> = dso
-        .annotations()
-        .iter()
-        .filter(|(k, _)| *k == ANNOTATION_PAUSED || *k == ANNOTATION_PAUSED_REPLICAS)
-        .collect();
     let owner = dso.controller_owner_ref(&()).ok_or(Error::MissingField {
         kind: "DistributedScaledObject",
         field: "metadata.uid",
     })?;
-    Ok(json!({
-        "apiVersion": "keda.sh/v1alpha1",
-        "kind": "ScaledObject",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {LABEL_DSO: name},
-            "annotations": annotations,
-            "ownerReferences": [owner],
-        },
-        "spec": spec,
-    }))
+    let scaler = scaler_address.map(|address| ExternalScaler {
+        address,
+        authentication: certs::TRIGGER_AUTHENTICATION,
+    });
+    let object = keda_object::child_of_dso(dso, namespace, name, owner, scaler);
+    serde_json::to_value(object).map_err(|source| Error::Serialize {
+        what: "scaledObjectSpec",
+        source,
+    })
 }
 
 /// Whether the ScaledObject `current` already is what `wanted` (from [`scaled_object`]) asks:
@@ -580,6 +518,7 @@ async fn apply_scaled_object(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_pod_metrics_trigger_becomes_an_external_trigger_with_the_dead_zone() {

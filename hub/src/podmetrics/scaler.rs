@@ -38,9 +38,7 @@ use super::certs::ScalerCerts;
 use super::{PodMetrics, Reading};
 use crate::metrics::HubMetrics;
 
-/// The metadata key of the child ScaledObject's `external` trigger naming the index of the
-/// DSO's `kedge-pod-metrics` trigger it stands for.
-pub const TRIGGER_INDEX_KEY: &str = "kedgeTrigger";
+pub use kedge_core::podmetrics::TRIGGER_INDEX_KEY;
 /// Default port of the external scaler (the chart's `scaler.port`, `kubectl kedge install hub --scaler-port`).
 pub const DEFAULT_PORT: u16 = 9090;
 /// Most TLS connections open at once (KEDA keeps one per scaler address).
