@@ -2,7 +2,38 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{MultipleScalers, ScalingStrategyKind};
+/// ScaledJob scaling strategy (`scalingStrategy.strategy`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalingStrategyKind {
+    /// `basic` / `default`: desired - running.
+    Basic,
+    /// `pendingAware` (DSJ default): re-create pending Jobs elsewhere within capacity.
+    PendingAware,
+    /// `custom`: desired - deduction - running * percentage, capped at max.
+    Custom {
+        /// `customScalingQueueLengthDeduction`.
+        deduction: i64,
+        /// `customScalingRunningJobPercentage`.
+        running_percentage: f64,
+    },
+    /// `accurate`: subtract pending unless over max.
+    Accurate,
+    /// `eager`: fill capacity up to desired.
+    Eager,
+}
+
+/// `scalingStrategy.multipleScalersCalculation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MultipleScalers {
+    /// Largest trigger (default).
+    Max,
+    /// Smallest trigger.
+    Min,
+    /// Mean over active triggers.
+    Avg,
+    /// Sum over active triggers.
+    Sum,
+}
 
 /// One trigger's reading as KEDA reports it: the current value (e.g. queue length) and the
 /// target average value per Job.
