@@ -17,6 +17,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::ByteString;
+use kedge_protocol::is_dns1123_label;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
@@ -177,7 +178,7 @@ impl AgentInstall {
     /// Every problem that would make the rendered objects invalid or useless, all at once.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
-        if !super::is_dns1123_label(&self.agent_namespace) {
+        if !is_dns1123_label(&self.agent_namespace) {
             problems.push(format!(
                 "agent namespace {:?} is not a namespace name (lowercase alphanumerics and '-', at most 63)",
                 self.agent_namespace
@@ -190,7 +191,7 @@ impl AgentInstall {
             ),
             AgentNamespaces::Only(list) => problems.extend(
                 list.iter()
-                    .filter(|n| !super::is_dns1123_label(n))
+                    .filter(|n| !is_dns1123_label(n))
                     .map(|n| format!("namespace {n:?} is not a namespace name")),
             ),
             AgentNamespaces::All => {}
