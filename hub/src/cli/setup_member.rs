@@ -143,7 +143,7 @@ pub async fn run(
         args.hub_address.clone(),
         ca_pem,
         Credentials::Bootstrap {
-            token: minted.token.clone(),
+            token: minted.token.as_str().to_owned(),
         },
         namespaces,
     );
