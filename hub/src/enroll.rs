@@ -3,7 +3,8 @@
 //! session → new client certificate).
 //!
 //! Contract (shared with `kubectl kedge mc setup-member` and the install manifests): a token
-//! is `<member>.<secret>`, the secret 32 random bytes in base64url without padding. The hub
+//! is `<member>.<secret>` ([`kedge_net::enroll::BootstrapToken`] writes and reads it), the
+//! secret 32 random bytes in base64url without padding. The hub
 //! stores only the lowercase hex SHA-256 of the whole token string, in the Secret
 //! `kedge-bootstrap-<member>` of the hub namespace (`type: kedge.dev/bootstrap-token`, label
 //! `kedge.dev/member: <member>`, data `token-hash`, `expires-at` (RFC 3339) and `member-uid`).
