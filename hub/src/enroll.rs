@@ -3,7 +3,8 @@
 //! session → new client certificate).
 //!
 //! Contract (shared with `kubectl kedge mc setup-member` and the install manifests): a token
-//! is `<member>.<secret>`, the secret 32 random bytes in base64url without padding. The hub
+//! is `<member>.<secret>` ([`kedge_net::enroll::BootstrapToken`] writes and reads it), the
+//! secret 32 random bytes in base64url without padding. The hub
 //! stores only the lowercase hex SHA-256 of the whole token string, in the Secret
 //! `kedge-bootstrap-<member>` of the hub namespace (`type: kedge.dev/bootstrap-token`, label
 //! `kedge.dev/member: <member>`, data `token-hash`, `expires-at` (RFC 3339) and `member-uid`).
@@ -25,8 +26,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kedge_core::crd::MemberCluster;
 pub use kedge_net::enroll::token_hash;
-use kedge_net::identity::is_valid_member_name;
-use kedge_net::pki::{CertificateAuthority, CsrError, Validity, cert_validity, verify_member_csr};
+use kedge_net::enroll::{BootstrapToken, TokenError};
+use kedge_net::identity::{PeerIdentity, is_valid_member_name};
+use kedge_net::pki::{CertificateAuthority, Csr, CsrError, Validity, cert_validity};
 use kedge_protocol::{
     EnrollRefusal, EnrollRefusalCode, EnrollRequest, EnrollResponse, FramedStream,
     IssuedCertificate, is_supported_version,
@@ -66,38 +68,27 @@ pub fn bootstrap_secret_name(member: &str) -> String {
     format!("kedge-bootstrap-{member}")
 }
 
-/// A freshly minted bootstrap token; [`BootstrapToken::secret`] binds it to a
+/// A freshly minted bootstrap token; [`MintedToken::secret`] binds it to a
 /// `MemberCluster` and stores its hash.
-#[derive(Clone)]
-pub struct BootstrapToken {
-    /// The token to hand to the agent, `<member>.<secret>`; shown once, never stored.
-    pub token: String,
-    /// The member it is for.
-    pub member: String,
+#[derive(Debug, Clone)]
+pub struct MintedToken {
+    /// The token to hand to the agent; shown once, never stored.
+    pub token: BootstrapToken,
     /// When the token stops working.
     pub expires_at: OffsetDateTime,
 }
 
-impl BootstrapToken {
+impl MintedToken {
     /// The Secret to create in the hub `namespace`: the token's hash, bound to (and owned
     /// by) the `MemberCluster` of uid `member_uid`.
     pub fn secret(&self, member_uid: &str, namespace: &str) -> Result<Secret> {
         bootstrap_secret(
-            &self.member,
+            self.token.member(),
             member_uid,
             namespace,
-            &self.token,
+            self.token.as_str(),
             self.expires_at,
         )
-    }
-}
-
-impl std::fmt::Debug for BootstrapToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BootstrapToken")
-            .field("token", &"<redacted>")
-            .field("expires_at", &self.expires_at)
-            .finish_non_exhaustive()
     }
 }
 
@@ -106,7 +97,7 @@ pub fn mint_bootstrap_token(
     member: &str,
     now: OffsetDateTime,
     ttl: Duration,
-) -> Result<BootstrapToken> {
+) -> Result<MintedToken> {
     if !is_valid_member_name(member) {
         return Err(Error::Token(format!(
             "{member:?} is not a valid member name (lowercase RFC 1123 label)"
@@ -120,10 +111,10 @@ pub fn mint_bootstrap_token(
     SystemRandom::new()
         .fill(&mut secret)
         .map_err(|_| Error::Token("the system random number generator failed".into()))?;
-    let token = format!("{member}.{}", URL_SAFE_NO_PAD.encode(secret));
-    Ok(BootstrapToken {
+    let token = BootstrapToken::new(member, &URL_SAFE_NO_PAD.encode(secret))
+        .map_err(|e| Error::Token(e.to_string()))?;
+    Ok(MintedToken {
         token,
-        member: member.to_owned(),
         expires_at: now + ttl,
     })
 }
@@ -181,15 +172,14 @@ fn refusal(code: EnrollRefusalCode, message: impl Into<String>) -> EnrollRefusal
     }
 }
 
-/// The member a token is for, from its `<member>.<secret>` form.
-pub fn token_member(token: &str) -> Result<&str, EnrollRefusal> {
-    let malformed = || {
+/// The token of an enrollment request, refused as malformed when it is not one.
+pub fn parse_token(token: &str) -> Result<BootstrapToken, EnrollRefusal> {
+    BootstrapToken::parse(token).map_err(|error: TokenError| {
         refusal(
             EnrollRefusalCode::MalformedToken,
-            "the bootstrap token is not of the form <member>.<secret>; copy it again from `kubectl kedge mc setup-member`",
+            format!("{error}; copy it again from `kubectl kedge mc setup-member`"),
         )
-    };
-    kedge_net::enroll::token_member(token).ok_or_else(malformed)
+    })
 }
 
 /// Equal in time independent of where `a` and `b` differ (lengths are not secret).
@@ -228,11 +218,15 @@ fn stored_field<'a>(secret: &'a Secret, member: &str, key: &str) -> Result<&'a s
 
 /// Checks `token` against its stored Secret at `now`: the hash must match (compared in
 /// constant time) and the token must not have expired.
-pub fn check_token(token: &str, secret: &Secret, now: OffsetDateTime) -> Result<(), EnrollRefusal> {
-    let member = token_member(token)?;
+pub fn check_token(
+    token: &BootstrapToken,
+    secret: &Secret,
+    now: OffsetDateTime,
+) -> Result<(), EnrollRefusal> {
+    let member = token.member();
     let field = |key: &str| stored_field(secret, member, key);
     let stored = field(TOKEN_HASH_KEY)?;
-    if !constant_time_eq(token_hash(token).as_bytes(), stored.as_bytes()) {
+    if !constant_time_eq(token.hash().as_bytes(), stored.as_bytes()) {
         return Err(refusal(
             EnrollRefusalCode::WrongToken,
             format!("wrong bootstrap token for member {member:?}"),
@@ -334,7 +328,8 @@ impl Enroller {
 
     /// Answers an enrollment request from `remote`, with an audit line either way.
     pub async fn enroll(&self, request: &EnrollRequest, remote: SocketAddr) -> EnrollResponse {
-        let claimed = token_member(&request.token).unwrap_or("<malformed>");
+        let token = BootstrapToken::parse(&request.token).ok();
+        let claimed = token.as_ref().map_or("<malformed>", BootstrapToken::member);
         match self.try_enroll(request).await {
             Ok(issued) => {
                 info!(target: "kedge::audit", member = claimed, %remote,
@@ -362,7 +357,8 @@ impl Enroller {
                 ),
             ));
         }
-        let member = token_member(&request.token)?;
+        let token = parse_token(&request.token)?;
+        let member = token.member();
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = bootstrap_secret_name(member);
         let secret = secrets
@@ -384,11 +380,12 @@ impl Enroller {
                 format!("{}/{name} is not a bootstrap token Secret", self.namespace),
             ));
         }
-        check_token(&request.token, &secret, OffsetDateTime::now_utc())?;
+        check_token(&token, &secret, OffsetDateTime::now_utc())?;
         let current = self.member_enrollment(member).await?;
         check_binding(member, &secret, &current)?;
         // Check the request before spending the token, so that a broken agent can retry.
-        self.check_csr(&request.csr_der, member)?;
+        let csr = Csr::parse(&request.csr_der).map_err(csr_refusal)?;
+        csr.check_member(member).map_err(csr_refusal)?;
         // Spend the token: of two concurrent enrollments, one deletes the Secret and the
         // other gets NotFound or Conflict.
         let preconditions = Preconditions {
@@ -411,7 +408,7 @@ impl Enroller {
             }
             Err(e) => return Err(unavailable(e)),
         }
-        self.issue(member, &current.uid, &request.csr_der)
+        self.issue(member, &current.uid, &csr)
     }
 
     /// Answers a renewal request of the session of `member`, whose certificate carries the
@@ -435,7 +432,8 @@ impl Enroller {
                     ),
                 ));
             }
-            self.issue(member, &uid, csr_der)
+            let csr = Csr::parse(csr_der).map_err(csr_refusal)?;
+            self.issue(member, &uid, &csr)
         }
         .await;
         match outcome {
@@ -475,21 +473,17 @@ impl Enroller {
             })
     }
 
-    fn check_csr(&self, csr_der: &[u8], member: &str) -> Result<(), EnrollRefusal> {
-        verify_member_csr(csr_der, member).map_err(csr_refusal)
-    }
-
     fn issue(
         &self,
         member: &str,
         uid: &str,
-        csr_der: &[u8],
+        csr: &Csr,
     ) -> Result<IssuedCertificate, EnrollRefusal> {
         let lifetime = time::Duration::try_from(self.lifetime).unwrap_or(time::Duration::DAY);
         let validity = Validity::issued(OffsetDateTime::now_utc(), lifetime);
         let cert_pem = self
             .ca
-            .issue_member_csr(csr_der, member, uid, validity)
+            .issue_member_csr(csr, member, uid, validity)
             .map_err(csr_refusal)?;
         let not_after = cert_validity(&cert_pem)
             .map(|v| v.not_after)
@@ -503,18 +497,14 @@ impl Enroller {
     }
 }
 
-/// The `MemberCluster` uid in the URI SAN `urn:kedge:member:<member>:<uid>` of a DER
-/// certificate, if it carries one for `member`.
+/// The `MemberCluster` uid a DER certificate of `member` is enrolled for, read by
+/// [`PeerIdentity::from_der`]; `None` for a certificate of another member, one without the
+/// enrollment URI, or one that is not a member certificate.
 pub fn enrollment_uid(cert_der: &[u8], member: &str) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(cert_der).ok()?;
-    let san = cert.subject_alternative_name().ok()??;
-    let prefix = format!("urn:kedge:member:{member}:");
-    san.value.general_names.iter().find_map(|name| match name {
-        x509_parser::extensions::GeneralName::URI(uri) => {
-            uri.strip_prefix(&prefix).map(str::to_owned)
-        }
-        _ => None,
-    })
+    PeerIdentity::from_der(cert_der)
+        .ok()
+        .filter(|identity| identity.member == member)?
+        .enrollment_uid
 }
 
 fn csr_refusal(error: CsrError) -> EnrollRefusal {
@@ -661,8 +651,9 @@ mod tests {
     #[test]
     fn a_minted_token_follows_the_contract() {
         let minted = mint_bootstrap_token("edge-1", at(1_000), Duration::from_secs(3600)).unwrap();
-        let (member, secret) = minted.token.split_once('.').unwrap();
+        let (member, secret) = minted.token.as_str().split_once('.').unwrap();
         assert_eq!(member, "edge-1");
+        assert_eq!(minted.token.member(), "edge-1");
         assert_eq!(URL_SAFE_NO_PAD.decode(secret).unwrap().len(), 32);
         assert!(!secret.contains('='));
         let s = &minted.secret("uid-1", "kedge-system").unwrap();
@@ -693,7 +684,7 @@ mod tests {
             hash.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         );
-        assert_eq!(hash, token_hash(&minted.token));
+        assert_eq!(hash, token_hash(minted.token.as_str()));
         assert_eq!(
             std::str::from_utf8(&data["expires-at"].0).unwrap(),
             "1970-01-01T01:16:40Z"
@@ -714,14 +705,16 @@ mod tests {
     fn tokens_are_checked_for_form_hash_and_expiry() {
         let minted = mint_bootstrap_token("edge-1", at(1_000), Duration::from_secs(60)).unwrap();
         let stored = minted.secret("uid", "ns").unwrap();
-        let code =
-            |token: &str, now: i64| check_token(token, &stored, at(now)).err().map(|r| r.code);
-        assert_eq!(code(&minted.token, 1_000), None);
-        assert_eq!(code(&minted.token, 1_059), None);
-        assert_eq!(
-            code(&minted.token, 1_060),
-            Some(EnrollRefusalCode::TokenExpired)
-        );
+        let code = |token: &str, now: i64| {
+            parse_token(token)
+                .and_then(|token| check_token(&token, &stored, at(now)))
+                .err()
+                .map(|r| r.code)
+        };
+        let token = minted.token.as_str();
+        assert_eq!(code(token, 1_000), None);
+        assert_eq!(code(token, 1_059), None);
+        assert_eq!(code(token, 1_060), Some(EnrollRefusalCode::TokenExpired));
         let wrong = format!("edge-1.{}", URL_SAFE_NO_PAD.encode([7u8; 32]));
         assert_eq!(code(&wrong, 1_000), Some(EnrollRefusalCode::WrongToken));
         for malformed in ["", "edge-1", "edge-1.", ".secret", "Edge.x", "a_b.x"] {
@@ -731,6 +724,15 @@ mod tests {
                 "{malformed:?}"
             );
         }
+        let refused = parse_token("edge-1").unwrap_err();
+        assert!(
+            refused
+                .message
+                .contains("not of the form <member>.<secret>")
+                && refused.message.contains("kubectl kedge mc setup-member"),
+            "{}",
+            refused.message
+        );
         let mut broken = stored.clone();
         broken.data.as_mut().unwrap().remove(EXPIRES_AT_KEY);
         let err = check_token(&minted.token, &broken, at(1_000)).unwrap_err();
@@ -798,7 +800,7 @@ mod tests {
         let (_, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
         let pem = ca
             .issue_member_csr(
-                &csr,
+                &Csr::parse(&csr).unwrap(),
                 "edge-1",
                 "uid-7",
                 Validity::issued(now, time::Duration::HOUR),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
+use kedge_net::agent_cli::{env, flag};
 use kedge_net::telemetry::LogFormat;
 
 use crate::policy::{DEFAULT_KINDS, KindPolicy, NamespacePolicy, Policy, WorkloadKind};
@@ -18,52 +19,52 @@ use crate::policy::{DEFAULT_KINDS, KindPolicy, NamespacePolicy, Policy, Workload
 pub struct AgentArgs {
     /// The hub's QUIC address, HOST:PORT; several, comma-separated, for hubs in high
     /// availability: the agent dials them round robin until the active one accepts.
-    #[arg(long, env = "KEDGE_AGENT_HUB", value_delimiter = ',', required = true)]
+    #[arg(long = flag::HUB, env = env::HUB, value_delimiter = ',', required = true)]
     pub hub: Vec<String>,
     /// Name to verify in every hub's certificate; defaults to HOST of each --hub address.
-    #[arg(long, env = "KEDGE_AGENT_HUB_SERVER_NAME")]
+    #[arg(long = flag::HUB_SERVER_NAME, env = "KEDGE_AGENT_HUB_SERVER_NAME")]
     pub hub_server_name: Option<String>,
     /// PEM file with this member's client certificate (with --tls-key). Without it the agent
     /// uses the identity Secret, enrolling with --bootstrap-token-file when it holds nothing
     /// usable.
-    #[arg(long, env = "KEDGE_AGENT_TLS_CERT", requires = "tls_key")]
+    #[arg(long = flag::TLS_CERT, env = "KEDGE_AGENT_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// PEM file with this member's private key.
-    #[arg(long, env = "KEDGE_AGENT_TLS_KEY", requires = "tls_cert")]
+    #[arg(long = flag::TLS_KEY, env = "KEDGE_AGENT_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// File holding the one-time bootstrap token `<member>.<secret>` from
     /// `kubectl kedge mc setup-member`; used when the identity Secret holds no usable
     /// certificate, or one enrolled with another token (the member was set up again).
-    #[arg(long, env = "KEDGE_AGENT_BOOTSTRAP_TOKEN_FILE")]
+    #[arg(long = flag::BOOTSTRAP_TOKEN_FILE, env = "KEDGE_AGENT_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: Option<PathBuf>,
     /// Secret (in --agent-namespace) where the agent keeps its key and certificate.
     #[arg(
-        long,
+        long = flag::IDENTITY_SECRET,
         env = "KEDGE_AGENT_IDENTITY_SECRET",
         default_value = "kedge-agent-identity"
     )]
     pub identity_secret: String,
     /// The agent's own namespace, where its identity Secret lives.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "kedge-system")]
+    #[arg(long = flag::AGENT_NAMESPACE, env = env::POD_NAMESPACE, default_value = "kedge-system")]
     pub agent_namespace: String,
     /// PEM bundle of the hub CA.
-    #[arg(long, env = "KEDGE_AGENT_TLS_CA")]
+    #[arg(long = flag::TLS_CA, env = "KEDGE_AGENT_TLS_CA")]
     pub tls_ca: PathBuf,
     /// TCP address of the ops endpoint (/metrics, /healthz, /readyz); loopback unless
     /// widened (the chart and `kubectl kedge install agent` set 0.0.0.0:8081 for probes).
-    #[arg(long, env = "KEDGE_AGENT_OPS_LISTEN", default_value = "127.0.0.1:8081")]
+    #[arg(long = flag::OPS_LISTEN, env = "KEDGE_AGENT_OPS_LISTEN", default_value = "127.0.0.1:8081")]
     pub ops_listen: SocketAddr,
     /// Namespaces the agent may act in (comma-separated); commands for any other namespace
     /// are refused. Required unless --all-namespaces.
-    #[arg(long, env = "KEDGE_AGENT_NAMESPACES", value_delimiter = ',')]
+    #[arg(long = flag::NAMESPACES, env = "KEDGE_AGENT_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
     /// Let the agent act in every namespace (not recommended: its RBAC must then be
     /// cluster-wide, and a compromised hub reaches every namespace).
-    #[arg(long, env = "KEDGE_AGENT_ALL_NAMESPACES", action = ArgAction::SetTrue, conflicts_with = "namespaces")]
+    #[arg(long = flag::ALL_NAMESPACES, env = "KEDGE_AGENT_ALL_NAMESPACES", action = ArgAction::SetTrue, conflicts_with = "namespaces")]
     pub all_namespaces: bool,
     /// Workload kinds the agent may scale, comma-separated `group/version/Kind` (`v1/Kind`
     /// for the core group); commands for any other kind are refused.
-    #[arg(long, env = "KEDGE_AGENT_KINDS", value_delimiter = ',', default_value = DEFAULT_KINDS)]
+    #[arg(long = flag::KINDS, env = "KEDGE_AGENT_KINDS", value_delimiter = ',', default_value = DEFAULT_KINDS)]
     pub kinds: Vec<WorkloadKind>,
     /// First reconnect delay; doubles (with jitter) up to --reconnect-max.
     #[arg(long, env = "KEDGE_AGENT_RECONNECT_INITIAL", default_value = "500ms", value_parser = duration_within(RECONNECT_INITIAL))]
@@ -91,7 +92,7 @@ pub struct AgentArgs {
     #[arg(long, env = "KEDGE_AGENT_CAPACITY_INTERVAL", default_value = "10s", value_parser = duration_within(CAPACITY_INTERVAL))]
     pub capacity_interval: Duration,
     /// Log format: text or json.
-    #[arg(long, env = "KEDGE_LOG_FORMAT", default_value = "text")]
+    #[arg(long = flag::LOG_FORMAT, env = "KEDGE_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
 }
 
@@ -144,26 +145,18 @@ impl AgentArgs {
                 "--hub needs at least one HOST:PORT",
             ));
         }
-        if !self.all_namespaces && NamespacePolicy::only(&self.namespaces).is_none() {
-            return Err(<Self as clap::CommandFactory>::command().error(
-                clap::error::ErrorKind::InvalidValue,
-                "--namespaces needs at least one namespace (or --all-namespaces, not recommended)",
-            ));
+        if let Err(problems) = NamespacePolicy::parse(&self.namespaces, self.all_namespaces) {
+            return Err(<Self as clap::CommandFactory>::command()
+                .error(clap::error::ErrorKind::InvalidValue, problems));
         }
         Ok(self)
     }
 
     /// What the agent may touch: the namespaces and kinds it was given.
     pub fn policy(&self) -> Policy {
-        let namespaces = if self.all_namespaces {
-            NamespacePolicy::All
-        } else {
-            // `checked` refused an empty list; should one get here, it allows nothing.
-            NamespacePolicy::only(&self.namespaces)
-                .unwrap_or_else(|| NamespacePolicy::Only(Vec::new()))
-        };
         Policy {
-            namespaces,
+            // `checked` refused an empty list; should one get here, it allows nothing.
+            namespaces: NamespacePolicy::from_flags(&self.namespaces, self.all_namespaces),
             kinds: KindPolicy::new(&self.kinds),
         }
     }
@@ -235,6 +228,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("--namespaces needs at least one"), "{error}");
+        let error = without_scope(&["--hub", "h:1", "--namespaces", "apps,Web"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("\"Web\" is not a namespace name"), "{error}");
         let error =
             without_scope(&["--hub", "h:1", "--namespaces", "a", "--all-namespaces"]).unwrap_err();
         assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict);

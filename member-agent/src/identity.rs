@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kedge_net::enroll::token_hash;
-use kedge_net::identity::peer_identity;
+use kedge_net::enroll::BootstrapToken;
+use kedge_net::identity::PeerIdentity;
 use kedge_net::pki::{Validity, cert_validity, member_csr};
 use kedge_net::tls::{self, TlsMaterial, TransportTuning};
 use kedge_protocol::{
@@ -68,9 +68,7 @@ impl std::fmt::Debug for Identity {
 impl Identity {
     /// Reads the member name and validity of `cert_pem`.
     pub(crate) fn new(cert_pem: String, key_pem: String) -> Result<Self> {
-        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
-            .map_err(|e| Error::IdentityStore(format!("the stored certificate is not PEM: {e}")))?;
-        let member = peer_identity(&[der])?.member;
+        let member = PeerIdentity::from_pem(&cert_pem)?.member;
         let validity = cert_validity(&cert_pem)?;
         Ok(Self {
             member,
@@ -178,13 +176,10 @@ pub(crate) fn re_enroll(member: &str, why: &str) -> Error {
     ))
 }
 
-/// Reads the member name from a bootstrap token `<member>.<secret>`.
-pub(crate) fn token_member(token: &str) -> Result<&str> {
-    kedge_net::enroll::token_member(token).ok_or_else(|| {
-        Error::ReEnroll(
-            "the bootstrap token file does not hold a token of the form <member>.<secret>".into(),
-        )
-    })
+/// Reads the bootstrap token of the token file's text.
+pub(crate) fn parse_token(token: &str) -> Result<BootstrapToken> {
+    BootstrapToken::parse(token)
+        .map_err(|error| Error::ReEnroll(format!("the bootstrap token file: {error}")))
 }
 
 /// Reads a bootstrap token file (surrounding whitespace ignored).
@@ -417,8 +412,8 @@ pub(crate) async fn enroll_once(
     ca_pem: &str,
     store: &IdentityStore,
 ) -> Result<Enrolled> {
-    let member = token_member(token)?.to_owned();
-    let (key_pem, csr_der) = member_csr(&member)?;
+    let token = parse_token(token)?;
+    let (key_pem, csr_der) = member_csr(token.member())?;
     let trusted = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Error::IdentityStore(format!("the hub CA bundle is not PEM: {e}")))?;
@@ -431,7 +426,7 @@ pub(crate) async fn enroll_once(
     let endpoint = quinn::Endpoint::client(bind).map_err(Error::Endpoint)?;
     let request = EnrollRequest {
         protocol_version: kedge_protocol::PROTOCOL_VERSION,
-        token: token.to_owned(),
+        token: token.as_str().to_owned(),
         csr_der,
     };
     let answer = kedge_net::enroll::enroll(
@@ -446,7 +441,7 @@ pub(crate) async fn enroll_once(
     endpoint.close(quinn::VarInt::from_u32(0), b"enrollment done");
     match answer.map_err(|e| Error::Enroll(e.to_string()))? {
         EnrollResponse::Issued(issued) => {
-            let identity = Identity::from_issued(issued, key_pem, Some(token_hash(token)))?;
+            let identity = Identity::from_issued(issued, key_pem, Some(token.hash()))?;
             store.save(&identity, ca_pem).await?;
             info!(member = %identity.member, not_after = %identity.validity.not_after,
                 "enrolled: certificate issued and stored");
@@ -542,9 +537,13 @@ mod tests {
 
     #[test]
     fn tokens_name_their_member() {
-        assert_eq!(token_member("edge-1.abc").unwrap(), "edge-1");
+        assert_eq!(parse_token("edge-1.abc").unwrap().member(), "edge-1");
         for bad in ["", "edge-1", "Edge.abc", ".abc"] {
-            assert!(token_member(bad).is_err(), "{bad:?}");
+            let error = parse_token(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("the bootstrap token file"),
+                "{bad:?}: {error}"
+            );
         }
         let err = re_enroll("edge-1", "the certificate expired").to_string();
         for part in [

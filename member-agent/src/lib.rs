@@ -109,7 +109,7 @@ async fn obtain_identity(
         info!(member = %stored.member,
             "the bootstrap token is not the one the stored identity was enrolled with: the member was set up again; enrolling");
     }
-    let member = identity::token_member(&token)?.to_owned();
+    let member = identity::parse_token(&token)?.member().to_owned();
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(args.reconnect_initial)
         .with_max_interval(args.reconnect_max)

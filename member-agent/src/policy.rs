@@ -8,55 +8,9 @@ use std::str::FromStr;
 
 use kedge_protocol::{Failure, FailureCode, Retry};
 
-/// The namespaces the agent may act in. There is no default: an agent is told its
-/// namespaces, or explicitly told it may act in all of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NamespacePolicy {
-    /// Only these namespaces (never empty).
-    Only(Vec<String>),
-    /// Every namespace (`--all-namespaces`, not recommended).
-    All,
-}
-
-impl NamespacePolicy {
-    /// A policy allowing exactly `allowed`, blank entries ignored; `None` when nothing is
-    /// left, since an empty list must not silently mean "everywhere".
-    pub fn only(allowed: &[String]) -> Option<Self> {
-        let mut allowed: Vec<String> = allowed
-            .iter()
-            .map(|n| n.trim().to_owned())
-            .filter(|n| !n.is_empty())
-            .collect();
-        allowed.sort();
-        allowed.dedup();
-        (!allowed.is_empty()).then_some(Self::Only(allowed))
-    }
-
-    /// The allowed namespaces, or `None` when every namespace is.
-    pub fn namespaces(&self) -> Option<&[String]> {
-        match self {
-            Self::Only(allowed) => Some(allowed),
-            Self::All => None,
-        }
-    }
-
-    /// Refuses a namespace outside the policy with a permanent, readable failure.
-    pub fn check(&self, namespace: &str) -> Result<(), Failure> {
-        match self {
-            Self::All => Ok(()),
-            Self::Only(allowed) if allowed.iter().any(|n| n == namespace) => Ok(()),
-            Self::Only(allowed) => Err(Failure {
-                retry: Retry::Permanent,
-                code: FailureCode::NamespaceNotAllowed,
-                message: format!(
-                    "namespace {namespace:?} is not managed by this agent (allowed: {}); \
-                     add it to the agent's --namespaces (and its RBAC) to let kedge act there",
-                    allowed.join(", ")
-                ),
-            }),
-        }
-    }
-}
+/// The namespaces the agent may act in: the scope `--namespaces` / `--all-namespaces` give,
+/// read and checked by `kedge-net` for the agent and its installs alike.
+pub use kedge_net::agent_cli::NamespaceScope as NamespacePolicy;
 
 /// A workload kind, as `--kinds` names it: `group/version/Kind`, or `v1/Kind` for the core
 /// group.
@@ -202,31 +156,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn namespaces_outside_the_policy_are_refused_permanently() {
-        let policy = NamespacePolicy::only(&["apps".into(), " ".into(), "apps".into()]).unwrap();
-        assert_eq!(policy.namespaces(), Some(&["apps".to_owned()][..]));
-        assert!(policy.check("apps").is_ok());
-        let refused = policy.check("kube-system").unwrap_err();
-        assert_eq!(
-            (refused.retry, refused.code),
-            (Retry::Permanent, FailureCode::NamespaceNotAllowed)
-        );
-        assert!(
-            refused.message.contains("\"kube-system\"") && refused.message.contains("--namespaces"),
-            "{}",
-            refused.message
-        );
-        assert!(NamespacePolicy::All.check("anything").is_ok());
-        assert_eq!(NamespacePolicy::All.namespaces(), None);
-    }
-
-    #[test]
-    fn an_empty_namespace_list_allows_nothing_rather_than_everything() {
-        assert_eq!(NamespacePolicy::only(&[]), None);
-        assert_eq!(NamespacePolicy::only(&[" ".into(), String::new()]), None);
-    }
-
-    #[test]
     fn kinds_parse_with_and_without_a_group() {
         let k: WorkloadKind = "apps/v1/Deployment".parse().unwrap();
         assert_eq!(
@@ -286,7 +215,7 @@ mod tests {
     #[test]
     fn a_workload_must_pass_both_namespace_and_kind() {
         let policy = Policy {
-            namespaces: NamespacePolicy::only(&["apps".into()]).unwrap(),
+            namespaces: NamespacePolicy::Only(vec!["apps".into()]),
             kinds: KindPolicy::default(),
         };
         assert!(

@@ -8,16 +8,98 @@ use std::time::Duration;
 use kedge_protocol::{EnrollRequest, EnrollResponse, FramedStream};
 use quinn::{RecvStream, SendStream, VarInt};
 
-/// The member a bootstrap token `<member>.<secret>` is for; `None` when it is not of that form
-/// (the secret non-empty and at most 128 characters).
-pub fn token_member(token: &str) -> Option<&str> {
-    let (member, secret) = token.split_once('.')?;
-    (crate::identity::is_valid_member_name(member) && !secret.is_empty() && secret.len() <= 128)
-        .then_some(member)
+/// Longest secret part of a bootstrap token. Minted secrets are 43 characters (32 bytes in
+/// base64url); the bound keeps what a peer can make the hub hash and log small.
+pub const MAX_TOKEN_SECRET: usize = 128;
+
+/// A bootstrap token `<member>.<secret>`: the member a non-empty secret of at most
+/// [`MAX_TOKEN_SECRET`] bytes is for. The hub mints it, stores only its [`token_hash`] and
+/// reads it back from an enrollment request; the agent reads it from its token file. Its
+/// `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    text: String,
+    member_len: usize,
+}
+
+/// Why a text is not a bootstrap token. The messages never repeat the text: it holds a secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// No `.` between member and secret.
+    #[error("the bootstrap token is not of the form <member>.<secret>")]
+    NoSeparator,
+    /// The part before the first `.` is not a member name.
+    #[error(
+        "the member part of the bootstrap token is not a member name (a lowercase RFC 1123 label)"
+    )]
+    BadMember,
+    /// Nothing after the `.`.
+    #[error("the bootstrap token has an empty secret")]
+    EmptySecret,
+    /// The secret is longer than [`MAX_TOKEN_SECRET`].
+    #[error("the secret of the bootstrap token is {0} bytes long, more than {MAX_TOKEN_SECRET}")]
+    SecretTooLong(usize),
+}
+
+impl BootstrapToken {
+    /// Reads `text` (exactly: surrounding whitespace is the caller's to trim) as
+    /// `<member>.<secret>`.
+    pub fn parse(text: &str) -> Result<Self, TokenError> {
+        let (member, secret) = text.split_once('.').ok_or(TokenError::NoSeparator)?;
+        Self::check(member, secret)?;
+        Ok(Self {
+            text: text.to_owned(),
+            member_len: member.len(),
+        })
+    }
+
+    /// The token of `member` with `secret` (which must not be empty or too long).
+    pub fn new(member: &str, secret: &str) -> Result<Self, TokenError> {
+        Self::check(member, secret)?;
+        Ok(Self {
+            text: format!("{member}.{secret}"),
+            member_len: member.len(),
+        })
+    }
+
+    fn check(member: &str, secret: &str) -> Result<(), TokenError> {
+        if !crate::identity::is_valid_member_name(member) {
+            return Err(TokenError::BadMember);
+        }
+        match secret.len() {
+            0 => Err(TokenError::EmptySecret),
+            len if len > MAX_TOKEN_SECRET => Err(TokenError::SecretTooLong(len)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The member the token is for.
+    pub fn member(&self) -> &str {
+        &self.text[..self.member_len]
+    }
+
+    /// The whole token, as handed to the agent and sent in an enrollment request.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// What the hub stores of the token: [`token_hash`] of the whole of it.
+    pub fn hash(&self) -> String {
+        token_hash(&self.text)
+    }
+}
+
+impl std::fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BootstrapToken")
+            .field("member", &self.member())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Lowercase hex SHA-256 of `token`: what the hub stores of a bootstrap token, and what the
-/// agent records of the token its identity was enrolled with.
+/// agent records of the token its identity was enrolled with. It takes any text, so that a
+/// token file that holds no well-formed token still has a hash to compare.
 pub fn token_hash(token: &str) -> String {
     let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
@@ -75,19 +157,53 @@ mod tests {
 
     #[test]
     fn tokens_name_their_member() {
-        assert_eq!(token_member("edge-1.abc"), Some("edge-1"));
-        let long = format!("edge-1.{}", "a".repeat(129));
-        for bad in [
-            "",
-            "edge-1",
-            "edge-1.",
-            ".abc",
-            "Edge.abc",
-            "a_b.x",
-            long.as_str(),
+        let token = BootstrapToken::parse("edge-1.abc").unwrap();
+        assert_eq!((token.member(), token.as_str()), ("edge-1", "edge-1.abc"));
+        assert_eq!(token.hash(), token_hash("edge-1.abc"));
+        // The secret may hold dots: only the first one separates.
+        assert_eq!(BootstrapToken::parse("a.b.c").unwrap().member(), "a");
+        assert_eq!(BootstrapToken::new("edge-1", "abc").unwrap(), token);
+        let longest = format!("edge-1.{}", "a".repeat(MAX_TOKEN_SECRET));
+        assert!(BootstrapToken::parse(&longest).is_ok());
+    }
+
+    #[test]
+    fn malformed_and_hostile_tokens_are_clear_errors() {
+        use TokenError::*;
+        let long_secret = format!("edge-1.{}", "a".repeat(MAX_TOKEN_SECRET + 1));
+        let long_member = format!("{}.abc", "a".repeat(64));
+        let huge = "x".repeat(1 << 20);
+        for (bad, expected) in [
+            ("", NoSeparator),
+            ("edge-1", NoSeparator),
+            (huge.as_str(), NoSeparator),
+            ("edge-1.", EmptySecret),
+            (".abc", BadMember),
+            ("Edge.abc", BadMember),
+            ("a_b.x", BadMember),
+            ("-a.x", BadMember),
+            (" edge-1.abc", BadMember),
+            ("édge.abc", BadMember),
+            (long_member.as_str(), BadMember),
+            (long_secret.as_str(), SecretTooLong(MAX_TOKEN_SECRET + 1)),
         ] {
-            assert_eq!(token_member(bad), None, "{bad:?}");
+            let error = BootstrapToken::parse(bad).unwrap_err();
+            assert_eq!(error, expected, "{bad:?}");
+            // The message never repeats the token.
+            assert!(bad.len() < 4 || !error.to_string().contains(bad), "{error}");
         }
+        assert_eq!(BootstrapToken::new("edge-1", ""), Err(EmptySecret));
+        assert_eq!(BootstrapToken::new("Edge", "abc"), Err(BadMember));
+    }
+
+    #[test]
+    fn debug_never_shows_the_secret() {
+        let token = BootstrapToken::parse("edge-1.s3cret").unwrap();
+        let shown = format!("{token:?}");
+        assert!(
+            shown.contains("edge-1") && !shown.contains("s3cret"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! What both kedge binaries share on the network: the PKI that issues hub and member
-//! certificates ([`pki`]), QUIC endpoint configuration with mutual TLS ([`tls`]), the member
-//! identity carried in a client certificate ([`identity`]), the ops HTTP endpoint serving
-//! `/metrics`, `/healthz` and `/readyz` ([`ops`]), logging set-up ([`telemetry`]) and the
-//! Kubernetes client builder ([`kube_client`]) bounded command-line values ([`flags`]) and the supervision of essential tasks
-//! ([`supervise`]).
+//! certificates and reads certificate signing requests ([`pki`]), QUIC endpoint
+//! configuration with mutual TLS ([`tls`]), the member identity carried in a client
+//! certificate and its enrollment URI ([`identity`]), the bootstrap token and the enrollment
+//! exchange ([`enroll`]), the ops HTTP endpoint serving `/metrics`, `/healthz` and `/readyz`
+//! ([`ops`]), logging set-up ([`telemetry`]), the Kubernetes client builder
+//! ([`kube_client`]), bounded command-line values ([`flags`]), the agent's flag names and
+//! namespace scope as hub and agent both use them ([`agent_cli`]) and the supervision of
+//! essential tasks ([`supervise`]).
 //!
 //! This crate was split out of the two binaries because both need exactly the same TLS and
 //! ops code; keeping it once means the hub and the agent cannot drift apart on security
 //! settings.
 
+pub mod agent_cli;
 pub mod enroll;
 pub mod flags;
 pub mod identity;

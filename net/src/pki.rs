@@ -14,9 +14,10 @@ use rcgen::{
 };
 use rustls_pki_types::CertificateSigningRequestDer;
 use time::{Duration, OffsetDateTime};
+use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::prelude::FromDer;
 
-use crate::identity::is_valid_member_name;
+use crate::identity::{enrollment_uri, is_valid_member_name};
 use crate::{Error, Result};
 
 /// A certificate and its private key, PEM-encoded.
@@ -192,32 +193,29 @@ impl CertificateAuthority {
         self.issue(member_params(member), validity, member)
     }
 
-    /// Issues a member's client certificate for the public key of `csr_der`, which must be a
-    /// valid PKCS#10 request whose only Common Name is `member`. Everything else in the
-    /// request is ignored: the certificate carries CN = `member`, the `clientAuth` extended
-    /// key usage and exactly one URI SAN, [`member_uri`]`(member, uid)`.
+    /// Issues a member's client certificate for the public key of `csr`, whose Common Name
+    /// must be `member`. Everything else in the request is ignored: the certificate carries
+    /// CN = `member`, the `clientAuth` extended key usage and exactly one URI SAN,
+    /// [`enrollment_uri`]`(member, uid)`.
     pub fn issue_member_csr(
         &self,
-        csr_der: &[u8],
+        csr: &Csr,
         member: &str,
         uid: &str,
         validity: Validity,
     ) -> Result<String, CsrError> {
-        verify_member_csr(csr_der, member)?;
-        let csr =
-            CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(csr_der))
-                .map_err(|e| CsrError::Invalid(e.to_string()))?;
+        csr.check_member(member)?;
         let invalid = |e: rcgen::Error| CsrError::Invalid(e.to_string());
         let mut params = member_params(member);
         params.subject_alt_names = vec![SanType::URI(
-            member_uri(member, uid).try_into().map_err(invalid)?,
+            enrollment_uri(member, uid).try_into().map_err(invalid)?,
         )];
         params.not_before = validity.not_before;
         params.not_after = validity.not_after;
         params.serial_number = Some(serial(OffsetDateTime::now_utc(), member));
         let signed = CertificateSigningRequestParams {
             params,
-            public_key: csr.public_key,
+            public_key: csr.public_key.clone(),
         }
         .signed_by(&self.issuer)
         .map_err(invalid)?;
@@ -258,46 +256,71 @@ pub enum CsrError {
     },
 }
 
-/// The Common Name of a DER PKCS#10 request, checking its self-signature.
-fn csr_common_name(der: &[u8]) -> Result<String, CsrError> {
-    let (rest, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(der)
-        .map_err(|e| CsrError::Invalid(e.to_string()))?;
-    if !rest.is_empty() {
-        return Err(CsrError::Invalid("trailing bytes after the request".into()));
-    }
-    csr.verify_signature()
-        .map_err(|e| CsrError::Invalid(format!("bad signature: {e}")))?;
-    let subject = &csr.certification_request_info.subject;
-    let mut names = subject.iter_common_name();
-    let cn = names
-        .next()
-        .ok_or_else(|| CsrError::Invalid("no Common Name".into()))?
-        .as_str()
-        .map_err(|e| CsrError::Invalid(format!("unreadable Common Name: {e}")))?
-        .to_owned();
-    if names.next().is_some() {
-        return Err(CsrError::Invalid("more than one Common Name".into()));
-    }
-    Ok(cn)
+/// Longest Common Name a request may carry (RFC 5280's `ub-common-name`); member names are
+/// shorter still, and a longer one is never repeated in an error.
+pub const MAX_COMMON_NAME: usize = 64;
+
+/// A PKCS#10 certificate signing request whose self-signature verified: what the hub reads
+/// of an agent's request, its one Common Name and its public key. The hub parses a request
+/// once, checks it, and issues from what it parsed.
+#[derive(Debug, Clone)]
+pub struct Csr {
+    common_name: String,
+    public_key: rcgen::PublicKey,
 }
 
-/// Checks that `csr_der` is a validly self-signed PKCS#10 request whose only Common Name is
-/// `member`.
-pub fn verify_member_csr(csr_der: &[u8], member: &str) -> Result<(), CsrError> {
-    let requested = csr_common_name(csr_der)?;
-    if requested != member {
-        return Err(CsrError::NameMismatch {
-            requested,
-            expected: member.to_owned(),
-        });
+impl Csr {
+    /// Parses a DER request: one request and nothing after it, a signature that verifies
+    /// with its own key, and exactly one Common Name.
+    pub fn parse(der: &[u8]) -> Result<Self, CsrError> {
+        let (rest, csr) = X509CertificationRequest::from_der(der)
+            .map_err(|e| CsrError::Invalid(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(CsrError::Invalid("trailing bytes after the request".into()));
+        }
+        csr.verify_signature()
+            .map_err(|e| CsrError::Invalid(format!("bad signature: {e}")))?;
+        let subject = &csr.certification_request_info.subject;
+        let mut names = subject.iter_common_name();
+        let common_name = names
+            .next()
+            .ok_or_else(|| CsrError::Invalid("no Common Name".into()))?
+            .as_str()
+            .map_err(|e| CsrError::Invalid(format!("unreadable Common Name: {e}")))?
+            .to_owned();
+        if names.next().is_some() {
+            return Err(CsrError::Invalid("more than one Common Name".into()));
+        }
+        if common_name.len() > MAX_COMMON_NAME {
+            return Err(CsrError::Invalid(format!(
+                "the Common Name is longer than {MAX_COMMON_NAME} bytes"
+            )));
+        }
+        let public_key =
+            CertificateSigningRequestParams::from_der(&CertificateSigningRequestDer::from(der))
+                .map_err(|e| CsrError::Invalid(e.to_string()))?
+                .public_key;
+        Ok(Self {
+            common_name,
+            public_key,
+        })
     }
-    Ok(())
-}
 
-/// The URI SAN of a member certificate: `urn:kedge:member:<member>:<MemberCluster uid>`. It
-/// ties the certificate to one enrollment: a member deleted and created again gets a new uid.
-pub fn member_uri(member: &str, uid: &str) -> String {
-    format!("urn:kedge:member:{member}:{uid}")
+    /// The request's Common Name: the member it asks a certificate for.
+    pub fn common_name(&self) -> &str {
+        &self.common_name
+    }
+
+    /// Refuses a request whose Common Name is not `member`.
+    pub fn check_member(&self, member: &str) -> Result<(), CsrError> {
+        if self.common_name != member {
+            return Err(CsrError::NameMismatch {
+                requested: self.common_name.clone(),
+                expected: member.to_owned(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A fresh ECDSA P-256 key pair and a PKCS#10 request for `member` (the agent's side of
@@ -602,6 +625,8 @@ mod tests {
             CertificateAuthority::generate("test CA", Validity::starting(now, Duration::days(1)))
                 .unwrap();
         let (_key, csr) = member_csr("edge-1").unwrap();
+        let csr = Csr::parse(&csr).unwrap();
+        assert_eq!(csr.common_name(), "edge-1");
         let pem = ca
             .issue_member_csr(
                 &csr,
@@ -639,7 +664,7 @@ mod tests {
         let validity = Validity::starting(now, Duration::hours(1));
         let (_key, csr) = member_csr("edge-2").unwrap();
         let err = ca
-            .issue_member_csr(&csr, "edge-1", "u", validity)
+            .issue_member_csr(&Csr::parse(&csr).unwrap(), "edge-1", "u", validity)
             .unwrap_err();
         assert_eq!(
             err,
@@ -648,24 +673,50 @@ mod tests {
                 expected: "edge-1".into()
             }
         );
+        let mut trailing = csr.clone();
+        trailing.push(0);
         for junk in [
             &[][..],
+            &[0x30][..],
             &[0x30, 0x03, 0x01, 0x02, 0x03],
+            &[0x30, 0x84, 0xff, 0xff, 0xff, 0xff],
+            &[0xff; 256],
             &csr[..csr.len() - 1],
+            &trailing,
         ] {
-            let err = ca
-                .issue_member_csr(junk, "edge-1", "u", validity)
-                .unwrap_err();
+            let err = Csr::parse(junk).unwrap_err();
             assert!(matches!(err, CsrError::Invalid(_)), "{err}");
         }
         // A flipped bit in the signed part breaks the signature.
         let mut tampered = csr.clone();
         let mid = tampered.len() / 2;
         tampered[mid] ^= 0x01;
-        assert!(
-            ca.issue_member_csr(&tampered, "edge-2", "u", validity)
-                .is_err()
-        );
+        assert!(Csr::parse(&tampered).is_err());
+    }
+
+    /// A request signed by `key` with the subject `name`.
+    fn request(name: DistinguishedName) -> Vec<u8> {
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name;
+        params.serialize_request(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn a_csr_needs_one_short_common_name() {
+        let err = Csr::parse(&request(DistinguishedName::new())).unwrap_err();
+        assert_eq!(err, CsrError::Invalid("no Common Name".into()));
+        let mut long = DistinguishedName::new();
+        long.push(DnType::CommonName, "a".repeat(MAX_COMMON_NAME + 1));
+        let err = Csr::parse(&request(long)).unwrap_err();
+        assert!(err.to_string().contains("longer than 64"), "{err}");
+        // Only the Common Name counts: other attributes are ignored.
+        let mut other = DistinguishedName::new();
+        other.push(DnType::CommonName, "edge-1");
+        other.push(DnType::OrganizationName, "system:masters");
+        let csr = Csr::parse(&request(other)).unwrap();
+        assert_eq!(csr.common_name(), "edge-1");
+        assert!(csr.check_member("edge-1").is_ok());
     }
 
     #[test]

@@ -10,7 +10,9 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use clap::Parser;
 use k8s_openapi::ByteString;
+use kedge_agent::config::AgentArgs;
 use kedge_hub::install::agent::{BOOTSTRAP_SECRET, agent_args};
 use kedge_hub::install::{
     AgentInstall, AgentKind, AgentNamespaces, Credentials, HubDeployment, HubInstall,
@@ -688,6 +690,15 @@ fn agent_chart_is_what_agent_manifests_renders() {
         );
         let chart = rendered("kedge-agent", namespace, &values);
         assert_agent_chart(case, &chart, &rust);
+        // What the chart passes starts the agent (its hubs come from the environment).
+        let args = texts(&agent_container(&chart.objects.iter().collect::<Vec<_>>())["args"]);
+        let line = ["kedge-agent", "--hub", "hub.example:7443"]
+            .into_iter()
+            .map(str::to_owned)
+            .chain(args.iter().cloned());
+        if let Err(error) = AgentArgs::try_parse_from(line).and_then(AgentArgs::checked) {
+            panic!("{case}: kedge-agent refuses the chart's args {args:?}: {error}");
+        }
         let generated = rendered("kedge-agent", namespace, &agent_helm_values(&install));
         assert_agent_chart(
             &format!("{case}, from agent_helm_values"),

@@ -184,16 +184,9 @@ pub struct AgentArgs {
     /// The key of --cert-file.
     #[arg(long, requires = "cert_file")]
     pub key_file: Option<PathBuf>,
-    /// Namespaces the agent may act in, comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        required_unless_present = "all_namespaces"
-    )]
-    pub namespaces: Vec<String>,
-    /// Let the agent act in every namespace (not recommended).
-    #[arg(long, conflicts_with = "namespaces")]
-    pub all_namespaces: bool,
+    /// Where the agent may act.
+    #[command(flatten)]
+    pub scope: super::NamespaceArgs,
     /// The namespace the agent runs in (created).
     #[arg(long, default_value = DEFAULT_AGENT_NAMESPACE)]
     pub agent_namespace: String,
@@ -231,16 +224,11 @@ impl AgentArgs {
                 ));
             }
         };
-        let namespaces = if self.all_namespaces {
-            AgentNamespaces::All
-        } else {
-            AgentNamespaces::Only(self.namespaces.clone())
-        };
         let mut install = AgentInstall::new(
             self.hub_address.clone(),
             read(&self.ca_file)?,
             credentials,
-            namespaces,
+            self.scope.scope(),
         );
         install.hub_server_name = self.hub_server_name.clone();
         install.agent_namespace = self.agent_namespace.clone();
@@ -402,11 +390,8 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
                 Credentials::Bootstrap {
                     token: String::new(),
                 },
-                if namespaces.is_empty() {
-                    AgentNamespaces::All
-                } else {
-                    AgentNamespaces::Only(namespaces.clone())
-                },
+                // Without a list, every Role the agent can have: its ClusterRole for all.
+                AgentNamespaces::from_flags(namespaces, namespaces.is_empty()),
             );
             install.agent_namespace = agent_namespace.clone();
             objects.extend(agent_manifests(&install).iter().map(reference));

@@ -9,9 +9,34 @@ pub mod sessions;
 pub mod setup_member;
 pub mod simulate;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use kedge_net::agent_cli::{NamespaceScope, flag};
 
 pub use simulate::SimulateArgs;
+
+/// Where the agent of `mc setup-member` and `install agent` may act: the agent's own
+/// `--namespaces` / `--all-namespaces`, read by [`NamespaceScope`] as the agent reads them.
+#[derive(Debug, Clone, Args)]
+pub struct NamespaceArgs {
+    /// Namespaces the agent may act in, comma-separated (its RBAC and its own policy).
+    #[arg(
+        long = flag::NAMESPACES,
+        value_delimiter = ',',
+        required_unless_present = "all_namespaces"
+    )]
+    pub namespaces: Vec<String>,
+    /// Let the agent act in every namespace (not recommended).
+    #[arg(long = flag::ALL_NAMESPACES, conflicts_with = "namespaces")]
+    pub all_namespaces: bool,
+}
+
+impl NamespaceArgs {
+    /// The scope the flags give; the install's `validate` reports what is wrong with it
+    /// together with its other problems.
+    pub fn scope(&self) -> NamespaceScope {
+        NamespaceScope::from_flags(&self.namespaces, self.all_namespaces)
+    }
+}
 
 /// kubectl kedge: operate kedge from kubectl.
 #[derive(Debug, Parser)]

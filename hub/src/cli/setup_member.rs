@@ -20,11 +20,9 @@ use kube::api::{
 use kube::discovery::Scope;
 use serde_json::Value;
 
-use super::{Error, Result};
+use super::{Error, NamespaceArgs, Result};
 use crate::enroll::{bootstrap_secret_name, mint_bootstrap_token};
-use crate::install::{
-    AgentInstall, AgentNamespaces, Credentials, agent_helm_values, agent_manifests,
-};
+use crate::install::{AgentInstall, Credentials, agent_helm_values, agent_manifests};
 
 /// Bounds of `--ttl`: long enough to carry the token to the member, short enough that a
 /// leaked, unused token is soon worthless.
@@ -47,16 +45,9 @@ pub enum Output {
 pub struct SetupArgs {
     /// The member's name: a lowercase RFC 1123 label, the identity in its certificate.
     pub name: String,
-    /// Namespaces the agent may act in, comma-separated (its RBAC and its own policy).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        required_unless_present = "all_namespaces"
-    )]
-    pub namespaces: Vec<String>,
-    /// Let the agent act in every namespace (not recommended).
-    #[arg(long, conflicts_with = "namespaces")]
-    pub all_namespaces: bool,
+    /// Where the agent may act.
+    #[command(flatten)]
+    pub scope: NamespaceArgs,
     /// The hub's QUIC address as the member reaches it, HOST:PORT; several, comma-separated,
     /// for hubs in high availability.
     #[arg(long, value_delimiter = ',', required = true)]
@@ -130,11 +121,7 @@ pub async fn run(
             "{name:?} is not a valid member name (a lowercase RFC 1123 label, at most 63 characters)"
         )));
     }
-    let namespaces = if args.all_namespaces {
-        AgentNamespaces::All
-    } else {
-        AgentNamespaces::Only(args.namespaces.clone())
-    };
+    let namespaces = args.scope.scope();
     // Everything that can be checked without changing anything, first.
     let ca_pem = hub_ca(&client, hub_namespace).await?;
     let minted = mint_bootstrap_token(name, time::OffsetDateTime::now_utc(), args.ttl)
@@ -143,9 +130,9 @@ pub async fn run(
         args.hub_address.clone(),
         ca_pem,
         Credentials::Bootstrap {
-            token: minted.token.clone(),
+            token: minted.token.as_str().to_owned(),
         },
-        namespaces,
+        namespaces.clone(),
     );
     install.agent_namespace = args.agent_namespace.clone();
     install.hub_server_name = args.hub_server_name.clone();
@@ -160,7 +147,7 @@ pub async fn run(
 
     let members: Api<MemberCluster> = Api::all(client.clone());
     let spec = MemberClusterSpec {
-        namespaces: args.namespaces.clone(),
+        namespaces: namespaces.namespaces().unwrap_or_default().to_vec(),
         ..MemberClusterSpec::default()
     };
     let uid = match members

@@ -17,6 +17,8 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::ByteString;
+use kedge_net::agent_cli::{env, flag};
+use kedge_protocol::is_dns1123_label;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
@@ -75,15 +77,10 @@ pub enum Credentials {
     },
 }
 
-/// Where the agent may act.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentNamespaces {
-    /// These namespaces: a Role and RoleBinding in each (they must exist).
-    Only(Vec<String>),
-    /// Every namespace (`--all-namespaces`): the same rules in a ClusterRole. Not
-    /// recommended.
-    All,
-}
+/// Where the agent may act: `Only` these namespaces, a Role and RoleBinding in each (they
+/// must exist), or `All` (`--all-namespaces`), the same rules in a ClusterRole (not
+/// recommended). The agent reads its flags into the same type.
+pub use kedge_net::agent_cli::NamespaceScope as AgentNamespaces;
 
 /// A workload kind the agent may scale: what `--kinds` names and what RBAC needs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -177,24 +174,13 @@ impl AgentInstall {
     /// Every problem that would make the rendered objects invalid or useless, all at once.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
-        if !super::is_dns1123_label(&self.agent_namespace) {
+        if !is_dns1123_label(&self.agent_namespace) {
             problems.push(format!(
                 "agent namespace {:?} is not a namespace name (lowercase alphanumerics and '-', at most 63)",
                 self.agent_namespace
             ));
         }
-        match &self.namespaces {
-            AgentNamespaces::Only(list) if list.is_empty() => problems.push(
-                "no namespaces: the agent denies by default; name at least one (or all, not recommended)"
-                    .to_owned(),
-            ),
-            AgentNamespaces::Only(list) => problems.extend(
-                list.iter()
-                    .filter(|n| !super::is_dns1123_label(n))
-                    .map(|n| format!("namespace {n:?} is not a namespace name")),
-            ),
-            AgentNamespaces::All => {}
-        }
+        problems.extend(self.namespaces.problems());
         if self.kinds.is_empty() {
             problems.push("no kinds: the agent could scale nothing".to_owned());
         }
@@ -452,43 +438,28 @@ fn file(key: &str) -> String {
 /// The agent's command-line arguments in its container; the hub addresses come from the
 /// Secret through `KEDGE_AGENT_HUB`.
 pub fn agent_args(install: &AgentInstall) -> Vec<String> {
-    let mut args = vec![
-        "--ops-listen".to_owned(),
-        format!("0.0.0.0:{OPS_PORT}"),
-        "--log-format".to_owned(),
-        "json".to_owned(),
-        "--tls-ca".to_owned(),
-        file(keys::CA),
-    ];
+    let mut args = Vec::new();
+    let mut arg = |name: &str, value: String| args.extend([flag::dashed(name), value]);
+    arg(flag::OPS_LISTEN, format!("0.0.0.0:{OPS_PORT}"));
+    arg(flag::LOG_FORMAT, "json".to_owned());
+    arg(flag::TLS_CA, file(keys::CA));
     match &install.credentials {
-        Credentials::Bootstrap { .. } => args.extend([
-            "--bootstrap-token-file".to_owned(),
-            file(keys::TOKEN),
-            "--identity-secret".to_owned(),
-            IDENTITY_SECRET.to_owned(),
-            "--agent-namespace".to_owned(),
-            "$(POD_NAMESPACE)".to_owned(),
-        ]),
-        Credentials::Certificate { .. } => args.extend([
-            "--tls-cert".to_owned(),
-            file(keys::CERT),
-            "--tls-key".to_owned(),
-            file(keys::KEY),
-        ]),
+        Credentials::Bootstrap { .. } => {
+            arg(flag::BOOTSTRAP_TOKEN_FILE, file(keys::TOKEN));
+            arg(flag::IDENTITY_SECRET, IDENTITY_SECRET.to_owned());
+            arg(flag::AGENT_NAMESPACE, format!("$({})", env::POD_NAMESPACE));
+        }
+        Credentials::Certificate { .. } => {
+            arg(flag::TLS_CERT, file(keys::CERT));
+            arg(flag::TLS_KEY, file(keys::KEY));
+        }
     }
     if let Some(name) = &install.hub_server_name {
-        args.extend(["--hub-server-name".to_owned(), name.clone()]);
+        arg(flag::HUB_SERVER_NAME, name.clone());
     }
-    match &install.namespaces {
-        AgentNamespaces::Only(list) => {
-            let list: BTreeSet<&str> = list.iter().map(String::as_str).collect();
-            let list: Vec<&str> = list.into_iter().collect();
-            args.extend(["--namespaces".to_owned(), list.join(",")]);
-        }
-        AgentNamespaces::All => args.push("--all-namespaces".to_owned()),
-    }
+    args.extend(install.namespaces.args());
     let kinds: Vec<String> = install.kinds.iter().map(AgentKind::flag).collect();
-    args.extend(["--kinds".to_owned(), kinds.join(",")]);
+    args.extend([flag::dashed(flag::KINDS), kinds.join(",")]);
     args
 }
 
@@ -525,9 +496,9 @@ fn deployment(install: &AgentInstall) -> Value {
                         "image": format!("{}:{}", install.image, install.tag),
                         "args": agent_args(install),
                         "env": [
-                            {"name": "POD_NAMESPACE",
+                            {"name": env::POD_NAMESPACE,
                              "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            {"name": "KEDGE_AGENT_HUB",
+                            {"name": env::HUB,
                              "valueFrom": {"secretKeyRef": {"name": BOOTSTRAP_SECRET, "key": keys::HUB}}},
                         ],
                         "ports": [{"name": "ops", "containerPort": OPS_PORT, "protocol": "TCP"}],

@@ -5,6 +5,7 @@
 //! settings (`tests/tests/charts.rs` holds the chart to these functions with the real Helm
 //! engine).
 
+use kedge_protocol::is_dns1123_label;
 use serde_json::{Value, json};
 
 use super::hub::{HUB, HubInstall, SCALER, hub_rbac};
@@ -116,14 +117,14 @@ impl HubDeployment {
     /// flags accept are checked again by the hub at start).
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
-        if !super::is_dns1123_label(&self.rbac.namespace) {
+        if !is_dns1123_label(&self.rbac.namespace) {
             problems.push(format!(
                 "namespace {:?} is not a namespace name",
                 self.rbac.namespace
             ));
         }
         if let Some(secret) = &self.ops_token_secret
-            && !super::is_dns1123_label(secret)
+            && !is_dns1123_label(secret)
         {
             problems.push(format!("ops token Secret {secret:?} is not a Secret name"));
         }
@@ -175,7 +176,7 @@ impl HubDeployment {
             problems.push("empty image or tag".to_owned());
         }
         if let Some(scaler) = &self.rbac.scaler {
-            if !super::is_dns1123_label(&scaler.keda_namespace) {
+            if !is_dns1123_label(&scaler.keda_namespace) {
                 problems.push(format!(
                     "KEDA namespace {:?} is not a namespace name",
                     scaler.keda_namespace

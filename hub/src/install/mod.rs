@@ -76,14 +76,3 @@ pub fn grants(role: &Value) -> BTreeSet<Grant> {
     }
     out
 }
-
-/// Whether `s` is an RFC 1123 label: what a namespace or a Secret key's namespace may be.
-pub(crate) fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-}

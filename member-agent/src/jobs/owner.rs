@@ -9,24 +9,13 @@ use std::fmt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kedge_core::crd::conditions::{ANNOTATION_OWNER, LABEL_DSJ};
-use kedge_protocol::{Failure, FailureCode, Retry};
+use kedge_protocol::{Failure, FailureCode, Retry, is_dns1123_label};
 
 /// The DistributedScaledJob a Job belongs to, as the hub names it (`namespace/name`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobOwner {
     namespace: String,
     name: String,
-}
-
-/// An RFC 1123 label: what a namespace name is.
-fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// A DSJ name that is also a label value: an RFC 1123 subdomain of at most 63 characters.

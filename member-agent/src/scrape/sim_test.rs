@@ -130,7 +130,7 @@ async fn the_scrape_loop_reports_the_ready_pods_of_each_target() {
     }
 
     let policy = Policy {
-        namespaces: NamespacePolicy::only(&["apps".into()]).unwrap(),
+        namespaces: NamespacePolicy::Only(vec!["apps".into()]),
         kinds: KindPolicy::default(),
     };
     let executor = Arc::new(Executor::new(cluster.client().unwrap(), policy));

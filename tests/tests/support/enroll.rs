@@ -205,7 +205,7 @@ impl EnrollFleet {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        minted.token
+        minted.token.as_str().to_owned()
     }
 
     /// Writes `token` to a file for an agent.
