@@ -24,15 +24,24 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{debug, instrument, warn};
 
-use super::Context;
 use super::observe;
 use crate::podmetrics::{Configured, ConfiguredMember, certs, scaler};
 use crate::{Error, Result};
+
+mod context;
+
+pub use context::DsoContext;
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "distributedscaledobject";
 /// Finalizer that clears a deleted DSO's desired state from every member.
 pub const FINALIZER: &str = "kedge.dev/distributedscaledobject";
+
+/// What the hub does for a DSO it cannot decode.
+pub const HOOKS: super::decode::KindHooks<DsoContext> = super::decode::KindHooks {
+    finalizer: FINALIZER,
+    release,
+};
 
 fn ns_name(dso: &DistributedScaledObject) -> Result<(String, String)> {
     super::ns_name(dso, "DistributedScaledObject")
@@ -45,10 +54,10 @@ pub fn owner_key(namespace: &str, name: &str) -> String {
 
 /// Reconciles one DSO.
 #[instrument(skip(ctx, obj), fields(dso = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
-pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<DsoContext>) -> Result<Action> {
+    let _timer = ctx.shared.metrics.reconcile_timer(CONTROLLER);
     let (namespace, _) = ns_name(&obj)?;
-    let api: Api<DistributedScaledObject> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<DistributedScaledObject> = Api::namespaced(ctx.shared.client.clone(), &namespace);
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(dso) => apply(&dso, &ctx).await,
@@ -61,16 +70,21 @@ pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<Context>) -> 
 
 /// Requeues a failed reconciliation, counts the failure and keeps its message for the
 /// DSO's `Degraded` condition at the next reconciliation.
-pub fn error_policy(obj: Arc<DistributedScaledObject>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    obj: Arc<DistributedScaledObject>,
+    error: &Error,
+    ctx: Arc<DsoContext>,
+) -> Action {
     warn!(dso = %obj.name_any(), %error, "reconcile failed");
-    ctx.metrics
+    ctx.shared
+        .metrics
         .reconcile_failed(CONTROLLER, error.metric_label());
     let owner = owner_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
     ctx.record_error(&owner, error.to_string());
     Action::requeue(kedge_core::dso::outcome::RETRY)
 }
 
-async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
+async fn cleanup(dso: &DistributedScaledObject, ctx: &DsoContext) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     release(ctx, &namespace, &name);
     // The child ScaledObject goes with the DSO through its ownerReference.
@@ -79,10 +93,10 @@ async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action>
 
 /// Releases everything the hub holds for DSO `namespace/name`: its commands in every member
 /// (the workloads keep their replicas), its pod-metrics readings and what was tracked.
-pub fn release(ctx: &Context, namespace: &str, name: &str) {
+pub fn release(ctx: &DsoContext, namespace: &str, name: &str) {
     let owner = owner_key(namespace, name);
-    ctx.fleet.clear_owner(&owner);
-    ctx.fleet.pod_metrics().forget(&owner);
+    ctx.shared.fleet.clear_owner(&owner);
+    ctx.shared.fleet.pod_metrics().forget(&owner);
     ctx.publish_readings(namespace, name, Vec::new());
     ctx.forget(&owner);
 }
@@ -92,10 +106,10 @@ pub fn release(ctx: &Context, namespace: &str, name: &str) {
 /// status cut to its listing bound does not name every member: then the reconciliation
 /// fails and changes nothing.
 async fn registered(
-    ctx: &Context,
+    ctx: &DsoContext,
     previous: &DistributedScaledObjectStatus,
 ) -> Result<(BTreeSet<String>, Option<String>)> {
-    match ctx.member_clusters().await {
+    match ctx.shared.member_clusters().await {
         // A MemberCluster whose agent never enrolled or connected can run nothing yet.
         Ok(list) => Ok((
             list.iter()
@@ -114,10 +128,10 @@ async fn registered(
 
 /// The members of `names` that have no MemberCluster (none when the MemberClusters cannot
 /// be read now: then nothing is said about them).
-async fn not_enrolled(ctx: &Context, names: &BTreeSet<String>) -> BTreeSet<String> {
+async fn not_enrolled(ctx: &DsoContext, names: &BTreeSet<String>) -> BTreeSet<String> {
     let mut missing = BTreeSet::new();
     for name in names {
-        if ctx.member_cluster(name).await == Some(false) {
+        if ctx.shared.member_cluster(name).await == Some(false) {
             missing.insert(name.clone());
         }
     }
@@ -128,7 +142,7 @@ async fn not_enrolled(ctx: &Context, names: &BTreeSet<String>) -> BTreeSet<Strin
 /// [`kedge_core::tenancy`]). MemberClusters are read only when a member is targeted outside
 /// the DSO's own namespace; when they cannot be read the reconcile fails and changes nothing.
 async fn namespace_refusals(
-    ctx: &Context,
+    ctx: &DsoContext,
     targets: &Targets<'_>,
     namespace: &str,
     members: &BTreeSet<String>,
@@ -141,7 +155,7 @@ async fn namespace_refusals(
     if placements.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let grants = grants_of(&ctx.member_clusters().await?);
+    let grants = grants_of(&ctx.shared.member_clusters().await?);
     Ok(tenancy::refusals(
         namespace,
         placements.iter().map(|(m, n)| (m.as_str(), n.as_str())),
@@ -159,7 +173,7 @@ fn grants_of(
         .collect()
 }
 
-async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
+async fn apply(dso: &DistributedScaledObject, ctx: &DsoContext) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     let owner = owner_key(&namespace, &name);
     let observed = dso.status.clone().unwrap_or_default();
@@ -172,7 +186,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     // Without KEDA's CRD the split still follows `/scale` (kubectl scale); say so.
     let mut keda_unavailable = None;
     let pod_metrics = has_pod_metrics(dso);
-    let no_scaler = pod_metrics && ctx.scaler_address.is_none();
+    let no_scaler = pod_metrics && ctx.scaler_address().is_none();
     if no_scaler {
         errors.push(format!(
             "this hub serves no external scaler for the {} trigger (start it with \
@@ -200,19 +214,23 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         (BTreeSet::new(), None)
     };
     errors.extend(listing_failed);
-    let connected = ctx.fleet.registry().names();
+    let connected = ctx.shared.fleet.registry().names();
     let names = members_of(&dso.spec, &registered, &connected);
     let elsewhere: Vec<String> = ctx
+        .shared
         .fleet
         .holders(&owner)
         .into_iter()
         .filter(|m| !names.contains(m))
         .collect();
     // Only this DSO's members (and those still holding its commands) are copied.
-    let snapshots = ctx.fleet.members_named(names.iter().chain(&elsewhere));
+    let snapshots = ctx
+        .shared
+        .fleet
+        .members_named(names.iter().chain(&elsewhere));
     let targets = Targets::new(&dso.spec, &namespace);
     let not_allowed = namespace_refusals(ctx, &targets, &namespace, &names).await?;
-    let grants = || grants_of(&ctx.member_clusters_cached());
+    let grants = || grants_of(&ctx.shared.member_clusters_cached());
     let missing = if dso.spec.member_clusters.is_empty() {
         BTreeSet::new()
     } else {
@@ -252,7 +270,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         let workload = targets.of(member);
         let replicas = match command {
             Command::Clear => {
-                ctx.fleet.clear_workloads(member, &owner);
+                ctx.shared.fleet.clear_workloads(member, &owner);
                 continue;
             }
             Command::Hold => None,
@@ -265,7 +283,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         else {
             continue;
         };
-        ctx.fleet.set_workloads(
+        ctx.shared.fleet.set_workloads(
             member,
             &session,
             &owner,
@@ -278,8 +296,9 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     }
     if pod_metrics && validated.is_ok() && !no_scaler {
         let configured = pod_metrics_triggers(dso, &names, &targets, &snapshots);
-        ctx.fleet.pod_metrics().configure(&owner, configured);
+        ctx.shared.fleet.pod_metrics().configure(&owner, configured);
         let readings: Vec<_> = ctx
+            .shared
             .fleet
             .pod_metrics()
             .readings(&owner, tokio::time::Instant::now())
@@ -292,7 +311,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         let interval = polling_interval(dso);
         decided.requeue = decided.requeue.min(interval);
     } else {
-        ctx.fleet.pod_metrics().forget(&owner);
+        ctx.shared.fleet.pod_metrics().forget(&owner);
         ctx.publish_readings(&namespace, &name, Vec::new());
     }
     ctx.track(&owner, std::mem::take(&mut decided.tracked));
@@ -301,7 +320,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         decided
             .events
             .into_iter()
-            .map(|e| ctx.publish_event(dso, e)),
+            .map(|e| ctx.shared.publish_event(dso, e)),
     )
     .await;
     let mut requeue = decided.requeue;
@@ -407,12 +426,13 @@ fn pod_metrics_triggers(
 }
 
 async fn write_status(
-    ctx: &Context,
+    ctx: &DsoContext,
     namespace: &str,
     name: &str,
     status: &DistributedScaledObjectStatus,
 ) -> Result<()> {
-    super::write_status::<DistributedScaledObject>(ctx, CONTROLLER, namespace, name, status).await
+    super::write_status::<DistributedScaledObject>(&ctx.shared, CONTROLLER, namespace, name, status)
+        .await
 }
 
 /// The dead zone of a pod-metrics trigger (Kaito's defaults): scale up only above
@@ -552,19 +572,22 @@ fn in_place(current: &DynamicObject, wanted: &Value) -> bool {
 
 async fn apply_scaled_object(
     dso: &DistributedScaledObject,
-    ctx: &Context,
+    ctx: &DsoContext,
     namespace: &str,
     name: &str,
 ) -> Result<()> {
-    let object = scaled_object(dso, namespace, name, ctx.scaler_address.as_deref())?;
+    let object = scaled_object(dso, namespace, name, ctx.scaler_address())?;
     if ctx
         .cached_scaled_object(namespace, name)
         .is_some_and(|current| in_place(&current, &object))
     {
         return Ok(());
     }
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.shared.client.clone(),
+        namespace,
+        &super::scaled_object_resource(),
+    );
     super::bounded(
         "apply ScaledObject",
         api.patch(
