@@ -12,7 +12,7 @@ use kedge_core::crd::dso::DistributedScaledObjectStatus;
 use kedge_core::crd::keda::{DEFAULT_POLLING_INTERVAL, trigger_key};
 use kedge_core::crd::member::NamespaceMapping;
 use kedge_core::crd::{DistributedScaledObject, GROUP, VERSION};
-use kedge_core::dso::member::{Claim, Targets, members_of};
+use kedge_core::dso::member::{Claim, MemberFacts, Targets, members_of};
 use kedge_core::dso::outcome::{Command, DsoInput, outcome};
 use kedge_core::{podmetrics, tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
@@ -207,104 +207,29 @@ async fn apply(dso: &DistributedScaledObject, ctx: &DsoContext) -> Result<Action
             Err(e) => errors.push(format!("applying the child ScaledObject: {e}")),
         }
     }
-
-    let (registered, listing_failed) = if dso.spec.member_clusters.is_empty() {
-        registered(ctx, &previous).await?
-    } else {
-        (BTreeSet::new(), None)
-    };
-    errors.extend(listing_failed);
-    let connected = ctx.shared.fleet.registry().names();
-    let names = members_of(&dso.spec, &registered, &connected);
-    let elsewhere: Vec<String> = ctx
-        .shared
-        .fleet
-        .holders(&owner)
-        .into_iter()
-        .filter(|m| !names.contains(m))
-        .collect();
-    // Only this DSO's members (and those still holding its commands) are copied.
-    let snapshots = ctx
-        .shared
-        .fleet
-        .members_named(names.iter().chain(&elsewhere));
     let targets = Targets::new(&dso.spec, &namespace);
-    let not_allowed = namespace_refusals(ctx, &targets, &namespace, &names).await?;
-    let grants = || grants_of(&ctx.shared.member_clusters_cached());
-    let missing = if dso.spec.member_clusters.is_empty() {
-        BTreeSet::new()
-    } else {
-        not_enrolled(ctx, &names).await
-    };
-    let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos(), &grants);
-    let facts: Vec<_> = names
-        .iter()
-        .map(|member| {
-            observe::facts(
-                member,
-                targets.of(member),
-                snapshots.get(member),
-                missing.contains(member),
-                claims.get(member).cloned().unwrap_or(Claim::Sole),
-                ctx.tracked(&owner, member),
-            )
-        })
-        .collect();
+    let members = read_members(dso, ctx, &owner, &targets, &previous, &mut errors).await?;
+
     let selector = format!("{LABEL_DSO}={name}");
     let mut decided = outcome(&DsoInput {
         generation: dso.metadata.generation,
         selector: &selector,
         settings: validated.as_ref().map_err(String::as_str),
-        not_allowed: &not_allowed,
+        not_allowed: &members.not_allowed,
         total: dso.spec.total_target_replicas,
         keda_unavailable: keda_unavailable.as_deref(),
         errors: &errors,
         previous: &previous,
-        members: &facts,
-        elsewhere: &elsewhere,
+        members: &members.facts,
+        elsewhere: &members.elsewhere,
         now: SystemTime::now(),
     });
     debug!(plan = ?decided.plan, commands = ?decided.commands, "decided");
 
-    for (member, command) in &decided.commands {
-        let workload = targets.of(member);
-        let replicas = match command {
-            Command::Clear => {
-                ctx.shared.fleet.clear_workloads(member, &owner);
-                continue;
-            }
-            Command::Hold => None,
-            Command::Replicas(n) => Some(i32::try_from(*n).unwrap_or(i32::MAX)),
-        };
-        let Some(session) = snapshots
-            .get(member)
-            .and_then(|s| s.session.as_ref())
-            .map(|s| s.session_id.clone())
-        else {
-            continue;
-        };
-        ctx.shared.fleet.set_workloads(
-            member,
-            &session,
-            &owner,
-            vec![WorkloadReplicas {
-                workload,
-                replicas,
-                owner: owner.clone(),
-            }],
-        );
-    }
+    send_commands(ctx, &owner, &targets, &members.snapshots, &decided.commands);
     if pod_metrics && validated.is_ok() && !no_scaler {
-        let configured = pod_metrics_triggers(dso, &names, &targets, &snapshots);
-        ctx.shared.fleet.pod_metrics().configure(&owner, configured);
-        let readings: Vec<_> = ctx
-            .shared
-            .fleet
-            .pod_metrics()
-            .readings(&owner, tokio::time::Instant::now())
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect();
+        let configured = pod_metrics_triggers(dso, &members.names, &targets, &members.snapshots);
+        let readings = pod_metric_readings(ctx, &owner, configured);
         decided.status.pod_metrics = crate::podmetrics::status_of(&readings);
         ctx.publish_readings(&namespace, &name, readings);
         // The status follows the value at the DSO's polling interval.
@@ -324,32 +249,172 @@ async fn apply(dso: &DistributedScaledObject, ctx: &DsoContext) -> Result<Action
     )
     .await;
     let mut requeue = decided.requeue;
-    if decided.status != observed {
-        // A state or condition that changed is written at once; replica counts alone that
-        // moved again within the second wait for its end. Compared with the status decided
-        // last (written, or due with counts only), not with the cached object, which may
-        // not show this process's last write yet: against that older status every
-        // reconciliation after a rescale looked like a change of conditions.
-        let wait = if counts_only(&previous, &decided.status) {
-            ctx.status_wait(&owner)
-        } else {
-            None
-        };
-        match wait {
-            // Written at the next reconciliation, which comes by then.
-            Some(wait) => requeue = requeue.min(wait),
-            None => {
-                if let Err(e) = write_status(ctx, &namespace, &name, &decided.status).await {
-                    // Shown in `Degraded` once a write goes through again.
-                    ctx.record_error(&owner, format!("writing status: {e}"));
-                    return Err(e);
-                }
-                ctx.status_written(&owner);
-            }
-        }
+    if decided.status != observed
+        && let Some(wait) =
+            write_when_due(ctx, &owner, &namespace, &name, &previous, &decided.status).await?
+    {
+        // Written at the next reconciliation, which comes by then.
+        requeue = requeue.min(wait);
     }
     ctx.remember(&owner, decided.status);
     Ok(Action::requeue(requeue))
+}
+
+/// What the hub knows of a DSO's members, read for one reconciliation.
+struct Members {
+    /// The DSO's members.
+    names: BTreeSet<String>,
+    /// Members it no longer uses that still hold its commands.
+    elsewhere: Vec<String>,
+    /// The fleet's snapshot of both.
+    snapshots: BTreeMap<String, crate::fleet::MemberSnapshot>,
+    /// Members whose target namespace this DSO's namespace was not granted, with why.
+    not_allowed: BTreeMap<String, String>,
+    /// What the hub knows of each member, for `outcome`.
+    facts: Vec<MemberFacts>,
+}
+
+/// Reads the DSO's members: registered MemberClusters (a listing failure goes to `errors`),
+/// sessions, tenancy grants, claims on shared workloads and the phases tracked last.
+async fn read_members(
+    dso: &DistributedScaledObject,
+    ctx: &DsoContext,
+    owner: &str,
+    targets: &Targets<'_>,
+    previous: &DistributedScaledObjectStatus,
+    errors: &mut Vec<String>,
+) -> Result<Members> {
+    let namespace = dso.namespace().unwrap_or_default();
+    let (registered, listing_failed) = if dso.spec.member_clusters.is_empty() {
+        registered(ctx, previous).await?
+    } else {
+        (BTreeSet::new(), None)
+    };
+    errors.extend(listing_failed);
+    let connected = ctx.shared.fleet.registry().names();
+    let names = members_of(&dso.spec, &registered, &connected);
+    let elsewhere: Vec<String> = ctx
+        .shared
+        .fleet
+        .holders(owner)
+        .into_iter()
+        .filter(|m| !names.contains(m))
+        .collect();
+    // Only this DSO's members (and those still holding its commands) are copied.
+    let snapshots = ctx
+        .shared
+        .fleet
+        .members_named(names.iter().chain(&elsewhere));
+    let not_allowed = namespace_refusals(ctx, targets, &namespace, &names).await?;
+    let grants = || grants_of(&ctx.shared.member_clusters_cached());
+    let missing = if dso.spec.member_clusters.is_empty() {
+        BTreeSet::new()
+    } else {
+        not_enrolled(ctx, &names).await
+    };
+    let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos(), &grants);
+    let facts = names
+        .iter()
+        .map(|member| {
+            observe::facts(
+                member,
+                targets.of(member),
+                snapshots.get(member),
+                missing.contains(member),
+                claims.get(member).cloned().unwrap_or(Claim::Sole),
+                ctx.tracked(owner, member),
+            )
+        })
+        .collect();
+    Ok(Members {
+        names,
+        elsewhere,
+        snapshots,
+        not_allowed,
+        facts,
+    })
+}
+
+/// Puts the decided commands into the members' desired state: `Clear` drops the DSO's
+/// commands there; a member without a session gets none.
+fn send_commands(
+    ctx: &DsoContext,
+    owner: &str,
+    targets: &Targets<'_>,
+    snapshots: &BTreeMap<String, crate::fleet::MemberSnapshot>,
+    commands: &BTreeMap<String, Command>,
+) {
+    for (member, command) in commands {
+        let workload = targets.of(member);
+        let replicas = match command {
+            Command::Clear => {
+                ctx.shared.fleet.clear_workloads(member, owner);
+                continue;
+            }
+            Command::Hold => None,
+            Command::Replicas(n) => Some(i32::try_from(*n).unwrap_or(i32::MAX)),
+        };
+        let Some(session) = snapshots
+            .get(member)
+            .and_then(|s| s.session.as_ref())
+            .map(|s| s.session_id.clone())
+        else {
+            continue;
+        };
+        ctx.shared.fleet.set_workloads(
+            member,
+            &session,
+            owner,
+            vec![WorkloadReplicas {
+                workload,
+                replicas,
+                owner: owner.to_owned(),
+            }],
+        );
+    }
+}
+
+/// Configures the pod-metrics scrapes of `owner` and returns its readings so far.
+fn pod_metric_readings(
+    ctx: &DsoContext,
+    owner: &str,
+    configured: Vec<Configured>,
+) -> Vec<crate::podmetrics::Reading> {
+    let pod_metrics = ctx.shared.fleet.pod_metrics();
+    pod_metrics.configure(owner, configured);
+    pod_metrics
+        .readings(owner, tokio::time::Instant::now())
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect()
+}
+
+/// Writes a changed `status` now, or returns how long until it is due. A state or condition
+/// that changed is written at once; replica counts alone that moved again within the second
+/// wait for its end. Compared with the status decided last (written, or due with counts
+/// only), not with the cached object, which may not show this process's last write yet:
+/// against that older status every reconciliation after a rescale looked like a change of
+/// conditions.
+async fn write_when_due(
+    ctx: &DsoContext,
+    owner: &str,
+    namespace: &str,
+    name: &str,
+    previous: &DistributedScaledObjectStatus,
+    status: &DistributedScaledObjectStatus,
+) -> Result<Option<std::time::Duration>> {
+    if counts_only(previous, status)
+        && let Some(wait) = ctx.status_wait(owner)
+    {
+        return Ok(Some(wait));
+    }
+    if let Err(e) = write_status(ctx, namespace, name, status).await {
+        // Shown in `Degraded` once a write goes through again.
+        ctx.record_error(owner, format!("writing status: {e}"));
+        return Err(e);
+    }
+    ctx.status_written(owner);
+    Ok(None)
 }
 
 /// Whether `a` and `b` differ at most in replica counts (and the time of the last scaling
