@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::{Context, bounded, lock};
+use super::{Shared, bounded, lock};
 
 /// Decodes one object of the API into `K`; the error names the field path and what is
 /// wrong with it, e.g. `spec.scaledJobSpec.maxReplicaCount: invalid value: integer
@@ -278,23 +278,31 @@ where
     }
 }
 
-/// What the hub does for an undecodable object of one kind.
-#[derive(Debug, Clone, Copy)]
-pub struct KindHooks {
+/// What the hub does for an undecodable object of one kind, whose controller's context is `C`.
+pub struct KindHooks<C> {
     /// The controller's finalizer: removed from an undecodable object being deleted.
     pub finalizer: &'static str,
     /// Releases what the hub holds for the object `namespace/name` (desired state, caches).
-    pub release: fn(&Context, &str, &str),
+    pub release: fn(&C, &str, &str),
+}
+
+impl<C> std::fmt::Debug for KindHooks<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindHooks")
+            .field("finalizer", &self.finalizer)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Reports each undecodable object of one kind (status, Event, log) and releases what the
 /// hub holds for it, until `bad` closes.
-pub async fn report(
-    ctx: Arc<Context>,
-    hooks: KindHooks,
+pub async fn report<C: AsRef<Shared>>(
+    ctx: Arc<C>,
+    hooks: KindHooks<C>,
     reported: Arc<Reported>,
     mut bad: mpsc::UnboundedReceiver<Undecodable>,
 ) {
+    let shared: &Shared = (*ctx).as_ref();
     while let Some(Undecodable { object, error }) = bad.recv().await {
         let namespace = object.namespace().unwrap_or_default();
         let name = object.name_any();
@@ -302,7 +310,7 @@ pub async fn report(
         let deleting = object.metadata.deletion_timestamp.is_some();
         (hooks.release)(&ctx, &namespace, &name);
         if deleting {
-            if let Err(e) = remove_finalizer(&ctx, &object, hooks.finalizer).await {
+            if let Err(e) = remove_finalizer(shared, &object, hooks.finalizer).await {
                 warn!(object = %owner, error = %e, "cannot remove the finalizer of an undecodable object");
             }
             continue;
@@ -317,7 +325,7 @@ pub async fn report(
         );
         warn!(object = %owner, kind = object.types.as_ref().map_or("", |t| t.kind.as_str()),
             %error, "cannot decode an object; it is left alone and its status says why");
-        match write_invalid(&ctx, &object, &message).await {
+        match write_invalid(shared, &object, &message).await {
             Ok(()) => {
                 lock(&reported.0).insert(owner.clone(), generation);
             }
@@ -326,7 +334,7 @@ pub async fn report(
             }
         }
         if let Some(reference) = reference(&object)
-            && let Err(e) = ctx
+            && let Err(e) = shared
                 .recorder
                 .publish(
                     reference,
@@ -375,8 +383,12 @@ fn invalid_conditions(object: &DynamicObject, message: &str, now: SystemTime) ->
     )
 }
 
-async fn write_invalid(ctx: &Context, object: &DynamicObject, message: &str) -> crate::Result<()> {
-    let Some(api) = api_of(ctx, object) else {
+async fn write_invalid(
+    shared: &Shared,
+    object: &DynamicObject,
+    message: &str,
+) -> crate::Result<()> {
+    let Some(api) = api_of(shared, object) else {
         return Ok(());
     };
     let conditions = invalid_conditions(object, message, SystemTime::now());
@@ -394,7 +406,7 @@ async fn write_invalid(ctx: &Context, object: &DynamicObject, message: &str) -> 
 }
 
 async fn remove_finalizer(
-    ctx: &Context,
+    shared: &Shared,
     object: &DynamicObject,
     finalizer: &str,
 ) -> crate::Result<()> {
@@ -402,7 +414,7 @@ async fn remove_finalizer(
     if !finalizers.iter().any(|f| f == finalizer) {
         return Ok(());
     }
-    let Some(api) = api_of(ctx, object) else {
+    let Some(api) = api_of(shared, object) else {
         return Ok(());
     };
     let kept: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
@@ -425,7 +437,7 @@ async fn remove_finalizer(
     Ok(())
 }
 
-fn api_of(ctx: &Context, object: &DynamicObject) -> Option<Api<DynamicObject>> {
+fn api_of(shared: &Shared, object: &DynamicObject) -> Option<Api<DynamicObject>> {
     let types = object.types.as_ref()?;
     let (group, version) = match types.api_version.split_once('/') {
         Some((g, v)) => (g, v),
@@ -437,7 +449,7 @@ fn api_of(ctx: &Context, object: &DynamicObject) -> Option<Api<DynamicObject>> {
         &types.kind,
     ));
     Some(Api::namespaced_with(
-        ctx.client.clone(),
+        shared.client.clone(),
         &object.namespace().unwrap_or_default(),
         &resource,
     ))

@@ -6,8 +6,8 @@
 //! and writes what they decided: Job creates and deletes into the
 //! [`Fleet`](crate::fleet::Fleet), Events, status.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use kedge_core::crd::conditions::MemberPhase;
@@ -44,100 +44,16 @@ use serde_json::Value;
 use tracing::{debug, instrument, warn};
 
 use super::external_metrics::{Source, read};
-use super::{Context, lock};
 use crate::fleet::{JobCommands, MemberJobs};
 use crate::registry::SessionState;
 use crate::{Error, Result};
 
+mod context;
+
+pub use context::DsjContext;
+
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "distributedscaledjob";
-
-/// What the DSJ controller remembers in this process: when each Job create was first sent
-/// (a Job no member has reported yet counts as pending since then, so it can become stuck
-/// like any other), when each DSJ was last polled with which spec and annotations (a status
-/// write or a shadow ScaledObject update does not make an extra poll), and the readings of
-/// its last poll (what a tick between polls plans with).
-#[derive(Debug, Default)]
-pub struct Sent {
-    /// By owner, by Job name.
-    sent: Mutex<HashMap<String, HashMap<String, SystemTime>>>,
-    polls: Mutex<HashMap<String, (SystemTime, u64)>>,
-    /// The status this process wrote last, by owner: the next poll starts from it rather
-    /// than from a watch cache that may not have seen the write yet (which would reuse Job
-    /// indexes and forget taints).
-    written: Mutex<HashMap<String, DistributedScaledJobStatus>>,
-    /// The trigger readings of each owner's last poll.
-    readings: Mutex<HashMap<String, BTreeMap<String, Reading>>>,
-}
-
-impl Sent {
-    fn written(&self, owner: &str) -> Option<DistributedScaledJobStatus> {
-        lock(&self.written).get(owner).cloned()
-    }
-
-    fn remember(&self, owner: &str, status: &DistributedScaledJobStatus) {
-        lock(&self.written).insert(owner.to_owned(), status.clone());
-    }
-
-    fn readings(&self, owner: &str) -> Option<BTreeMap<String, Reading>> {
-        lock(&self.readings).get(owner).cloned()
-    }
-
-    fn keep_readings(&self, owner: &str, readings: BTreeMap<String, Reading>) {
-        lock(&self.readings).insert(owner.to_owned(), readings);
-    }
-
-    fn since(&self, owner: &str, name: &str, now: SystemTime) -> SystemTime {
-        *lock(&self.sent)
-            .entry(owner.to_owned())
-            .or_default()
-            .entry(name.to_owned())
-            .or_insert(now)
-    }
-
-    /// Forgets when the creates of `owner` not in `keep` were sent.
-    fn forget_except(&self, owner: &str, keep: &BTreeSet<String>) {
-        let mut sent = lock(&self.sent);
-        if let Some(mine) = sent.get_mut(owner) {
-            mine.retain(|name, _| keep.contains(name));
-            if mine.is_empty() {
-                sent.remove(owner);
-            }
-        }
-    }
-
-    /// Forgets everything about `owner` (a deleted DSJ).
-    fn forget(&self, owner: &str) {
-        lock(&self.sent).remove(owner);
-        lock(&self.polls).remove(owner);
-        lock(&self.written).remove(owner);
-        lock(&self.readings).remove(owner);
-    }
-
-    /// `None` when `owner` is due for a poll (recorded as polled now), else how long until
-    /// it is. A changed `version` (generation and annotations) is always due.
-    fn due(
-        &self,
-        owner: &str,
-        version: u64,
-        interval: Duration,
-        now: SystemTime,
-    ) -> Option<Duration> {
-        let mut polls = lock(&self.polls);
-        if let Some((at, seen)) = polls.get(owner)
-            && *seen == version
-        {
-            let next = kedge_core::time::saturating_add(*at, interval);
-            if let Ok(wait) = next.duration_since(now)
-                && !wait.is_zero()
-            {
-                return Some(wait);
-            }
-        }
-        polls.insert(owner.to_owned(), (now, version));
-        None
-    }
-}
 
 /// The shadow KEDA ScaledObject of a DSJ, from the one builder
 /// ([`kedge_core::keda_object::shadow_of_dsj`]): the DSJ's triggers, targeting the DSJ's own
@@ -161,16 +77,22 @@ pub fn shadow_scaled_object(
 /// Finalizer that has the Jobs of a deleted DSJ deleted in every member.
 pub const FINALIZER: &str = "kedge.dev/distributedscaledjob";
 
+/// What the hub does for a DSJ it cannot decode.
+pub const HOOKS: super::decode::KindHooks<DsjContext> = super::decode::KindHooks {
+    finalizer: FINALIZER,
+    release,
+};
+
 fn ns_name(dsj: &DistributedScaledJob) -> Result<(String, String)> {
     super::ns_name(dsj, "DistributedScaledJob")
 }
 
 /// Reconciles one DSJ.
 #[instrument(skip(ctx, obj), fields(dsj = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
-pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<DsjContext>) -> Result<Action> {
+    let _timer = ctx.shared.metrics.reconcile_timer(CONTROLLER);
     let (namespace, _) = ns_name(&obj)?;
-    let api: Api<DistributedScaledJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<DistributedScaledJob> = Api::namespaced(ctx.shared.client.clone(), &namespace);
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(dsj) => apply(dsj, &ctx).await,
@@ -185,7 +107,7 @@ pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<Context>) -> Res
 /// DSJ's Jobs (and to create none); the hub keeps sending those deletes until each member
 /// reports them gone, after the DSJ itself is gone. A member not connected now keeps its
 /// Jobs (they run to completion).
-fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
+fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &DsjContext) -> Result<Action> {
     let (namespace, name) = ns_name(dsj)?;
     let owner = format!("{namespace}/{name}");
     send_to_connected(ctx, &owner, |jobs| JobCommands {
@@ -201,22 +123,22 @@ fn delete_jobs_of(dsj: &DistributedScaledJob, ctx: &Context) -> Result<Action> {
             })
             .collect(),
     });
-    ctx.dsj_sent.forget(&owner);
+    ctx.forget(&owner);
     // The shadow ScaledObject goes with the DSJ through its ownerReference.
     Ok(Action::await_change())
 }
 
 /// Releases what the hub holds for DSJ `namespace/name`: no Job is created or deleted for
 /// it any more (its Jobs run on), and what was tracked is forgotten.
-pub fn release(ctx: &Context, namespace: &str, name: &str) {
+pub fn release(ctx: &DsjContext, namespace: &str, name: &str) {
     let owner = format!("{namespace}/{name}");
     send_to_connected(ctx, &owner, |_| JobCommands::default());
-    ctx.dsj_sent.forget(&owner);
+    ctx.forget(&owner);
 }
 
 /// Sets `owner`'s Job commands in every connected member, from its Jobs there.
-fn send_to_connected(ctx: &Context, owner: &str, commands: impl Fn(&MemberJobs) -> JobCommands) {
-    for member in ctx.fleet.members() {
+fn send_to_connected(ctx: &DsjContext, owner: &str, commands: impl Fn(&MemberJobs) -> JobCommands) {
+    for member in ctx.shared.fleet.members() {
         let Some(session) = member
             .session
             .as_ref()
@@ -224,26 +146,24 @@ fn send_to_connected(ctx: &Context, owner: &str, commands: impl Fn(&MemberJobs) 
         else {
             continue;
         };
-        let jobs = ctx.fleet.jobs_of(&member.name, owner);
+        let jobs = ctx.shared.fleet.jobs_of(&member.name, owner);
         let commands = commands(&jobs);
         // Nothing held and nothing to send: the member is left alone (a `set_jobs` would also
         // release its desired state, which waits for its planning after a restart).
         if commands == JobCommands::default() && jobs.commands == JobCommands::default() {
             continue;
         }
-        ctx.fleet
+        ctx.shared
+            .fleet
             .set_jobs(&member.name, &session.session_id, owner, commands);
     }
 }
 
-async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> {
+async fn apply(obj: Arc<DistributedScaledJob>, ctx: &DsjContext) -> Result<Action> {
     let (namespace, name) = ns_name(&obj)?;
     let owner = format!("{namespace}/{name}");
     let observed = obj.status.clone().unwrap_or_default();
-    let previous = ctx
-        .dsj_sent
-        .written(&owner)
-        .unwrap_or_else(|| observed.clone());
+    let previous = ctx.written(&owner).unwrap_or_else(|| observed.clone());
     let now = SystemTime::now();
     let generation = obj.metadata.generation;
     let settings = match validate::dsj(&obj.spec, obj.annotations()) {
@@ -262,18 +182,17 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     // Due: a poll reads the triggers. Woken before (a grace period or taint ended, a
     // failover pair changed phase, the object changed): a tick on the last poll's readings,
     // which creates failover Jobs only, never new work.
-    let (readings, failover_only, until_poll) =
-        match ctx.dsj_sent.due(&owner, version, polling, now) {
-            None => (
-                read_triggers(&obj, ctx, &namespace, &name, &settings).await,
-                false,
-                polling,
-            ),
-            Some(wait) => match ctx.dsj_sent.readings(&owner) {
-                Some(readings) => (readings, true, wait),
-                None => return Ok(Action::requeue(wait)),
-            },
-        };
+    let (readings, failover_only, until_poll) = match ctx.due(&owner, version, polling, now) {
+        None => (
+            read_triggers(&obj, ctx, &namespace, &name, &settings).await,
+            false,
+            polling,
+        ),
+        Some(wait) => match ctx.readings(&owner) {
+            Some(readings) => (readings, true, wait),
+            None => return Ok(Action::requeue(wait)),
+        },
+    };
     let world = gather(ctx, &obj, &owner, &settings, &previous, now).await?;
     let decided = decide(
         &obj,
@@ -291,13 +210,13 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
     if decided.status != observed {
         write_status(ctx, &namespace, &name, &decided.status).await?;
     }
-    ctx.dsj_sent.remember(&owner, &decided.status);
+    ctx.remember(&owner, &decided.status);
     if !failover_only {
-        ctx.dsj_sent.keep_readings(&owner, readings);
+        ctx.keep_readings(&owner, readings);
     }
-    ctx.dsj_sent.forget_except(&owner, &decided.sent_names);
+    ctx.forget_except(&owner, &decided.sent_names);
     for (member, (session, held)) in decided.commands {
-        ctx.fleet.set_jobs(&member, &session, &owner, held);
+        ctx.shared.fleet.set_jobs(&member, &session, &owner, held);
     }
     let events = kedge_core::events::fold_alike(
         decided.events,
@@ -305,7 +224,12 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
         |e| &e.note,
         |e, note| Event { note, ..e },
     );
-    futures::future::join_all(events.into_iter().map(|e| ctx.publish_event(&*obj, e))).await;
+    futures::future::join_all(
+        events
+            .into_iter()
+            .map(|e| ctx.shared.publish_event(&*obj, e)),
+    )
+    .await;
     let until_wake = decided
         .wake
         .and_then(|w| w.duration_since(now).ok())
@@ -317,7 +241,7 @@ async fn apply(obj: Arc<DistributedScaledJob>, ctx: &Context) -> Result<Action> 
 /// DSJ's Jobs are left as they are.
 async fn refuse(
     obj: &DistributedScaledJob,
-    ctx: &Context,
+    ctx: &DsjContext,
     previous: &DistributedScaledJobStatus,
     message: &str,
     now: SystemTime,
@@ -332,14 +256,15 @@ async fn refuse(
         now,
     );
     if status != *previous {
-        ctx.publish_event(
-            obj,
-            Event {
-                action: "Validate",
-                ..Event::warning(EVENT_INVALID_SPEC, message.to_owned())
-            },
-        )
-        .await;
+        ctx.shared
+            .publish_event(
+                obj,
+                Event {
+                    action: "Validate",
+                    ..Event::warning(EVENT_INVALID_SPEC, message.to_owned())
+                },
+            )
+            .await;
         write_status(ctx, &namespace, &name, &status).await?;
     }
     Ok(Action::await_change())
@@ -348,7 +273,7 @@ async fn refuse(
 /// The triggers, through the shadow ScaledObject.
 async fn read_triggers(
     obj: &DistributedScaledJob,
-    ctx: &Context,
+    ctx: &DsjContext,
     namespace: &str,
     name: &str,
     settings: &validate::DsjSettings,
@@ -357,8 +282,11 @@ async fn read_triggers(
         Ok(so) => so,
         Err(e) => return failed(settings, &e.to_string()),
     };
-    let sos: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
+    let sos: Api<DynamicObject> = Api::namespaced_with(
+        ctx.shared.client.clone(),
+        namespace,
+        &super::scaled_object_resource(),
+    );
     let applied = super::bounded(
         "apply shadow ScaledObject",
         sos.patch(
@@ -392,7 +320,7 @@ async fn read_triggers(
         scaled_object: name,
         metric_names: &names,
     };
-    read(&ctx.client, &source, triggers, &keys).await
+    read(&ctx.shared.client, &source, triggers, &keys).await
 }
 
 /// Every trigger of `settings` failed for `why`.
@@ -428,11 +356,12 @@ struct World {
 /// The DSJ's members: listed ones, else every registered MemberCluster (whether or not
 /// this hub has heard from it yet: a member that has not reported keeps its last recorded
 /// Jobs counted, so the hub never plans as if they did not exist).
-async fn member_names(ctx: &Context, settings: &validate::DsjSettings) -> Result<Vec<String>> {
+async fn member_names(ctx: &DsjContext, settings: &validate::DsjSettings) -> Result<Vec<String>> {
     if let Some(listed) = &settings.members {
         return Ok(listed.iter().map(|m| m.name.clone()).collect());
     }
     let registered: BTreeSet<String> = ctx
+        .shared
         .member_clusters()
         .await?
         .iter()
@@ -444,7 +373,7 @@ async fn member_names(ctx: &Context, settings: &validate::DsjSettings) -> Result
 
 /// Reads the members, their Jobs and the commands held for them.
 async fn gather(
-    ctx: &Context,
+    ctx: &DsjContext,
     obj: &DistributedScaledJob,
     owner: &str,
     settings: &validate::DsjSettings,
@@ -473,11 +402,12 @@ async fn gather(
     };
     for member in &names {
         let session = ctx
+            .shared
             .fleet
             .member(member)
             .and_then(|s| s.session)
             .filter(|s| s.state == SessionState::Connected);
-        let jobs = ctx.fleet.jobs_of(member, owner);
+        let jobs = ctx.shared.fleet.jobs_of(member, owner);
         if let Some(session) = &session {
             world.ids.insert(member.clone(), session.session_id.clone());
         }
@@ -510,7 +440,7 @@ async fn gather(
                 name: c.name.clone(),
                 member: member.clone(),
                 phase: Phase::Pending,
-                pending_since: ctx.dsj_sent.since(owner, &c.name, now),
+                pending_since: ctx.since(owner, &c.name, now),
                 finished_at: None,
                 replaces: annotation_of(c, ANNOTATION_REPLACES),
                 template: annotation_of(c, ANNOTATION_TEMPLATE),
@@ -809,14 +739,17 @@ fn delete(
 /// hard-tainted by one is excluded for the others (a workload-scoped taint only for DSJs of
 /// that class at that size or larger). Namespaces are the tenancy boundary: a DSJ in one
 /// cannot exclude members for another.
-fn shared_taints(ctx: &Context, namespace: &str, name: &str) -> Vec<((String, TaintScope), Taint)> {
+fn shared_taints(
+    ctx: &DsjContext,
+    namespace: &str,
+    name: &str,
+) -> Vec<((String, TaintScope), Taint)> {
     ctx.dsjs()
         .iter()
         .filter(|d| d.namespace().as_deref() == Some(namespace) && d.name_any() != name)
         .flat_map(|d| {
             let owner = format!("{namespace}/{}", d.name_any());
             let scheduling = ctx
-                .dsj_sent
                 .written(&owner)
                 .or_else(|| d.status.clone())
                 .and_then(|s| s.scheduling)
@@ -856,18 +789,20 @@ fn view(member: &str, j: &JobStatus, conditions: &[String]) -> JobView {
 }
 
 async fn write_status(
-    ctx: &Context,
+    ctx: &DsjContext,
     namespace: &str,
     name: &str,
     status: &DistributedScaledJobStatus,
 ) -> Result<()> {
-    super::write_status::<DistributedScaledJob>(ctx, CONTROLLER, namespace, name, status).await
+    super::write_status::<DistributedScaledJob>(&ctx.shared, CONTROLLER, namespace, name, status)
+        .await
 }
 
 /// Requeues a failed reconcile after a short pause.
-pub fn error_policy(obj: Arc<DistributedScaledJob>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(obj: Arc<DistributedScaledJob>, error: &Error, ctx: Arc<DsjContext>) -> Action {
     warn!(dsj = %obj.name_any(), %error, "reconcile failed");
-    ctx.metrics
+    ctx.shared
+        .metrics
         .reconcile_failed(CONTROLLER, error.metric_label());
     Action::requeue(Duration::from_secs(5))
 }

@@ -12,7 +12,7 @@ use kedge_core::crd::conditions::{ANNOTATION_PAUSED, ANNOTATION_PAUSED_REPLICAS,
 use kedge_core::crd::dso::DistributedScaledObjectStatus;
 use kedge_core::crd::keda::{DEFAULT_POLLING_INTERVAL, trigger_key};
 use kedge_core::crd::member::NamespaceMapping;
-use kedge_core::dso::member::{Claim, Targets, members_of};
+use kedge_core::dso::member::{Claim, MemberFacts, Targets, members_of};
 use kedge_core::dso::outcome::{Command, DsoInput, outcome};
 use kedge_core::keda_object::{self, ExternalScaler};
 use kedge_core::{podmetrics, tenancy, validate};
@@ -25,15 +25,24 @@ use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, instrument, warn};
 
-use super::Context;
 use super::observe;
 use crate::podmetrics::{Configured, ConfiguredMember, certs};
 use crate::{Error, Result};
+
+mod context;
+
+pub use context::DsoContext;
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "distributedscaledobject";
 /// Finalizer that clears a deleted DSO's desired state from every member.
 pub const FINALIZER: &str = "kedge.dev/distributedscaledobject";
+
+/// What the hub does for a DSO it cannot decode.
+pub const HOOKS: super::decode::KindHooks<DsoContext> = super::decode::KindHooks {
+    finalizer: FINALIZER,
+    release,
+};
 
 fn ns_name(dso: &DistributedScaledObject) -> Result<(String, String)> {
     super::ns_name(dso, "DistributedScaledObject")
@@ -46,10 +55,10 @@ pub fn owner_key(namespace: &str, name: &str) -> String {
 
 /// Reconciles one DSO.
 #[instrument(skip(ctx, obj), fields(dso = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
-pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<DsoContext>) -> Result<Action> {
+    let _timer = ctx.shared.metrics.reconcile_timer(CONTROLLER);
     let (namespace, _) = ns_name(&obj)?;
-    let api: Api<DistributedScaledObject> = Api::namespaced(ctx.client.clone(), &namespace);
+    let api: Api<DistributedScaledObject> = Api::namespaced(ctx.shared.client.clone(), &namespace);
     finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(dso) => apply(&dso, &ctx).await,
@@ -62,16 +71,21 @@ pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<Context>) -> 
 
 /// Requeues a failed reconciliation, counts the failure and keeps its message for the
 /// DSO's `Degraded` condition at the next reconciliation.
-pub fn error_policy(obj: Arc<DistributedScaledObject>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    obj: Arc<DistributedScaledObject>,
+    error: &Error,
+    ctx: Arc<DsoContext>,
+) -> Action {
     warn!(dso = %obj.name_any(), %error, "reconcile failed");
-    ctx.metrics
+    ctx.shared
+        .metrics
         .reconcile_failed(CONTROLLER, error.metric_label());
     let owner = owner_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
     ctx.record_error(&owner, error.to_string());
     Action::requeue(kedge_core::dso::outcome::RETRY)
 }
 
-async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
+async fn cleanup(dso: &DistributedScaledObject, ctx: &DsoContext) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     release(ctx, &namespace, &name);
     // The child ScaledObject goes with the DSO through its ownerReference.
@@ -80,10 +94,10 @@ async fn cleanup(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action>
 
 /// Releases everything the hub holds for DSO `namespace/name`: its commands in every member
 /// (the workloads keep their replicas), its pod-metrics readings and what was tracked.
-pub fn release(ctx: &Context, namespace: &str, name: &str) {
+pub fn release(ctx: &DsoContext, namespace: &str, name: &str) {
     let owner = owner_key(namespace, name);
-    ctx.fleet.clear_owner(&owner);
-    ctx.fleet.pod_metrics().forget(&owner);
+    ctx.shared.fleet.clear_owner(&owner);
+    ctx.shared.fleet.pod_metrics().forget(&owner);
     ctx.publish_readings(namespace, name, Vec::new());
     ctx.forget(&owner);
 }
@@ -93,10 +107,10 @@ pub fn release(ctx: &Context, namespace: &str, name: &str) {
 /// status cut to its listing bound does not name every member: then the reconciliation
 /// fails and changes nothing.
 async fn registered(
-    ctx: &Context,
+    ctx: &DsoContext,
     previous: &DistributedScaledObjectStatus,
 ) -> Result<(BTreeSet<String>, Option<String>)> {
-    match ctx.member_clusters().await {
+    match ctx.shared.member_clusters().await {
         // A MemberCluster whose agent never enrolled or connected can run nothing yet.
         Ok(list) => Ok((
             list.iter()
@@ -115,10 +129,10 @@ async fn registered(
 
 /// The members of `names` that have no MemberCluster (none when the MemberClusters cannot
 /// be read now: then nothing is said about them).
-async fn not_enrolled(ctx: &Context, names: &BTreeSet<String>) -> BTreeSet<String> {
+async fn not_enrolled(ctx: &DsoContext, names: &BTreeSet<String>) -> BTreeSet<String> {
     let mut missing = BTreeSet::new();
     for name in names {
-        if ctx.member_cluster(name).await == Some(false) {
+        if ctx.shared.member_cluster(name).await == Some(false) {
             missing.insert(name.clone());
         }
     }
@@ -129,7 +143,7 @@ async fn not_enrolled(ctx: &Context, names: &BTreeSet<String>) -> BTreeSet<Strin
 /// [`kedge_core::tenancy`]). MemberClusters are read only when a member is targeted outside
 /// the DSO's own namespace; when they cannot be read the reconcile fails and changes nothing.
 async fn namespace_refusals(
-    ctx: &Context,
+    ctx: &DsoContext,
     targets: &Targets<'_>,
     namespace: &str,
     members: &BTreeSet<String>,
@@ -142,7 +156,7 @@ async fn namespace_refusals(
     if placements.is_empty() {
         return Ok(BTreeMap::new());
     }
-    let grants = grants_of(&ctx.member_clusters().await?);
+    let grants = grants_of(&ctx.shared.member_clusters().await?);
     Ok(tenancy::refusals(
         namespace,
         placements.iter().map(|(m, n)| (m.as_str(), n.as_str())),
@@ -160,7 +174,7 @@ fn grants_of(
         .collect()
 }
 
-async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
+async fn apply(dso: &DistributedScaledObject, ctx: &DsoContext) -> Result<Action> {
     let (namespace, name) = ns_name(dso)?;
     let owner = owner_key(&namespace, &name);
     let observed = dso.status.clone().unwrap_or_default();
@@ -173,7 +187,7 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
     // Without KEDA's CRD the split still follows `/scale` (kubectl scale); say so.
     let mut keda_unavailable = None;
     let pod_metrics = has_pod_metrics(dso);
-    let no_scaler = pod_metrics && ctx.scaler_address.is_none();
+    let no_scaler = pod_metrics && ctx.scaler_address().is_none();
     if no_scaler {
         errors.push(format!(
             "this hub serves no external scaler for the {} trigger (start it with \
@@ -194,33 +208,113 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
             Err(e) => errors.push(format!("applying the child ScaledObject: {e}")),
         }
     }
+    let targets = Targets::new(&dso.spec, &namespace);
+    let members = read_members(dso, ctx, &owner, &targets, &previous, &mut errors).await?;
 
+    let selector = format!("{LABEL_DSO}={name}");
+    let mut decided = outcome(&DsoInput {
+        generation: dso.metadata.generation,
+        selector: &selector,
+        settings: validated.as_ref().map_err(String::as_str),
+        not_allowed: &members.not_allowed,
+        total: dso.spec.total_target_replicas,
+        keda_unavailable: keda_unavailable.as_deref(),
+        errors: &errors,
+        previous: &previous,
+        members: &members.facts,
+        elsewhere: &members.elsewhere,
+        now: SystemTime::now(),
+    });
+    debug!(plan = ?decided.plan, commands = ?decided.commands, "decided");
+
+    send_commands(ctx, &owner, &targets, &members.snapshots, &decided.commands);
+    if pod_metrics && validated.is_ok() && !no_scaler {
+        let configured = pod_metrics_triggers(dso, &members.names, &targets, &members.snapshots);
+        let readings = pod_metric_readings(ctx, &owner, configured);
+        decided.status.pod_metrics = crate::podmetrics::status_of(&readings);
+        ctx.publish_readings(&namespace, &name, readings);
+        // The status follows the value at the DSO's polling interval.
+        let interval = polling_interval(dso);
+        decided.requeue = decided.requeue.min(interval);
+    } else {
+        ctx.shared.fleet.pod_metrics().forget(&owner);
+        ctx.publish_readings(&namespace, &name, Vec::new());
+    }
+    ctx.track(&owner, std::mem::take(&mut decided.tracked));
+    // A handful at most (members that changed alike share one): written together.
+    futures::future::join_all(
+        decided
+            .events
+            .into_iter()
+            .map(|e| ctx.shared.publish_event(dso, e)),
+    )
+    .await;
+    let mut requeue = decided.requeue;
+    if decided.status != observed
+        && let Some(wait) =
+            write_when_due(ctx, &owner, &namespace, &name, &previous, &decided.status).await?
+    {
+        // Written at the next reconciliation, which comes by then.
+        requeue = requeue.min(wait);
+    }
+    ctx.remember(&owner, decided.status);
+    Ok(Action::requeue(requeue))
+}
+
+/// What the hub knows of a DSO's members, read for one reconciliation.
+struct Members {
+    /// The DSO's members.
+    names: BTreeSet<String>,
+    /// Members it no longer uses that still hold its commands.
+    elsewhere: Vec<String>,
+    /// The fleet's snapshot of both.
+    snapshots: BTreeMap<String, crate::fleet::MemberSnapshot>,
+    /// Members whose target namespace this DSO's namespace was not granted, with why.
+    not_allowed: BTreeMap<String, String>,
+    /// What the hub knows of each member, for `outcome`.
+    facts: Vec<MemberFacts>,
+}
+
+/// Reads the DSO's members: registered MemberClusters (a listing failure goes to `errors`),
+/// sessions, tenancy grants, claims on shared workloads and the phases tracked last.
+async fn read_members(
+    dso: &DistributedScaledObject,
+    ctx: &DsoContext,
+    owner: &str,
+    targets: &Targets<'_>,
+    previous: &DistributedScaledObjectStatus,
+    errors: &mut Vec<String>,
+) -> Result<Members> {
+    let namespace = dso.namespace().unwrap_or_default();
     let (registered, listing_failed) = if dso.spec.member_clusters.is_empty() {
-        registered(ctx, &previous).await?
+        registered(ctx, previous).await?
     } else {
         (BTreeSet::new(), None)
     };
     errors.extend(listing_failed);
-    let connected = ctx.fleet.registry().names();
+    let connected = ctx.shared.fleet.registry().names();
     let names = members_of(&dso.spec, &registered, &connected);
     let elsewhere: Vec<String> = ctx
+        .shared
         .fleet
-        .holders(&owner)
+        .holders(owner)
         .into_iter()
         .filter(|m| !names.contains(m))
         .collect();
     // Only this DSO's members (and those still holding its commands) are copied.
-    let snapshots = ctx.fleet.members_named(names.iter().chain(&elsewhere));
-    let targets = Targets::new(&dso.spec, &namespace);
-    let not_allowed = namespace_refusals(ctx, &targets, &namespace, &names).await?;
-    let grants = || grants_of(&ctx.member_clusters_cached());
+    let snapshots = ctx
+        .shared
+        .fleet
+        .members_named(names.iter().chain(&elsewhere));
+    let not_allowed = namespace_refusals(ctx, targets, &namespace, &names).await?;
+    let grants = || grants_of(&ctx.shared.member_clusters_cached());
     let missing = if dso.spec.member_clusters.is_empty() {
         BTreeSet::new()
     } else {
         not_enrolled(ctx, &names).await
     };
     let claims = observe::claims(dso, &names, &registered, &connected, &ctx.dsos(), &grants);
-    let facts: Vec<_> = names
+    let facts = names
         .iter()
         .map(|member| {
             observe::facts(
@@ -229,31 +323,33 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
                 snapshots.get(member),
                 missing.contains(member),
                 claims.get(member).cloned().unwrap_or(Claim::Sole),
-                ctx.tracked(&owner, member),
+                ctx.tracked(owner, member),
             )
         })
         .collect();
-    let selector = format!("{LABEL_DSO}={name}");
-    let mut decided = outcome(&DsoInput {
-        generation: dso.metadata.generation,
-        selector: &selector,
-        settings: validated.as_ref().map_err(String::as_str),
-        not_allowed: &not_allowed,
-        total: dso.spec.total_target_replicas,
-        keda_unavailable: keda_unavailable.as_deref(),
-        errors: &errors,
-        previous: &previous,
-        members: &facts,
-        elsewhere: &elsewhere,
-        now: SystemTime::now(),
-    });
-    debug!(plan = ?decided.plan, commands = ?decided.commands, "decided");
+    Ok(Members {
+        names,
+        elsewhere,
+        snapshots,
+        not_allowed,
+        facts,
+    })
+}
 
-    for (member, command) in &decided.commands {
+/// Puts the decided commands into the members' desired state: `Clear` drops the DSO's
+/// commands there; a member without a session gets none.
+fn send_commands(
+    ctx: &DsoContext,
+    owner: &str,
+    targets: &Targets<'_>,
+    snapshots: &BTreeMap<String, crate::fleet::MemberSnapshot>,
+    commands: &BTreeMap<String, Command>,
+) {
+    for (member, command) in commands {
         let workload = targets.of(member);
         let replicas = match command {
             Command::Clear => {
-                ctx.fleet.clear_workloads(member, &owner);
+                ctx.shared.fleet.clear_workloads(member, owner);
                 continue;
             }
             Command::Hold => None,
@@ -266,72 +362,60 @@ async fn apply(dso: &DistributedScaledObject, ctx: &Context) -> Result<Action> {
         else {
             continue;
         };
-        ctx.fleet.set_workloads(
+        ctx.shared.fleet.set_workloads(
             member,
             &session,
-            &owner,
+            owner,
             vec![WorkloadReplicas {
                 workload,
                 replicas,
-                owner: owner.clone(),
+                owner: owner.to_owned(),
             }],
         );
     }
-    if pod_metrics && validated.is_ok() && !no_scaler {
-        let configured = pod_metrics_triggers(dso, &names, &targets, &snapshots);
-        ctx.fleet.pod_metrics().configure(&owner, configured);
-        let readings: Vec<_> = ctx
-            .fleet
-            .pod_metrics()
-            .readings(&owner, tokio::time::Instant::now())
-            .into_iter()
-            .map(|(_, r)| r)
-            .collect();
-        decided.status.pod_metrics = crate::podmetrics::status_of(&readings);
-        ctx.publish_readings(&namespace, &name, readings);
-        // The status follows the value at the DSO's polling interval.
-        let interval = polling_interval(dso);
-        decided.requeue = decided.requeue.min(interval);
-    } else {
-        ctx.fleet.pod_metrics().forget(&owner);
-        ctx.publish_readings(&namespace, &name, Vec::new());
+}
+
+/// Configures the pod-metrics scrapes of `owner` and returns its readings so far.
+fn pod_metric_readings(
+    ctx: &DsoContext,
+    owner: &str,
+    configured: Vec<Configured>,
+) -> Vec<crate::podmetrics::Reading> {
+    let pod_metrics = ctx.shared.fleet.pod_metrics();
+    pod_metrics.configure(owner, configured);
+    pod_metrics
+        .readings(owner, tokio::time::Instant::now())
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect()
+}
+
+/// Writes a changed `status` now, or returns how long until it is due. A state or condition
+/// that changed is written at once; replica counts alone that moved again within the second
+/// wait for its end. Compared with the status decided last (written, or due with counts
+/// only), not with the cached object, which may not show this process's last write yet:
+/// against that older status every reconciliation after a rescale looked like a change of
+/// conditions.
+async fn write_when_due(
+    ctx: &DsoContext,
+    owner: &str,
+    namespace: &str,
+    name: &str,
+    previous: &DistributedScaledObjectStatus,
+    status: &DistributedScaledObjectStatus,
+) -> Result<Option<std::time::Duration>> {
+    if counts_only(previous, status)
+        && let Some(wait) = ctx.status_wait(owner)
+    {
+        return Ok(Some(wait));
     }
-    ctx.track(&owner, std::mem::take(&mut decided.tracked));
-    // A handful at most (members that changed alike share one): written together.
-    futures::future::join_all(
-        decided
-            .events
-            .into_iter()
-            .map(|e| ctx.publish_event(dso, e)),
-    )
-    .await;
-    let mut requeue = decided.requeue;
-    if decided.status != observed {
-        // A state or condition that changed is written at once; replica counts alone that
-        // moved again within the second wait for its end. Compared with the status decided
-        // last (written, or due with counts only), not with the cached object, which may
-        // not show this process's last write yet: against that older status every
-        // reconciliation after a rescale looked like a change of conditions.
-        let wait = if counts_only(&previous, &decided.status) {
-            ctx.status_wait(&owner)
-        } else {
-            None
-        };
-        match wait {
-            // Written at the next reconciliation, which comes by then.
-            Some(wait) => requeue = requeue.min(wait),
-            None => {
-                if let Err(e) = write_status(ctx, &namespace, &name, &decided.status).await {
-                    // Shown in `Degraded` once a write goes through again.
-                    ctx.record_error(&owner, format!("writing status: {e}"));
-                    return Err(e);
-                }
-                ctx.status_written(&owner);
-            }
-        }
+    if let Err(e) = write_status(ctx, namespace, name, status).await {
+        // Shown in `Degraded` once a write goes through again.
+        ctx.record_error(owner, format!("writing status: {e}"));
+        return Err(e);
     }
-    ctx.remember(&owner, decided.status);
-    Ok(Action::requeue(requeue))
+    ctx.status_written(owner);
+    Ok(None)
 }
 
 /// Whether `a` and `b` differ at most in replica counts (and the time of the last scaling
@@ -408,12 +492,13 @@ fn pod_metrics_triggers(
 }
 
 async fn write_status(
-    ctx: &Context,
+    ctx: &DsoContext,
     namespace: &str,
     name: &str,
     status: &DistributedScaledObjectStatus,
 ) -> Result<()> {
-    super::write_status::<DistributedScaledObject>(ctx, CONTROLLER, namespace, name, status).await
+    super::write_status::<DistributedScaledObject>(&ctx.shared, CONTROLLER, namespace, name, status)
+        .await
 }
 
 /// Whether the DSO has a `kedge-pod-metrics` trigger.
@@ -490,19 +575,22 @@ fn in_place(current: &DynamicObject, wanted: &Value) -> bool {
 
 async fn apply_scaled_object(
     dso: &DistributedScaledObject,
-    ctx: &Context,
+    ctx: &DsoContext,
     namespace: &str,
     name: &str,
 ) -> Result<()> {
-    let object = scaled_object(dso, namespace, name, ctx.scaler_address.as_deref())?;
+    let object = scaled_object(dso, namespace, name, ctx.scaler_address())?;
     if ctx
         .cached_scaled_object(namespace, name)
         .is_some_and(|current| in_place(&current, &object))
     {
         return Ok(());
     }
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.scaled_objects);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.shared.client.clone(),
+        namespace,
+        &super::scaled_object_resource(),
+    );
     super::bounded(
         "apply ScaledObject",
         api.patch(

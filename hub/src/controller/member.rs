@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
 
-use super::{Context, FIELD_MANAGER, bounded};
+use super::{FIELD_MANAGER, Shared, bounded};
 use crate::Result;
 use crate::fleet::MemberSnapshot;
 use crate::registry::SessionState;
@@ -41,6 +41,41 @@ const HEARTBEAT_WRITES_PER_SECOND: usize = 50;
 /// Status writes one pass keeps in flight. After a hub restart or a reconnect storm every
 /// member's status changes at once; written one after the other, 10,000 of them took minutes.
 const WRITES_IN_FLIGHT: usize = 16;
+
+/// The MemberCluster controller's context.
+#[derive(Debug)]
+pub struct MemberContext {
+    /// What every controller shares.
+    pub shared: Arc<Shared>,
+    /// When the controller started.
+    started: tokio::time::Instant,
+    /// How long after the start MemberClusters of absent agents keep their state.
+    startup_grace: Duration,
+}
+
+impl MemberContext {
+    /// The MemberCluster controller's context, starting now.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        // Agents notice a lost hub only after their own heartbeat deadline and then back off
+        // before dialing again: give them two deadlines.
+        let startup_grace = shared
+            .fleet
+            .registry()
+            .liveness()
+            .deadline()
+            .saturating_mul(2);
+        Self {
+            shared,
+            started: tokio::time::Instant::now(),
+            startup_grace,
+        }
+    }
+
+    /// Whether the hub started so recently that agents may not have reconnected yet.
+    fn starting(&self) -> bool {
+        self.started.elapsed() < self.startup_grace
+    }
+}
 
 fn capacity(c: &ClusterCapacity) -> MemberCapacity {
     let q = |s: String| Quantity(s);
@@ -198,19 +233,20 @@ pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
 }
 
 /// Writes MemberCluster status from the fleet until `shutdown`.
-pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let mut changes = ctx.fleet.subscribe();
+pub async fn run(ctx: Arc<MemberContext>, shutdown: CancellationToken) {
+    let mut changes = ctx.shared.fleet.subscribe();
     let mut backoff = Duration::ZERO;
     let mut last_pass = tokio::time::Instant::now();
     loop {
-        ctx.metrics.reconciled(CONTROLLER);
+        ctx.shared.metrics.reconciled(CONTROLLER);
         let beats = heartbeat_budget(last_pass.elapsed());
         last_pass = tokio::time::Instant::now();
         match sync(&ctx, &shutdown, beats).await {
             Ok(()) => backoff = Duration::ZERO,
             Err(error) => {
                 warn!(%error, "MemberCluster status not written");
-                ctx.metrics
+                ctx.shared
+                    .metrics
                     .reconcile_failed(CONTROLLER, error.metric_label());
                 // Back off while the hub cluster refuses: 1 s doubling to 30 s.
                 backoff = (backoff * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
@@ -238,15 +274,16 @@ pub async fn run(ctx: Arc<Context>, shutdown: CancellationToken) {
 /// active hub, which recomputes every status from its own sessions: waiting for thousands of
 /// writes would hold the Lease (and the standby) for as long.
 #[instrument(skip_all)]
-async fn sync(ctx: &Context, shutdown: &CancellationToken, beats: usize) -> Result<()> {
-    let api: Api<MemberCluster> = Api::all(ctx.client.clone());
+async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, beats: usize) -> Result<()> {
+    let api: Api<MemberCluster> = Api::all(ctx.shared.client.clone());
     let registered: BTreeMap<String, Arc<MemberCluster>> = ctx
+        .shared
         .member_clusters()
         .await?
         .into_iter()
         .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
         .collect();
-    let snapshots = ctx.fleet.members();
+    let snapshots = ctx.shared.fleet.members();
     let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
     for snapshot in &snapshots {
         let old = registered
@@ -307,7 +344,7 @@ async fn sync(ctx: &Context, shutdown: &CancellationToken, beats: usize) -> Resu
                 ),
             )
             .await?;
-            ctx.metrics.status_written(CONTROLLER);
+            ctx.shared.metrics.status_written(CONTROLLER);
             Ok(())
         },
     );
@@ -322,6 +359,18 @@ async fn sync(ctx: &Context, shutdown: &CancellationToken, beats: usize) -> Resu
 mod tests {
     use super::*;
     use crate::registry::MemberSession;
+
+    #[tokio::test(start_paused = true)]
+    async fn absent_agents_keep_their_state_for_two_heartbeat_deadlines_after_the_start() {
+        let shared = Shared::for_tests();
+        let deadline = shared.fleet.registry().liveness().deadline();
+        let ctx = MemberContext::new(shared);
+        assert!(ctx.starting());
+        tokio::time::advance(deadline * 2 - Duration::from_millis(1)).await;
+        assert!(ctx.starting());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!ctx.starting());
+    }
 
     fn snapshot(state: SessionState) -> MemberSnapshot {
         MemberSnapshot {

@@ -9,18 +9,16 @@ pub mod external_metrics;
 pub mod member;
 pub mod observe;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kedge_core::crd::dso::DistributedScaledObjectStatus;
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject, MemberCluster};
-use kedge_core::dso::member::MemberPhase;
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
@@ -53,6 +51,10 @@ pub async fn bounded<T>(
         Err(_) => Err(Error::Timeout { what }),
     }
 }
+
+/// The watches of the DSO and DSJ controllers, as `health` names them.
+const DSOS: &str = "DistributedScaledObjects";
+const DSJS: &str = "DistributedScaledJobs";
 
 /// Coalescing window of fleet changes before every DSO is reconciled again.
 const FLEET_THROTTLE: Duration = Duration::from_millis(100);
@@ -136,11 +138,11 @@ impl std::fmt::Debug for Recorder {
     }
 }
 
-/// Owner `ns/name` → member → (phase, since when).
-type MemberPhases = HashMap<String, BTreeMap<String, (MemberPhase, SystemTime)>>;
-
-/// What the controllers share.
-pub struct Context {
+/// What every controller shares: the hub cluster's client, Events, the fleet, metrics and the
+/// one cache of MemberClusters. What only one controller keeps is in its own context
+/// ([`dso::DsoContext`], [`dsj::DsjContext`], [`member::MemberContext`]), which holds this
+/// part: a controller reaches no other controller's state.
+pub struct Shared {
     /// Client of the hub cluster.
     pub client: Client,
     /// Publishes Events.
@@ -149,40 +151,13 @@ pub struct Context {
     pub fleet: Arc<Fleet>,
     /// Metrics.
     pub metrics: HubMetrics,
-    /// `keda.sh/v1alpha1` ScaledObject.
-    pub scaled_objects: ApiResource,
-    /// Every DSO, as the controller's reflector sees them (for claims on shared workloads).
-    dsos: Option<Store<DistributedScaledObject>>,
-    /// Every DSJ, as the DSJ controller's reflector sees them (for taints shared by the DSJs
-    /// of a namespace).
-    dsjs: Option<Store<DistributedScaledJob>>,
-    /// ScaledObjects of the hub cluster as the DSO controller's watch sees them.
-    child_scaled_objects: Option<Store<DynamicObject>>,
     /// Every MemberCluster, from a reflector (none in unit tests: read from the API then).
     member_clusters: Option<Store<MemberCluster>>,
-    /// Since when each (DSO, member) has been in its phase.
-    phases: Mutex<MemberPhases>,
-    /// The DSO status this process decided last, by owner (written, or due to be).
-    written: Mutex<HashMap<String, DistributedScaledObjectStatus>>,
-    /// When each DSO's status was last written.
-    status_writes: Mutex<HashMap<String, tokio::time::Instant>>,
-    /// Failures of the last reconciliation by owner, for its next `Degraded` condition.
-    errors: Mutex<HashMap<String, Vec<String>>>,
-    /// When the controllers started.
-    started: tokio::time::Instant,
-    /// How long after the start MemberClusters of absent agents keep their state.
-    startup_grace: Duration,
-    /// When each DSJ Job create was first sent.
-    pub dsj_sent: dsj::Sent,
-    /// What KEDA dials to reach the hub's external scaler; `None`: the hub serves none.
-    pub scaler_address: Option<String>,
-    /// The pod-metrics readings each DSO published last (metrics to take back).
-    pod_readings: Mutex<HashMap<String, Vec<crate::podmetrics::Reading>>>,
 }
 
-impl std::fmt::Debug for Context {
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").finish_non_exhaustive()
+        f.debug_struct("Shared").finish_non_exhaustive()
     }
 }
 
@@ -199,73 +174,25 @@ fn scaled_object_resource() -> ApiResource {
     )
 }
 
-impl Context {
-    /// A context over `client` and `fleet`; `dsos` is the DSO controller's reflector store.
+impl Shared {
+    /// The shared part over `client` and `fleet`; `member_clusters` is the reflector cache of
+    /// MemberClusters.
     pub fn new(
         client: Client,
         fleet: Arc<Fleet>,
         metrics: HubMetrics,
-        dsos: Option<Store<DistributedScaledObject>>,
+        member_clusters: Option<Store<MemberCluster>>,
     ) -> Self {
         let instance = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
             .ok();
-        // Agents notice a lost hub only after their own heartbeat deadline and then back off
-        // before dialing again: give them two deadlines.
-        let startup_grace = fleet.registry().liveness().deadline().saturating_mul(2);
         Self {
             recorder: Recorder::new(client.clone(), FIELD_MANAGER, instance),
             client,
             fleet,
             metrics,
-            scaled_objects: scaled_object_resource(),
-            dsos,
-            dsjs: None,
-            member_clusters: None,
-            child_scaled_objects: None,
-            phases: Mutex::new(HashMap::new()),
-            written: Mutex::new(HashMap::new()),
-            status_writes: Mutex::new(HashMap::new()),
-            errors: Mutex::new(HashMap::new()),
-            started: tokio::time::Instant::now(),
-            dsj_sent: dsj::Sent::default(),
-            startup_grace,
-            scaler_address: None,
-            pod_readings: Mutex::new(HashMap::new()),
+            member_clusters,
         }
-    }
-
-    /// Publishes the pod-metrics readings of DSO `namespace/name` in the hub's metrics,
-    /// taking back what it published before that is gone (all of it for an empty list).
-    pub fn publish_readings(
-        &self,
-        namespace: &str,
-        name: &str,
-        readings: Vec<crate::podmetrics::Reading>,
-    ) {
-        let owner = format!("{namespace}/{name}");
-        let mut published = lock(&self.pod_readings);
-        let previous = published.remove(&owner).unwrap_or_default();
-        self.metrics
-            .pod_metric_readings(namespace, name, &readings, &previous);
-        if !readings.is_empty() {
-            published.insert(owner, readings);
-        }
-    }
-
-    /// Whether the hub started so recently that agents may not have reconnected yet.
-    pub fn starting(&self) -> bool {
-        self.started.elapsed() < self.startup_grace
-    }
-
-    /// Every DSO the controller knows.
-    pub fn dsos(&self) -> Vec<Arc<DistributedScaledObject>> {
-        self.dsos.as_ref().map(Store::state).unwrap_or_default()
-    }
-
-    /// Every DSJ the DSJ controller knows.
-    pub fn dsjs(&self) -> Vec<Arc<DistributedScaledJob>> {
-        self.dsjs.as_ref().map(Store::state).unwrap_or_default()
     }
 
     /// Every MemberCluster, from the reflector cache once it has listed them (the API is
@@ -305,70 +232,6 @@ impl Context {
             .unwrap_or_default()
     }
 
-    /// The ScaledObject `namespace/name` as last seen by the DSO controller's watch.
-    pub fn cached_scaled_object(&self, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
-        let key = ObjectRef::new_with(name, scaled_object_resource()).within(namespace);
-        self.child_scaled_objects.as_ref()?.get(&key)
-    }
-
-    /// The phase `member` was last seen in for `owner`, and since when.
-    pub fn tracked(&self, owner: &str, member: &str) -> Option<(MemberPhase, SystemTime)> {
-        lock(&self.phases).get(owner)?.get(member).copied()
-    }
-
-    /// Records the phases of `owner`'s members (those of members not listed are forgotten).
-    pub fn track(&self, owner: &str, phases: BTreeMap<String, (MemberPhase, SystemTime)>) {
-        lock(&self.phases).insert(owner.to_owned(), phases);
-    }
-
-    /// Keeps a failure of `owner`'s reconciliation for its next status.
-    pub fn record_error(&self, owner: &str, message: String) {
-        let mut errors = lock(&self.errors);
-        let list = errors.entry(owner.to_owned()).or_default();
-        if !list.contains(&message) {
-            list.push(message);
-        }
-    }
-
-    /// The failures recorded for `owner` since its last reconciliation.
-    pub fn take_errors(&self, owner: &str) -> Vec<String> {
-        lock(&self.errors).remove(owner).unwrap_or_default()
-    }
-
-    /// Forgets everything tracked for `owner`.
-    pub fn forget(&self, owner: &str) {
-        lock(&self.phases).remove(owner);
-        lock(&self.written).remove(owner);
-        lock(&self.status_writes).remove(owner);
-        lock(&self.errors).remove(owner);
-    }
-
-    /// How long `owner`'s status must wait before it is written again (`None`: now). One
-    /// write per [`STATUS_WRITE_INTERVAL`] at most: while a thousand members report a change
-    /// one after the other, their DSO's status is written once or twice, not a thousand
-    /// times over.
-    pub fn status_wait(&self, owner: &str) -> Option<Duration> {
-        let last = *lock(&self.status_writes).get(owner)?;
-        STATUS_WRITE_INTERVAL
-            .checked_sub(last.elapsed())
-            .filter(|d| !d.is_zero())
-    }
-
-    /// Records that `owner`'s status was just written.
-    pub fn status_written(&self, owner: &str) {
-        lock(&self.status_writes).insert(owner.to_owned(), tokio::time::Instant::now());
-    }
-
-    /// The status last decided for `owner` by this process.
-    pub fn written(&self, owner: &str) -> Option<DistributedScaledObjectStatus> {
-        lock(&self.written).get(owner).cloned()
-    }
-
-    /// Records the status decided for `owner` (written, in place, or due to be written).
-    pub fn remember(&self, owner: &str, status: DistributedScaledObjectStatus) {
-        lock(&self.written).insert(owner.to_owned(), status);
-    }
-
     /// Publishes an Event kedge-core decided about a DSO or DSJ.
     pub async fn publish_event<K: Resource<DynamicType = ()>>(
         &self,
@@ -402,10 +265,30 @@ impl Context {
     }
 }
 
+#[cfg(test)]
+impl Shared {
+    /// A shared part whose client points at nothing (no call is made until one is used).
+    pub(crate) fn for_tests() -> Arc<Self> {
+        let liveness = crate::registry::Liveness {
+            interval: Duration::from_secs(1),
+            tolerance: 3,
+        };
+        let registry = crate::registry::SessionRegistry::new(liveness, HubMetrics::default());
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = Client::try_from(config).expect("a client");
+        Arc::new(Self::new(
+            client,
+            Arc::new(Fleet::new(Arc::new(registry))),
+            HubMetrics::default(),
+            None,
+        ))
+    }
+}
+
 /// Writes `status` of the `K` named `namespace/name` with server-side apply (this hub's field
 /// manager, forced), and counts the write for `controller`.
 pub async fn write_status<K>(
-    ctx: &Context,
+    shared: &Shared,
     controller: &str,
     namespace: &str,
     name: &str,
@@ -417,7 +300,7 @@ where
         + std::fmt::Debug
         + serde::de::DeserializeOwned,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    let api: Api<K> = Api::namespaced(shared.client.clone(), namespace);
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -432,7 +315,7 @@ where
         ),
     )
     .await?;
-    ctx.metrics.status_written(controller);
+    shared.metrics.status_written(controller);
     Ok(())
 }
 
@@ -605,16 +488,102 @@ pub async fn run(
     health: Arc<decode::WatchHealth>,
     shutdown: CancellationToken,
 ) {
-    const DSOS: &str = "DistributedScaledObjects";
-    const DSJS: &str = "DistributedScaledJobs";
+    let (member_clusters, cache) = member_cluster_cache(&client, &health, &shutdown);
+    let shared = Arc::new(Shared::new(client, fleet, metrics, Some(member_clusters)));
+    let members = tokio::spawn(member::run(
+        Arc::new(member::MemberContext::new(shared.clone())),
+        shutdown.clone(),
+    ));
+    let dsos = async {
+        if config.dso {
+            run_dsos(
+                shared.clone(),
+                config.scaler_address.clone(),
+                &health,
+                &shutdown,
+            )
+            .await;
+        }
+    };
+    let dsjs = async {
+        if config.dsj {
+            run_dsjs(shared.clone(), &health, &shutdown).await;
+        }
+    };
+    if config.dso || config.dsj {
+        // Returns only on shutdown; if a controller stream ends before, so does this task,
+        // and its supervisor stops the hub.
+        tokio::join!(dsos, dsjs);
+    } else {
+        shutdown.cancelled().await;
+    }
+    if shutdown.is_cancelled() {
+        let _ = members.await;
+    }
+    cache.abort();
+}
+
+/// One cache of MemberClusters for every controller (nothing lists them per reconcile), and
+/// the task that fills it until `shutdown`.
+fn member_cluster_cache(
+    client: &Client,
+    health: &Arc<decode::WatchHealth>,
+    shutdown: &CancellationToken,
+) -> (Store<MemberCluster>, tokio::task::JoinHandle<()>) {
+    let (member_clusters, writer) = reflector::store();
+    let cache = reflector::reflector(
+        writer,
+        decode::watch::<MemberCluster>(
+            client.clone(),
+            "MemberClusters",
+            health.clone(),
+            Some(member_clusters.clone()),
+            None,
+        ),
+    )
+    .backoff(health.backoff())
+    .for_each(|event| {
+        if let Err(error) = event {
+            warn!(%error, "watching MemberClusters failed; the cache keeps the last list");
+        }
+        futures::future::ready(())
+    });
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = cache => {}
+        }
+    });
+    (member_clusters, task)
+}
+
+/// Undecodable objects of one kind are reported (and released) apart from its controller;
+/// the task ends with the watch that feeds `bad`, or when aborted.
+fn spawn_reporter<C: AsRef<Shared> + Send + Sync + 'static>(
+    ctx: Arc<C>,
+    hooks: decode::KindHooks<C>,
+    bad: tokio::sync::mpsc::UnboundedReceiver<decode::Undecodable>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(decode::report(ctx, hooks, Arc::default(), bad))
+}
+
+/// Runs the DistributedScaledObject controller until `shutdown`.
+async fn run_dsos(
+    shared: Arc<Shared>,
+    scaler_address: Option<String>,
+    health: &Arc<decode::WatchHealth>,
+    shutdown: &CancellationToken,
+) {
+    let client = shared.client.clone();
     // A DSO's own status writes change nothing it plans from: they do not trigger it again.
-    let (dso_store, dso_writer) = reflector::store();
+    let (store, dso_writer) = reflector::store();
     let (bad_dsos, bad_dso_rx) = tokio::sync::mpsc::unbounded_channel();
     let dso_changes = decode::watch::<DistributedScaledObject>(
         client.clone(),
         DSOS,
         health.clone(),
-        Some(dso_store.clone()),
+        Some(store.clone()),
         Some(bad_dsos),
     )
     .backoff(health.backoff())
@@ -633,143 +602,83 @@ pub async fn run(
     .default_backoff()
     .reflect(so_writer)
     .touched_objects();
-    let dso_controller = Controller::for_stream(dso_changes, dso_store)
-        .owns_stream_with(so_changes, scaled_object_resource());
-    let store = config.dso.then(|| dso_controller.store());
-    let (bad_dsjs, bad_dsj_rx) = tokio::sync::mpsc::unbounded_channel();
-    let dsj_controller = config.dsj.then(|| {
-        let (dsj_store, dsj_writer) = reflector::store();
-        let dsj_changes = decode::watch::<DistributedScaledJob>(
-            client.clone(),
-            DSJS,
-            health.clone(),
-            Some(dsj_store.clone()),
-            Some(bad_dsjs),
-        )
-        .backoff(health.backoff())
-        .reflect(dsj_writer)
-        .applied_objects();
-        Controller::for_stream(dsj_changes, dsj_store).owns_with(
-            Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
-            scaled_object_resource(),
-            watcher::Config::default(),
-        )
-    });
-    let mut ctx = Context::new(client.clone(), fleet.clone(), metrics, store.clone());
-    ctx.scaler_address = config.scaler_address.clone();
-    ctx.dsjs = dsj_controller.as_ref().map(Controller::store);
-    ctx.child_scaled_objects = Some(scaled_objects);
-    // One cache of MemberClusters for every controller: nothing lists them per reconcile.
-    let (member_clusters, writer) = reflector::store();
-    ctx.member_clusters = Some(member_clusters.clone());
-    let cache = reflector::reflector(
-        writer,
-        decode::watch::<MemberCluster>(
-            client.clone(),
-            "MemberClusters",
-            health.clone(),
-            Some(member_clusters),
-            None,
-        ),
+    // A DSO that appears, changes or goes may change who wins a workload it shares with
+    // others: reconcile those too, so both sides show the conflict (and its end).
+    let contenders = store.clone();
+    let others = decode::watch::<DistributedScaledObject>(
+        client,
+        "DistributedScaledObjects (shared workloads)",
+        health.clone(),
+        None,
+        None,
     )
     .backoff(health.backoff())
-    .for_each(|event| {
-        if let Err(error) = event {
-            warn!(%error, "watching MemberClusters failed; the cache keeps the last list");
-        }
-        futures::future::ready(())
-    });
-    let cache_stop = shutdown.clone();
-    let cache = tokio::spawn(async move {
-        tokio::select! {
-            _ = cache_stop.cancelled() => {}
-            _ = cache => {}
-        }
-    });
-    let ctx = Arc::new(ctx);
-    // Undecodable objects are reported (and released) apart from the controllers; these
-    // tasks end with the watches that feed them.
-    let reporters = [
-        config.dso.then(|| {
-            tokio::spawn(decode::report(
-                ctx.clone(),
-                decode::KindHooks {
-                    finalizer: dso::FINALIZER,
-                    release: dso::release,
-                },
-                Arc::default(),
-                bad_dso_rx,
-            ))
-        }),
-        config.dsj.then(|| {
-            tokio::spawn(decode::report(
-                ctx.clone(),
-                decode::KindHooks {
-                    finalizer: dsj::FINALIZER,
-                    release: dsj::release,
-                },
-                Arc::default(),
-                bad_dsj_rx,
-            ))
-        }),
-    ];
-    let members = tokio::spawn(member::run(ctx.clone(), shutdown.clone()));
-    let dso_run = async {
-        let Some(store) = store else { return };
-        // A DSO that appears, changes or goes may change who wins a workload it shares
-        // with others: reconcile those too, so both sides show the conflict (and its end).
-        let contenders = store.clone();
-        let others = decode::watch::<DistributedScaledObject>(
-            client.clone(),
-            "DistributedScaledObjects (shared workloads)",
-            health.clone(),
-            None,
-            None,
-        )
-        .backoff(health.backoff())
-        .touched_objects();
-        let controller = dso_controller.watches_stream(others, move |changed| {
+    .touched_objects();
+    let controller = Controller::for_stream(dso_changes, store.clone())
+        .owns_stream_with(so_changes, scaled_object_resource())
+        .watches_stream(others, move |changed| {
             sharing_a_target(&contenders, &changed)
         });
-        info!("DistributedScaledObject controller started");
-        let stop = shutdown.clone();
-        controller
-            .reconcile_on(fleet_changes(fleet.clone(), store))
-            .graceful_shutdown_on(async move { stop.cancelled().await })
-            .run(dso::reconcile, dso::error_policy, ctx.clone())
-            .for_each(|_| futures::future::ready(()))
-            .await;
-    };
-    let dsj_run = async {
-        let Some(controller) = dsj_controller else {
-            return;
-        };
-        info!("DistributedScaledJob controller started");
-        let stop = shutdown.clone();
-        controller
-            .graceful_shutdown_on(async move { stop.cancelled().await })
-            .run(dsj::reconcile, dsj::error_policy, ctx.clone())
-            .for_each(|_| futures::future::ready(()))
-            .await;
-    };
-    if config.dso || config.dsj {
-        // Returns only on shutdown; if a controller stream ends before, so does this task,
-        // and its supervisor stops the hub.
-        tokio::join!(dso_run, dsj_run);
-    } else {
-        shutdown.cancelled().await;
-    }
-    if shutdown.is_cancelled() {
-        let _ = members.await;
-    }
-    for task in reporters.into_iter().flatten() {
-        task.abort();
-    }
-    cache.abort();
+    let fleet = shared.fleet.clone();
+    let ctx = Arc::new(dso::DsoContext::new(
+        shared,
+        store.clone(),
+        scaled_objects,
+        scaler_address,
+    ));
+    let reporter = spawn_reporter(ctx.clone(), dso::HOOKS, bad_dso_rx);
+    info!("DistributedScaledObject controller started");
+    let stop = shutdown.clone();
+    controller
+        .reconcile_on(fleet_changes(fleet, store))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(dso::reconcile, dso::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    reporter.abort();
+}
+
+/// Runs the DistributedScaledJob controller until `shutdown`.
+async fn run_dsjs(
+    shared: Arc<Shared>,
+    health: &Arc<decode::WatchHealth>,
+    shutdown: &CancellationToken,
+) {
+    let client = shared.client.clone();
+    let (store, dsj_writer) = reflector::store();
+    let (bad_dsjs, bad_dsj_rx) = tokio::sync::mpsc::unbounded_channel();
+    let dsj_changes = decode::watch::<DistributedScaledJob>(
+        client.clone(),
+        DSJS,
+        health.clone(),
+        Some(store.clone()),
+        Some(bad_dsjs),
+    )
+    .backoff(health.backoff())
+    .reflect(dsj_writer)
+    .applied_objects();
+    let controller = Controller::for_stream(dsj_changes, store.clone()).owns_with(
+        Api::<DynamicObject>::all_with(client, &scaled_object_resource()),
+        scaled_object_resource(),
+        watcher::Config::default(),
+    );
+    let ctx = Arc::new(dsj::DsjContext::new(shared, store));
+    let reporter = spawn_reporter(ctx.clone(), dsj::HOOKS, bad_dsj_rx);
+    info!("DistributedScaledJob controller started");
+    let stop = shutdown.clone();
+    controller
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(dsj::reconcile, dsj::error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    reporter.abort();
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::time::SystemTime;
+
     use super::*;
 
     fn dso(name: &str, members: &[&str]) -> Arc<DistributedScaledObject> {
