@@ -27,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kedge_core::crd::MemberCluster;
 pub use kedge_net::enroll::token_hash;
 use kedge_net::enroll::{BootstrapToken, TokenError};
-use kedge_net::identity::{PeerIdentity, is_valid_member_name};
+use kedge_net::identity::is_valid_member_name;
 use kedge_net::pki::{CertificateAuthority, Csr, CsrError, Validity, cert_validity};
 use kedge_protocol::{
     EnrollRefusal, EnrollRefusalCode, EnrollRequest, EnrollResponse, FramedStream,
@@ -497,16 +497,6 @@ impl Enroller {
     }
 }
 
-/// The `MemberCluster` uid a DER certificate of `member` is enrolled for, read by
-/// [`PeerIdentity::from_der`]; `None` for a certificate of another member, one without the
-/// enrollment URI, or one that is not a member certificate.
-pub fn enrollment_uid(cert_der: &[u8], member: &str) -> Option<String> {
-    PeerIdentity::from_der(cert_der)
-        .ok()
-        .filter(|identity| identity.member == member)?
-        .enrollment_uid
-}
-
 fn csr_refusal(error: CsrError) -> EnrollRefusal {
     match error {
         CsrError::NameMismatch { .. } => refusal(
@@ -789,34 +779,6 @@ mod tests {
                 refused.message
             );
         }
-    }
-
-    #[test]
-    fn the_enrollment_uid_is_read_from_the_uri_san() {
-        use rustls_pki_types::pem::PemObject;
-        let now = OffsetDateTime::now_utc();
-        let ca = CertificateAuthority::generate("t", Validity::starting(now, time::Duration::DAY))
-            .unwrap();
-        let (_, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
-        let pem = ca
-            .issue_member_csr(
-                &Csr::parse(&csr).unwrap(),
-                "edge-1",
-                "uid-7",
-                Validity::issued(now, time::Duration::HOUR),
-            )
-            .unwrap();
-        let der = rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
-        assert_eq!(enrollment_uid(&der, "edge-1").as_deref(), Some("uid-7"));
-        assert_eq!(enrollment_uid(&der, "edge-2"), None);
-        // A certificate without the URI (development certificates) and garbage: none.
-        let dev = ca
-            .issue_member("edge-1", Validity::issued(now, time::Duration::HOUR))
-            .unwrap();
-        let der =
-            rustls_pki_types::CertificateDer::from_pem_slice(dev.cert_pem.as_bytes()).unwrap();
-        assert_eq!(enrollment_uid(&der, "edge-1"), None);
-        assert_eq!(enrollment_uid(&[0x30, 0x01], "edge-1"), None);
     }
 
     #[test]

@@ -252,7 +252,6 @@ async fn setup_member_output_applied_with_kubectl_enrolls_the_agent() {
 
 /// The `MemberCluster` uid the certificate in the identity Secret of `member` is bound to.
 async fn identity_uid(fleet: &EnrollFleet, member: &str) -> Option<String> {
-    use rustls_pki_types::pem::PemObject;
     let secrets = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
         fleet.member_client(member).await,
         NS,
@@ -262,8 +261,11 @@ async fn identity_uid(fleet: &EnrollFleet, member: &str) -> Option<String> {
         .await
         .unwrap()?
         .data?;
-    let der = rustls_pki_types::CertificateDer::from_pem_slice(&data.get("tls.crt")?.0).ok()?;
-    kedge_hub::enroll::enrollment_uid(&der, member)
+    let pem = String::from_utf8(data.get("tls.crt")?.0.clone()).ok()?;
+    kedge_net::identity::PeerIdentity::from_pem(&pem)
+        .ok()
+        .filter(|identity| identity.member == member)?
+        .enrollment_uid
 }
 
 /// The uid of the `MemberCluster` `member`.

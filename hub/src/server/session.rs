@@ -472,18 +472,8 @@ impl Session<'_> {
         match &self.ctx.enroller {
             Some(enroller) => {
                 let member = &self.identity.member;
-                let uid = self
-                    .connection
-                    .peer_identity()
-                    .and_then(|any| {
-                        any.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
-                            .ok()
-                    })
-                    .and_then(|chain| {
-                        chain
-                            .first()
-                            .and_then(|leaf| crate::enroll::enrollment_uid(leaf.as_ref(), member))
-                    });
+                // The enrollment uid the handshake read from this session's certificate.
+                let uid = &self.identity.enrollment_uid;
                 enroller.renew(member, uid.as_deref(), csr_der).await
             }
             None => {
