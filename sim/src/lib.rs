@@ -18,6 +18,7 @@ pub mod demo;
 pub mod engines;
 pub mod error;
 pub mod fleet;
+mod http;
 pub mod jsonpath;
 pub mod keda;
 pub mod openapi;
