@@ -31,10 +31,12 @@ pub mod relay;
 pub mod resources;
 pub mod schema;
 pub mod selector;
+pub mod sim;
 pub mod store;
 pub mod table;
 pub mod util;
 mod watch;
 
-pub use cluster::{ANN_OUTCOME, ANN_RUN_SECONDS, Cluster, Faults, Sim, SimClock, SimConfig};
+pub use cluster::{ANN_OUTCOME, ANN_RUN_SECONDS, Cluster, Faults, SimClock, SimConfig};
 pub use error::{Error, Result};
+pub use sim::Sim;
