@@ -3,16 +3,16 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::cluster::ClusterShared;
 use crate::error::{Error, Result};
+use crate::http::{Req, selectors, system_time};
 use crate::resources::{ResourceDef, group_order};
-use crate::selector::{FieldSelector, LabelSelector, labels_of};
+use crate::selector::{LabelSelector, labels_of};
 use crate::store::{Propagation, WriteScope};
 use crate::util::{hex_decode, hex_encode, meta_mut, meta_str, parse_query};
 
@@ -23,49 +23,6 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// The router of one cluster: every path goes through [`handle`].
 pub fn router(cluster: Arc<ClusterShared>) -> Router {
     Router::new().fallback(handle).with_state(cluster)
-}
-
-/// A parsed request.
-#[derive(Debug)]
-pub(crate) struct Req {
-    pub method: Method,
-    pub segs: Vec<String>,
-    pub query: Vec<(String, String)>,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// The authenticated user; `None` for unauthenticated (admin) test access.
-    pub user: Option<crate::rbac::UserInfo>,
-}
-
-impl Req {
-    pub(crate) fn q(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn flag(&self, key: &str) -> bool {
-        matches!(self.q(key), Some("true" | "1"))
-    }
-
-    fn accept(&self) -> &str {
-        self.headers
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    fn content_type(&self) -> &str {
-        self.headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json")
-    }
-
-    fn wants_table(&self) -> bool {
-        self.accept().contains("as=Table")
-    }
 }
 
 /// Whether reading a body failed on [`MAX_BODY`].
@@ -443,11 +400,6 @@ fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
     o
 }
 
-/// Simulated milliseconds as `SystemTime`.
-pub(crate) fn system_time(ms: i64) -> std::time::SystemTime {
-    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
-}
-
 /// A server-side Table (`Accept: ...;as=Table`).
 pub(crate) fn table_of(r: &Req, def: &ResourceDef, objects: &[Value], now: i64) -> Value {
     let include = crate::table::IncludeObject::from_query(r.q("includeObject").unwrap_or_default());
@@ -470,13 +422,6 @@ fn get(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
         return ok(&table);
     }
     ok(&obj)
-}
-
-/// Label and field selectors of a request.
-pub(crate) fn selectors(r: &Req, kind: &str) -> Result<(LabelSelector, FieldSelector)> {
-    let l = LabelSelector::parse(r.q("labelSelector").unwrap_or_default())?;
-    let f = FieldSelector::parse_for_kind(r.q("fieldSelector").unwrap_or_default(), kind)?;
-    Ok((l, f))
 }
 
 fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
@@ -1280,17 +1225,4 @@ fn token_request(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
             "status": {"token": token, "expirationTimestamp": expires},
         }),
     ))
-}
-
-/// A streaming response body.
-pub(crate) fn stream_response(body: Body) -> Response {
-    (
-        StatusCode::OK,
-        [
-            (header::CONTENT_TYPE, "application/json"),
-            (header::CACHE_CONTROL, "no-cache, private"),
-        ],
-        body,
-    )
-        .into_response()
 }

@@ -1,4 +1,5 @@
-//! Virtual clusters, the simulated clock, fault injection and the Rust API for tests.
+//! One virtual cluster's state (store, clock, faults, tokens, scalers) and its handle for
+//! tests; [`crate::sim`] starts the clusters.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,10 +12,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::keda::external::Scalers;
 use crate::store::Store;
 
 /// Simulated time: wall-clock time at start, then running at `speed` and
-/// moved forward by [`Sim::advance`].
+/// moved forward by [`crate::Sim::advance`].
 #[derive(Debug)]
 pub struct SimClock {
     inner: Mutex<ClockInner>,
@@ -161,10 +163,37 @@ pub struct ClusterShared {
     /// Resource requests served, by `verb resource[/subresource]` (see [`Cluster::requests`]).
     pub(crate) requests: Mutex<HashMap<String, u64>>,
     /// KEDA's external scalers: targets, last answers, call counts, gRPC channels.
-    pub scalers: crate::keda::Scalers,
+    pub scalers: Scalers,
 }
 
 impl ClusterShared {
+    /// A cluster's state with no faults, metrics, tokens or scalers yet; `shutdown` is the
+    /// simulator's, and open watches end on a child of it.
+    pub(crate) fn new(
+        name: String,
+        addr: SocketAddr,
+        store: Store,
+        clock: Arc<SimClock>,
+        config: SimConfig,
+        shutdown: CancellationToken,
+    ) -> ClusterShared {
+        ClusterShared {
+            name,
+            addr,
+            store: Mutex::new(store),
+            clock,
+            config,
+            faults: Mutex::new(Faults::default()),
+            metrics: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+            watch_cancel: Mutex::new(shutdown.child_token()),
+            shutdown,
+            tokens: Mutex::new(HashMap::new()),
+            requests: Mutex::new(HashMap::new()),
+            scalers: Scalers::default(),
+        }
+    }
+
     /// The user a bearer token authenticates as.
     pub fn user_for_token(&self, token: &str) -> Option<crate::rbac::UserInfo> {
         self.tokens
@@ -228,6 +257,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A handle on a cluster's state; `kubeconfig` is where its kubeconfig is written.
+    pub(crate) fn new(inner: Arc<ClusterShared>, kubeconfig: Option<PathBuf>) -> Cluster {
+        Cluster { inner, kubeconfig }
+    }
+
     /// Name of the cluster.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -412,134 +446,5 @@ impl Cluster {
     /// Shared state (for the server and controllers).
     pub fn shared(&self) -> &Arc<ClusterShared> {
         &self.inner
-    }
-}
-
-/// A running simulator: many virtual clusters in one process.
-#[derive(Debug)]
-pub struct Sim {
-    clock: Arc<SimClock>,
-    clusters: Vec<Cluster>,
-    shutdown: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Sim {
-    /// Starts one virtual cluster per name; writes `DIR/NAME.kubeconfig` when `dir` is given.
-    pub async fn start(names: &[String], config: SimConfig, dir: Option<&Path>) -> Result<Sim> {
-        let clock = Arc::new(SimClock::new(config.speed));
-        let shutdown = CancellationToken::new();
-        if let Some(d) = dir {
-            tokio::fs::create_dir_all(d).await?;
-        }
-        let mut clusters = Vec::with_capacity(names.len());
-        let mut tasks = Vec::with_capacity(names.len() * 2);
-        for (i, name) in names.iter().enumerate() {
-            let port = if config.port_base == 0 {
-                0
-            } else {
-                config.port_base.saturating_add(i as u16)
-            };
-            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-            let addr = listener.local_addr()?;
-            let now = clock.now_ms();
-            let mut store = Store::new(config.history, config.watch_channel, now);
-            crate::controllers::add_nodes(&mut store, &config, now);
-            let shared = Arc::new(ClusterShared {
-                name: name.clone(),
-                addr,
-                store: Mutex::new(store),
-                clock: clock.clone(),
-                config: config.clone(),
-                faults: Mutex::new(Faults::default()),
-                metrics: Mutex::new(HashMap::new()),
-                wake: Notify::new(),
-                watch_cancel: Mutex::new(shutdown.child_token()),
-                shutdown: shutdown.clone(),
-                tokens: Mutex::new(HashMap::new()),
-                requests: Mutex::new(HashMap::new()),
-                scalers: crate::keda::Scalers::default(),
-            });
-            let router = crate::api::router(shared.clone());
-            let stop = shutdown.clone();
-            tasks.push(tokio::spawn(async move {
-                let serve = axum::serve(listener, router)
-                    .with_graceful_shutdown(async move { stop.cancelled().await });
-                if let Err(e) = serve.await {
-                    tracing::warn!(error = %e, "cluster server ended");
-                }
-            }));
-            tasks.push(tokio::spawn(crate::controllers::run(shared.clone())));
-            tasks.push(tokio::spawn(crate::keda::grpc::run(shared.clone())));
-            let kubeconfig = dir.map(|d| d.join(format!("{name}.kubeconfig")));
-            let cluster = Cluster {
-                inner: shared,
-                kubeconfig: kubeconfig.clone(),
-            };
-            if let Some(path) = kubeconfig {
-                tokio::fs::write(&path, cluster.kubeconfig()).await?;
-            }
-            clusters.push(cluster);
-        }
-        Ok(Sim {
-            clock,
-            clusters,
-            shutdown,
-            tasks,
-        })
-    }
-
-    /// Starts `n` clusters named `cluster-0` … `cluster-{n-1}` without kubeconfig files.
-    pub async fn start_n(n: usize, config: SimConfig) -> Result<Sim> {
-        let names: Vec<String> = (0..n).map(|i| format!("cluster-{i}")).collect();
-        Sim::start(&names, config, None).await
-    }
-
-    /// All clusters in start order.
-    pub fn clusters(&self) -> &[Cluster] {
-        &self.clusters
-    }
-
-    /// A cluster by name.
-    pub fn cluster(&self, name: &str) -> Option<&Cluster> {
-        self.clusters.iter().find(|c| c.name() == name)
-    }
-
-    /// Simulated milliseconds since the Unix epoch.
-    pub fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
-    }
-
-    /// Moves simulated time forward and lets controllers react.
-    pub fn advance(&self, by: Duration) {
-        self.clock.advance(by);
-        self.wake_all();
-    }
-
-    /// Runs simulated time `speed` times faster than real time.
-    pub fn set_speed(&self, speed: f64) {
-        self.clock.set_speed(speed);
-        self.wake_all();
-    }
-
-    fn wake_all(&self) {
-        for c in &self.clusters {
-            c.inner.wake.notify_one();
-            c.inner.scalers.clock_moved();
-        }
-    }
-
-    /// Stops every server, watch and controller, and waits for them.
-    pub async fn shutdown(mut self) {
-        self.shutdown.cancel();
-        for t in std::mem::take(&mut self.tasks) {
-            let _ = t.await;
-        }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
     }
 }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, ClusterShared};
-use crate::controllers::Timers;
+use crate::controllers::timers::Timers;
 use crate::error::{Error, Result};
 use crate::selector::LabelSelector;
 use crate::store::{Store, WriteScope, deleting};

@@ -13,9 +13,9 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{Req, selectors, stream_response};
 use crate::cluster::ClusterShared;
 use crate::error::{Error, Result};
+use crate::http::{Req, selectors, stream_response, system_time};
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector, labels_of};
 use crate::store::{Event, EventKind, Obj};
@@ -277,7 +277,7 @@ impl WatchState {
                 &self.def.plural,
                 std::slice::from_ref(obj),
                 self.def.printer_columns.as_ref(),
-                crate::api::system_time(self.c.now()),
+                system_time(self.c.now()),
             );
             if self.table_header_sent {
                 t["columnDefinitions"] = json!([]);

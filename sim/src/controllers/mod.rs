@@ -15,6 +15,7 @@ mod namespace;
 mod replicaset;
 mod scheduler;
 mod statefulset;
+pub(crate) mod timers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,7 @@ use crate::store::{Obj, Propagation, Store, WriteScope, deleting, owner_uids};
 use crate::util::{get_path, meta_mut, meta_str, rfc3339};
 
 pub use kubelet::add_nodes;
+pub(crate) use timers::Timers;
 
 use deployment::deployments;
 use events::expire_events;
@@ -95,16 +97,6 @@ pub async fn run(c: Arc<ClusterShared>) {
             }
         }
         next_due = timers.0;
-    }
-}
-
-/// The earliest simulated time a controller wants to look again.
-#[derive(Debug, Default)]
-pub(crate) struct Timers(pub(crate) Option<i64>);
-
-impl Timers {
-    pub(crate) fn at(&mut self, t: i64) {
-        self.0 = Some(self.0.map_or(t, |x| x.min(t)));
     }
 }
 

@@ -177,14 +177,13 @@ struct SoReadings {
     triggers: BTreeMap<usize, Reading>,
 }
 
-/// One cluster's external scalers: the targets the KEDA loop publishes, their last answers,
-/// call counts, and the gRPC channels (see the module comment).
+/// One cluster's external scalers: the targets the KEDA loop publishes, their last answers
+/// and call counts (the gRPC channels belong to [`super::grpc`]'s task).
 #[derive(Debug)]
 pub struct Scalers {
     targets: watch::Sender<Arc<Targets>>,
     readings: Mutex<Readings>,
     calls: Mutex<HashMap<(String, String), u64>>,
-    pub(super) channels: super::grpc::Channels,
     clock_moved: Notify,
 }
 
@@ -194,7 +193,6 @@ impl Default for Scalers {
             targets: watch::Sender::new(Arc::new(Targets::new())),
             readings: Mutex::default(),
             calls: Mutex::default(),
-            channels: super::grpc::Channels::default(),
             clock_moved: Notify::new(),
         }
     }

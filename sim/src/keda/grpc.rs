@@ -25,7 +25,7 @@ type ChannelKey = (String, Option<TlsMaterial>);
 /// gRPC channels by (address, TLS material), shared by the triggers that agree on both, as
 /// KEDA's connection pool is. New material (a rotated Secret) is a new key, so a new channel.
 #[derive(Debug, Default)]
-pub(crate) struct Channels(Mutex<HashMap<ChannelKey, Channel>>);
+struct Channels(Mutex<HashMap<ChannelKey, Channel>>);
 
 impl Channels {
     /// Consistent through a panic elsewhere (a lookup or an insert), so poison is recovered.
@@ -58,6 +58,7 @@ impl Channels {
 /// Follows the cluster's published targets: a poller per external trigger, replaced when its
 /// target changes, stopped when it goes away. Ends at shutdown.
 pub(crate) async fn run(c: Arc<ClusterShared>) {
+    let channels = Arc::new(Channels::default());
     let mut published = c.scalers.subscribe();
     let mut pollers: HashMap<TriggerKey, (ScalerTarget, JoinHandle<()>)> = HashMap::new();
     loop {
@@ -70,10 +71,15 @@ pub(crate) async fn run(c: Arc<ClusterShared>) {
             keep
         });
         c.scalers.retain(&targets);
-        c.scalers.channels.retain(&targets);
+        channels.retain(&targets);
         for (key, target) in targets.iter() {
             if !pollers.contains_key(key) {
-                let task = tokio::spawn(poll_loop(c.clone(), key.clone(), target.clone()));
+                let task = tokio::spawn(poll_loop(
+                    c.clone(),
+                    channels.clone(),
+                    key.clone(),
+                    target.clone(),
+                ));
                 pollers.insert(key.clone(), (target.clone(), task));
             }
         }
@@ -89,10 +95,15 @@ pub(crate) async fn run(c: Arc<ClusterShared>) {
 
 /// Polls one trigger at once, then every polling interval of simulated time; wakes the KEDA
 /// loop when the answer changes.
-async fn poll_loop(c: Arc<ClusterShared>, key: TriggerKey, target: ScalerTarget) {
+async fn poll_loop(
+    c: Arc<ClusterShared>,
+    channels: Arc<Channels>,
+    key: TriggerKey,
+    target: ScalerTarget,
+) {
     loop {
         let started = c.now();
-        let reading = poll(&c.scalers, &target).await;
+        let reading = poll(&c.scalers, &channels, &target).await;
         if let Err(error) = &reading {
             tracing::debug!(cluster = %c.name, namespace = %key.0, scaled_object = %key.1, trigger = key.2, %error, "external scaler failed");
         }
@@ -132,8 +143,8 @@ async fn sleep_until(c: &ClusterShared, due: i64) -> bool {
 }
 
 /// One poll: `GetMetricSpec`, `GetMetrics` for its first metric, `IsActive`.
-async fn poll(scalers: &Scalers, target: &ScalerTarget) -> Reading {
-    let mut client = ExternalScalerClient::new(scalers.channels.get(target)?);
+async fn poll(scalers: &Scalers, channels: &Channels, target: &ScalerTarget) -> Reading {
+    let mut client = ExternalScalerClient::new(channels.get(target)?);
     let address = target.address.as_str();
     let so_ref = ScaledObjectRef {
         name: target.name.clone(),
