@@ -94,7 +94,7 @@ fn object(
 /// The child ScaledObject of a DSO named `name` in `namespace`: its `scaledObjectSpec`
 /// targeting the DSO's `/scale`, with the DSO's pause annotations (KEDA pauses the HPA
 /// too). With a `scaler`, each `kedge-pod-metrics` trigger becomes the `external` trigger
-/// KEDA calls the hub with (see [`external_triggers`]); without one they stay as written.
+/// KEDA calls the hub with (see `external_triggers`); without one they stay as written.
 pub fn child_of_dso(
     dso: &DistributedScaledObject,
     namespace: &str,

@@ -311,7 +311,7 @@ fn watch_health(
 
 /// Once told to stop, the hub process exits by this deadline even if some task hangs
 /// (`kedge-hub`'s `main` enforces it); the orderly path (controllers, then the Lease) takes
-/// at most [`CONTROLLERS_STOP`] and two bounded Lease calls.
+/// at most `CONTROLLERS_STOP` and two bounded Lease calls.
 pub const STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(9);
 
 /// How long a stopping hub waits for its controllers before it aborts them and releases

@@ -20,7 +20,7 @@ use crate::util::{hex_decode, hex_encode, meta_mut, meta_str, parse_query};
 /// anything longer gets `413 RequestEntityTooLarge`.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// The router of one cluster: every path goes through [`handle`].
+/// The router of one cluster: every path goes through `handle`.
 pub fn router(cluster: Arc<ClusterShared>) -> Router {
     Router::new().fallback(handle).with_state(cluster)
 }

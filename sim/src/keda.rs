@@ -2,7 +2,7 @@
 //! writes the target's `/scale`, and the external metrics API serving the
 //! trigger values like KEDA's metrics server.
 //!
-//! `external` triggers call a gRPC scaler ([`external`], [`grpc`]); the loop here only reads
+//! `external` triggers call a gRPC scaler ([`external`], `grpc`); the loop here only reads
 //! their last answers, so it never waits on the network under the store lock.
 
 mod auth;

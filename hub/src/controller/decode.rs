@@ -11,7 +11,7 @@
 //! path) and by a Warning Event `InvalidSpec`. Every other object keeps being reconciled.
 //!
 //! Each watch also reports whether it lists and watches at all ([`WatchHealth`]): `/readyz`
-//! turns unready when one has failed for longer than [`WatchHealth::tolerance`].
+//! turns unready when one has failed for longer than `WatchHealth::tolerance`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -41,7 +41,7 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// Shortest time between two status writes of one DSO.
 pub const STATUS_WRITE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Runs one API call under [`API_TIMEOUT`].
+/// Runs one API call under `API_TIMEOUT`.
 pub async fn bounded<T>(
     what: &'static str,
     call: impl std::future::Future<Output = Result<T, kube::Error>>,

@@ -2,8 +2,8 @@
 //! external scaler with, and each trigger's last answer.
 //!
 //! The KEDA loop runs under the store lock, so it never calls a scaler: it derives every
-//! external trigger's [`ScalerTarget`] from the store and publishes them ([`Scalers::set_targets`]);
-//! [`super::grpc`] calls each target every polling interval, off the lock, and records the
+//! external trigger's [`ScalerTarget`] from the store and publishes them (`Scalers::set_targets`);
+//! `super::grpc` calls each target every polling interval, off the lock, and records the
 //! answer here; the loop reads the answers ([`Scalers::reading`]) and is woken when one changes.
 
 use std::collections::{BTreeMap, HashMap};
@@ -178,7 +178,7 @@ struct SoReadings {
 }
 
 /// One cluster's external scalers: the targets the KEDA loop publishes, their last answers
-/// and call counts (the gRPC channels belong to [`super::grpc`]'s task).
+/// and call counts (the gRPC channels belong to `super::grpc`'s task).
 #[derive(Debug)]
 pub struct Scalers {
     targets: watch::Sender<Arc<Targets>>,
