@@ -39,7 +39,9 @@ pub type AgentSide = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessa
 
 /// A scripted agent's session with the hub at `addr`: the QUIC connection with `material`,
 /// the control stream after `Hello` (speaking `protocol_version`) and `Welcome`, and a
-/// heartbeat stream kept alive in the background (at most ~17 minutes).
+/// heartbeat stream kept alive in the background (at most ~17 minutes). A hub that refuses
+/// the session as `Unavailable` (not leading yet, its MemberClusters not read yet) is dialed
+/// again for up to 30 s, as a real agent retries.
 pub async fn scripted_agent(
     addr: SocketAddr,
     material: TlsMaterial,
@@ -48,25 +50,35 @@ pub async fn scripted_agent(
     let config =
         tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let connection = endpoint
-        .connect_with(config, addr, "localhost")
-        .unwrap()
-        .await
-        .unwrap();
-    let (send, recv) = connection.open_bi().await.unwrap();
-    let mut control = AgentSide::new(recv, send);
-    control
-        .send(&AgentMessage::Hello(Hello {
-            protocol_version,
-            agent_version: format!("scripted-v{protocol_version}"),
-            kubernetes_version: String::new(),
-            last_applied_revision: 0,
-            namespaces: vec![],
-        }))
-        .await
-        .unwrap();
-    let Some(HubMessage::Welcome(welcome)) = control.recv().await.unwrap() else {
-        panic!("expected Welcome");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (connection, control, welcome) = loop {
+        let connection = endpoint
+            .connect_with(config.clone(), addr, "localhost")
+            .unwrap()
+            .await
+            .unwrap();
+        let (send, recv) = connection.open_bi().await.unwrap();
+        let mut control = AgentSide::new(recv, send);
+        control
+            .send(&AgentMessage::Hello(Hello {
+                protocol_version,
+                agent_version: format!("scripted-v{protocol_version}"),
+                kubernetes_version: String::new(),
+                last_applied_revision: 0,
+                namespaces: vec![],
+            }))
+            .await
+            .unwrap();
+        match control.recv().await.unwrap() {
+            Some(HubMessage::Welcome(welcome)) => break (connection, control, welcome),
+            Some(HubMessage::Refused(refusal))
+                if refusal.code == kedge_protocol::RefusalCode::Unavailable
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => panic!("expected Welcome, got {other:?}"),
+        }
     };
     let (send, recv) = connection.open_bi().await.unwrap();
     let mut beats = AgentSide::new(recv, send);
