@@ -5,6 +5,7 @@ pub mod crds;
 pub mod dev_certs;
 pub mod install;
 pub mod mc;
+pub mod pipe;
 pub mod sessions;
 pub mod setup_member;
 pub mod simulate;
@@ -12,6 +13,7 @@ pub mod simulate;
 use clap::{Args, Parser, Subcommand};
 use kedge_net::agent_cli::{NamespaceScope, flag};
 
+pub use pipe::PipeOutput;
 pub use simulate::SimulateArgs;
 
 /// Where the agent of `mc setup-member` and `install agent` may act: the agent's own
