@@ -69,7 +69,7 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 7443)]
     pub quic_port: u16,
     /// Port of /metrics, /healthz, /readyz.
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = crate::config::DEFAULT_OPS_PORT)]
     pub ops_port: u16,
     /// Type of the QUIC Service agents dial.
     #[arg(long, value_enum, default_value_t = ServiceType::LoadBalancer)]
