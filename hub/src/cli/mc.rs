@@ -46,13 +46,27 @@ pub struct HubCluster {
 pub enum McCommand {
     /// Enroll a member: create its MemberCluster and a one-time bootstrap token, and print
     /// the agent's install for the member cluster (or apply it with --member-kubeconfig).
+    #[command(after_help = "Examples:
+  kubectl kedge mc setup-member edge-1 --namespaces shop,web --hub-address hub.example.com:7443 \\
+    --member-kubeconfig edge-1.kubeconfig
+  kubectl kedge mc setup-member edge-2 --namespaces shop --hub-address hub.example.com:7443 \\
+    | kubectl --kubeconfig edge-2.kubeconfig apply -f -
+  kubectl kedge mc setup-member edge-3 --namespaces shop --hub-address 10.0.0.5:7443 \\
+    --hub-server-name kedge-hub --output helm-values > edge-3-values.yaml")]
     SetupMember(super::setup_member::SetupArgs),
     /// List members: state, versions, address, last heartbeat, certificate expiry, capacity
     /// and namespace policy; `-o wide` adds nodes, the Ready condition's message and why a
     /// `-` is unknown.
+    #[command(after_help = "Examples:
+  kubectl kedge mc list-members
+  kubectl kedge mc list-members -o wide
+  kubectl kedge mc --kubeconfig hub.kubeconfig list-members -o json")]
     ListMembers(ListArgs),
     /// Delete a member: the hub closes its session within a second and refuses its
     /// certificate from then on.
+    #[command(after_help = "Examples:
+  kubectl kedge mc delete-member edge-1
+  kubectl kedge mc --hub-namespace kedge-system delete-member edge-1")]
     DeleteMember(DeleteArgs),
 }
 

@@ -14,6 +14,18 @@ use super::{Error, Result};
 use crate::config::{DEFAULT_OPS_LISTEN, OPS_LISTEN_ENV};
 use crate::registry::MemberSession;
 
+/// `--help` examples of `sessions`.
+pub const EXAMPLES: &str = "Examples:
+  # A hub on this machine, or in a cluster behind a port-forward (its ops port, 8080):
+  kubectl kedge sessions
+  kubectl -n kedge-system port-forward deploy/kedge-hub 8080 &
+  kubectl kedge sessions -o json
+  # The fleet of `kedge-sim up`: the ops URL it prints (`ops http://127.0.0.1:PORT`):
+  kubectl kedge sessions --hub http://127.0.0.1:PORT
+  export KEDGE_HUB_OPS_URL=http://127.0.0.1:PORT; kubectl kedge sessions
+  # A hub with --ops-token-file:
+  kubectl kedge sessions --token-file ops-token";
+
 /// Arguments of `sessions`.
 #[derive(Debug, Clone, Args)]
 pub struct SessionsArgs {
