@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::Secret;
 use kedge_core::crd::MemberCluster;
 use kedge_core::crd::conditions::CONDITION_READY;
+use kedge_core::crd::member::MemberCapacity;
 use kube::api::{Api, DeleteParams, ListParams};
 
 use super::{Error, Result, sessions, table};
@@ -202,16 +203,6 @@ fn dash(value: Option<&String>) -> String {
 fn member_row(m: &MemberCluster, now: SystemTime, wide: bool) -> Vec<String> {
     let status = m.status.clone().unwrap_or_default();
     let capacity = status.capacity.as_ref();
-    let used_of = |resource: &str, show: fn(&str) -> String| {
-        capacity
-            .and_then(|c| c.allocatable.get(resource))
-            .map_or("-".into(), |total| {
-                let used = capacity
-                    .and_then(|c| c.allocated.get(resource))
-                    .map_or("0".into(), |q| show(&q.0));
-                format!("{used}/{}", show(&total.0))
-            })
-    };
     let grants: Vec<String> = m
         .spec
         .namespace_mappings
@@ -232,8 +223,8 @@ fn member_row(m: &MemberCluster, now: SystemTime, wide: bool) -> Vec<String> {
             .certificate_expiry
             .as_ref()
             .map_or("-".into(), |t| sessions::expires(t.0.as_second(), now)),
-        used_of("cpu", cpu),
-        used_of("memory", memory),
+        used_of(capacity, "cpu", cpu),
+        used_of(capacity, "memory", memory),
         if m.spec.namespaces.is_empty() {
             "-".to_owned()
         } else {
@@ -254,6 +245,23 @@ fn member_row(m: &MemberCluster, now: SystemTime, wide: bool) -> Vec<String> {
         row.push(message(m));
     }
     row
+}
+
+/// `requested/allocatable` of `resource`, each shown by `show`; `-` when not reported.
+fn used_of(capacity: Option<&MemberCapacity>, resource: &str, show: fn(&str) -> String) -> String {
+    let Some(capacity) = capacity else {
+        return "-".into();
+    };
+    capacity
+        .allocatable
+        .get(resource)
+        .map_or("-".into(), |total| {
+            let used = capacity
+                .allocated
+                .get(resource)
+                .map_or("0".into(), |q| show(&q.0));
+            format!("{used}/{}", show(&total.0))
+        })
 }
 
 /// The Ready condition's message, then why each `-` of the row is unknown.
@@ -314,7 +322,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-    use kedge_core::crd::member::{MemberCapacity, NamespaceMapping};
+    use kedge_core::crd::member::NamespaceMapping;
     use kedge_core::crd::{MemberClusterSpec, MemberClusterStatus};
     use std::time::{Duration, UNIX_EPOCH};
 

@@ -113,6 +113,20 @@ fn chain(error: &dyn std::error::Error) -> String {
 pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<()> {
     let listen_env = std::env::var(OPS_LISTEN_ENV).ok();
     let endpoint = ops_endpoint(args.hub.as_deref(), listen_env.as_deref())?;
+    let sessions = fetch(&endpoint, args.token_file.as_deref()).await?;
+    if args.output == "json" {
+        writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
+    } else {
+        write!(out, "{}", render_table(&sessions, SystemTime::now()))?;
+    }
+    Ok(())
+}
+
+/// The session list of the hub at `endpoint`, asked with the token in `token_file`.
+async fn fetch(
+    endpoint: &OpsEndpoint,
+    token_file: Option<&std::path::Path>,
+) -> Result<Vec<MemberSession>> {
     let url = format!("{}/v1/sessions", endpoint.url);
     let fail = |message: String| Error::Hub {
         url: url.clone(),
@@ -122,7 +136,7 @@ pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<(
         .parse()
         .map_err(|e| fail(format!("invalid URL ({}): {e}", endpoint.origin)))?;
     let mut request = hyper::Request::get(uri);
-    if let Some(path) = &args.token_file {
+    if let Some(path) = token_file {
         let token = std::fs::read_to_string(path)
             .map_err(|e| fail(format!("cannot read --token-file {}: {e}", path.display())))?;
         let value = HeaderValue::from_str(&format!("Bearer {}", token.trim())).map_err(|_| {
@@ -165,14 +179,7 @@ pub async fn run(args: &SessionsArgs, out: &mut impl std::io::Write) -> Result<(
             String::from_utf8_lossy(&body)
         )));
     }
-    let sessions: Vec<MemberSession> =
-        serde_json::from_slice(&body).map_err(|e| fail(format!("not a session list: {e}")))?;
-    if args.output == "json" {
-        writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
-    } else {
-        write!(out, "{}", render_table(&sessions, SystemTime::now()))?;
-    }
-    Ok(())
+    serde_json::from_slice(&body).map_err(|e| fail(format!("not a session list: {e}")))
 }
 
 /// How long ago `unix_ms` was, in seconds.
