@@ -1,6 +1,6 @@
 //! Command-line and environment configuration of `kedge-hub`.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,6 +9,19 @@ use kedge_net::telemetry::LogFormat;
 
 use crate::registry::Liveness;
 use crate::server::ServerLimits;
+
+/// Port of the hub's ops endpoint, in every setup: the hub's default `--ops-listen`, the Helm
+/// chart's and `kubectl kedge install hub`'s `0.0.0.0:PORT` (where `kubectl port-forward`
+/// reaches it), and where `kubectl kedge sessions` looks first.
+pub const DEFAULT_OPS_PORT: u16 = 8080;
+
+/// The hub's default `--ops-listen`: loopback, [`DEFAULT_OPS_PORT`].
+pub const DEFAULT_OPS_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, DEFAULT_OPS_PORT));
+
+/// The environment variable of `--ops-listen`; `kubectl kedge sessions` reads it too, so that
+/// a shell that started the hub with it finds the hub.
+pub const OPS_LISTEN_ENV: &str = "KEDGE_HUB_OPS_LISTEN";
 
 /// The kedge hub: makes every scaling, placement and taint decision for a fleet of member
 /// clusters whose agents dial in over QUIC with mutual TLS.
@@ -21,7 +34,7 @@ pub struct HubArgs {
     /// TCP address of the ops endpoint (/metrics, /healthz, /readyz, /v1/sessions).
     /// Loopback by default; in a cluster set 0.0.0.0:8080 so that kubelet probes and
     /// Prometheus reach it (the Helm chart and `kubectl kedge install hub` do).
-    #[arg(long, env = "KEDGE_HUB_OPS_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(long, env = OPS_LISTEN_ENV, default_value_t = DEFAULT_OPS_LISTEN)]
     pub ops_listen: SocketAddr,
     /// PEM file with the hub's server certificate chain. With --tls-key and --tls-ca:
     /// certificates from files, no enrollment. Without all three: the hub CA comes from the

@@ -39,8 +39,17 @@ pub struct InstallArgs {
 #[derive(Debug, Subcommand)]
 pub enum InstallCommand {
     /// The hub in the management cluster: CRDs, namespace, RBAC, Deployment, Services.
+    #[command(after_help = "Examples:
+  kubectl kedge install hub | kubectl apply -f -
+  kubectl kedge install hub --replicas 2 --dsj-enabled true | kubectl apply -f -
+  kubectl kedge install hub -o helm-values > values.yaml")]
     Hub(HubArgs),
     /// An agent in a member cluster: RBAC per namespace, connection Secret, Deployment.
+    #[command(after_help = "Examples:
+  kubectl kedge install agent --hub-address hub.example.com:7443 --ca-file ca.crt \\
+    --token-file token --namespaces shop,web | kubectl --kubeconfig edge-1.kubeconfig apply -f -
+  kubectl kedge install agent --hub-address hub.example.com:7443 --ca-file ca.crt \\
+    --cert-file edge-1.crt --key-file edge-1.key --namespaces shop -o helm-values")]
     Agent(AgentArgs),
 }
 
@@ -69,7 +78,7 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 7443)]
     pub quic_port: u16,
     /// Port of /metrics, /healthz, /readyz.
-    #[arg(long, default_value_t = 8080)]
+    #[arg(long, default_value_t = crate::config::DEFAULT_OPS_PORT)]
     pub ops_port: u16,
     /// Type of the QUIC Service agents dial.
     #[arg(long, value_enum, default_value_t = ServiceType::LoadBalancer)]
@@ -253,6 +262,9 @@ pub struct UninstallArgs {
 pub enum UninstallCommand {
     /// The hub's objects; the CRDs (and so every DSO, DSJ and MemberCluster) and the CA
     /// Secret stay unless asked.
+    #[command(after_help = "Examples:
+  kubectl kedge uninstall hub | kubectl delete -f -
+  kubectl kedge uninstall hub --include-crds --include-ca | kubectl delete -f -")]
     Hub {
         /// The hub's namespace.
         #[arg(long, default_value = DEFAULT_AGENT_NAMESPACE)]
@@ -269,6 +281,9 @@ pub enum UninstallCommand {
     },
     /// An agent's objects, its identity Secret included; the workloads it scaled stay as they
     /// are.
+    #[command(after_help = "Examples:
+  kubectl kedge uninstall agent --namespaces shop,web \\
+    | kubectl --kubeconfig edge-1.kubeconfig delete -f -")]
     Agent {
         /// The namespaces the agent was given (their Roles go).
         #[arg(long, value_delimiter = ',')]

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::Secret;
 use kedge_core::crd::MemberCluster;
+use kedge_core::crd::conditions::CONDITION_READY;
+use kedge_core::crd::member::MemberCapacity;
 use kube::api::{Api, DeleteParams, ListParams};
 
 use super::{Error, Result, sessions, table};
@@ -45,20 +47,35 @@ pub struct HubCluster {
 pub enum McCommand {
     /// Enroll a member: create its MemberCluster and a one-time bootstrap token, and print
     /// the agent's install for the member cluster (or apply it with --member-kubeconfig).
+    #[command(after_help = "Examples:
+  kubectl kedge mc setup-member edge-1 --namespaces shop,web --hub-address hub.example.com:7443 \\
+    --member-kubeconfig edge-1.kubeconfig
+  kubectl kedge mc setup-member edge-2 --namespaces shop --hub-address hub.example.com:7443 \\
+    | kubectl --kubeconfig edge-2.kubeconfig apply -f -
+  kubectl kedge mc setup-member edge-3 --namespaces shop --hub-address 10.0.0.5:7443 \\
+    --hub-server-name kedge-hub --output helm-values > edge-3-values.yaml")]
     SetupMember(super::setup_member::SetupArgs),
-    /// List members: state, versions, address, last heartbeat, certificate expiry and
-    /// namespace policy.
+    /// List members: state, versions, address, last heartbeat, certificate expiry, capacity
+    /// and namespace policy; `-o wide` adds nodes, the Ready condition's message and why a
+    /// `-` is unknown.
+    #[command(after_help = "Examples:
+  kubectl kedge mc list-members
+  kubectl kedge mc list-members -o wide
+  kubectl kedge mc --kubeconfig hub.kubeconfig list-members -o json")]
     ListMembers(ListArgs),
     /// Delete a member: the hub closes its session within a second and refuses its
     /// certificate from then on.
+    #[command(after_help = "Examples:
+  kubectl kedge mc delete-member edge-1
+  kubectl kedge mc --hub-namespace kedge-system delete-member edge-1")]
     DeleteMember(DeleteArgs),
 }
 
 /// Arguments of `mc list-members`.
 #[derive(Debug, Clone, Args)]
 pub struct ListArgs {
-    /// Output format: table or json.
-    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    /// Output format: table, wide (more columns) or json.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "wide", "json"])]
     pub output: String,
 }
 
@@ -87,7 +104,8 @@ pub async fn run(args: &McArgs, out: &mut impl std::io::Write) -> Result<()> {
             if list.output == "json" {
                 writeln!(out, "{}", serde_json::to_string_pretty(&members)?)?;
             } else {
-                write!(out, "{}", render_members(&members, SystemTime::now()))?;
+                let wide = list.output == "wide";
+                write!(out, "{}", render_members(&members, SystemTime::now(), wide))?;
             }
             Ok(())
         }
@@ -151,63 +169,159 @@ async fn delete_member(
     Ok(())
 }
 
-/// Renders members as a table.
-pub fn render_members(members: &[MemberCluster], now: SystemTime) -> String {
-    let dash = |v: Option<&String>| v.filter(|s| !s.is_empty()).cloned().unwrap_or("-".into());
-    let mut rows = vec![
-        [
-            "NAME",
-            "STATE",
-            "AGENT",
-            "KUBERNETES",
-            "ADDRESS",
-            "HEARTBEAT",
-            "CERT-EXPIRES",
-            "NAMESPACES",
-            "GRANTS",
-        ]
-        .map(String::from)
-        .to_vec(),
+/// Renders members as a table; `wide` adds nodes and a message saying why a cell is `-`.
+pub fn render_members(members: &[MemberCluster], now: SystemTime, wide: bool) -> String {
+    let mut header = vec![
+        "NAME",
+        "STATE",
+        "AGENT",
+        "KUBERNETES",
+        "ADDRESS",
+        "HEARTBEAT",
+        "CERT-EXPIRES",
+        "CPU",
+        "MEMORY",
+        "NAMESPACES",
+        "GRANTS",
     ];
-    for m in members {
-        let status = m.status.clone().unwrap_or_default();
-        let namespaces = if m.spec.namespaces.is_empty() {
+    if wide {
+        header.extend(["NODES", "MESSAGE"]);
+    }
+    let mut rows = vec![header.into_iter().map(String::from).collect()];
+    rows.extend(members.iter().map(|m| member_row(m, now, wide)));
+    table(&rows)
+}
+
+/// `-` for what the hub has not written.
+fn dash(value: Option<&String>) -> String {
+    value
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .unwrap_or_else(|| "-".into())
+}
+
+fn member_row(m: &MemberCluster, now: SystemTime, wide: bool) -> Vec<String> {
+    let status = m.status.clone().unwrap_or_default();
+    let capacity = status.capacity.as_ref();
+    let grants: Vec<String> = m
+        .spec
+        .namespace_mappings
+        .iter()
+        .map(|g| format!("{}->{}", g.hub_namespace, g.member_namespaces.join("+")))
+        .collect();
+    let mut row = vec![
+        dash(m.metadata.name.as_ref()),
+        dash(status.state.as_ref()),
+        dash(status.agent_version.as_ref()),
+        dash(status.kubernetes_version.as_ref()),
+        dash(status.address.as_ref()),
+        status
+            .last_heartbeat_time
+            .as_ref()
+            .map_or("-".into(), |t| sessions::ago(t.0.as_millisecond(), now)),
+        status
+            .certificate_expiry
+            .as_ref()
+            .map_or("-".into(), |t| sessions::expires(t.0.as_second(), now)),
+        used_of(capacity, "cpu", cpu),
+        used_of(capacity, "memory", memory),
+        if m.spec.namespaces.is_empty() {
             "-".to_owned()
         } else {
             m.spec.namespaces.join(",")
-        };
-        let grants: Vec<String> = m
-            .spec
-            .namespace_mappings
-            .iter()
-            .map(|g| format!("{}->{}", g.hub_namespace, g.member_namespaces.join("+")))
-            .collect();
-        rows.push(vec![
-            dash(m.metadata.name.as_ref()),
-            dash(status.state.as_ref()),
-            dash(status.agent_version.as_ref()),
-            dash(status.kubernetes_version.as_ref()),
-            dash(status.address.as_ref()),
-            status
-                .last_heartbeat_time
-                .map_or("-".into(), |t| sessions::ago(t.0.as_millisecond(), now)),
-            status
-                .certificate_expiry
-                .map_or("-".into(), |t| sessions::expires(t.0.as_second(), now)),
-            namespaces,
-            if grants.is_empty() {
-                "-".to_owned()
-            } else {
-                grants.join(";")
-            },
-        ]);
+        },
+        if grants.is_empty() {
+            "none".to_owned()
+        } else {
+            grants.join(";")
+        },
+    ];
+    if wide {
+        row.push(dash(
+            capacity
+                .and_then(|c| c.allocatable.get("nodes"))
+                .map(|q| &q.0),
+        ));
+        row.push(message(m));
     }
-    table(&rows)
+    row
+}
+
+/// `requested/allocatable` of `resource`, each shown by `show`; `-` when not reported.
+fn used_of(capacity: Option<&MemberCapacity>, resource: &str, show: fn(&str) -> String) -> String {
+    let Some(capacity) = capacity else {
+        return "-".into();
+    };
+    capacity
+        .allocatable
+        .get(resource)
+        .map_or("-".into(), |total| {
+            let used = capacity
+                .allocated
+                .get(resource)
+                .map_or("0".into(), |q| show(&q.0));
+            format!("{used}/{}", show(&total.0))
+        })
+}
+
+/// The Ready condition's message, then why each `-` of the row is unknown.
+fn message(m: &MemberCluster) -> String {
+    let Some(status) = &m.status else {
+        return "no status: the hub has not written one yet (is it running, and leading?)".into();
+    };
+    let mut parts: Vec<String> = status
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == CONDITION_READY && !c.message.is_empty())
+        .map(|c| c.message.clone())
+        .collect();
+    let unknown = |v: &Option<String>| v.as_deref().is_none_or(str::is_empty);
+    let never = status.agent_version.is_none() && status.last_heartbeat_time.is_none();
+    if never {
+        parts.push("agent, versions, address, times and capacity: no session yet".into());
+    } else {
+        if unknown(&status.kubernetes_version) {
+            parts.push("KUBERNETES: the agent could not read the member's version".into());
+        }
+        if status.capacity.is_none() {
+            parts.push("CPU, MEMORY: the agent has not reported capacity yet".into());
+        }
+    }
+    if m.spec.namespaces.is_empty() {
+        parts.push(
+            "NAMESPACES: not recorded (setup-member --all-namespaces, or made by hand)".into(),
+        );
+    }
+    parts.join("; ")
+}
+
+/// CPU as cores (`1.5`), from the hub's millicores (`1500m`) or any other form as written.
+fn cpu(quantity: &str) -> String {
+    match quantity.strip_suffix('m').map(str::parse::<u64>) {
+        Some(Ok(millis)) if millis % 1000 == 0 => (millis / 1000).to_string(),
+        Some(Ok(millis)) => format!("{:.1}", millis as f64 / 1000.0),
+        _ => quantity.to_owned(),
+    }
+}
+
+/// Memory in GiB (`96Gi`, `1.5Gi`) or, below 0.1 GiB, MiB, from the hub's bytes; as written
+/// when not plain bytes.
+fn memory(quantity: &str) -> String {
+    const GIB: u64 = 1 << 30;
+    match quantity.parse::<u64>() {
+        Ok(0) => "0".into(),
+        Ok(bytes) if bytes % GIB == 0 => format!("{}Gi", bytes / GIB),
+        Ok(bytes) if bytes >= GIB / 10 => format!("{:.1}Gi", bytes as f64 / GIB as f64),
+        Ok(bytes) => format!("{}Mi", bytes.div_ceil(1 << 20)),
+        Err(_) => quantity.to_owned(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use kedge_core::crd::member::NamespaceMapping;
     use kedge_core::crd::{MemberClusterSpec, MemberClusterStatus};
     use std::time::{Duration, UNIX_EPOCH};
@@ -236,7 +350,7 @@ mod tests {
             ..Default::default()
         });
         let never = MemberCluster::new("edge-2", MemberClusterSpec::default());
-        let out = render_members(&[m, never], now);
+        let out = render_members(&[m, never], now, false);
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("NAME"), "{out}");
         for cell in [
@@ -254,5 +368,101 @@ mod tests {
         }
         assert!(lines[2].starts_with("edge-2"), "{out}");
         assert!(lines[2].matches(" - ").count() >= 6, "{out}");
+    }
+
+    fn quantities(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, Quantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+            .collect()
+    }
+
+    #[test]
+    fn capacity_is_shown_as_used_of_allocatable() {
+        assert_eq!(cpu("24000m"), "24");
+        assert_eq!(cpu("1500m"), "1.5");
+        assert_eq!(cpu("2"), "2");
+        assert_eq!(memory("103079215104"), "96Gi");
+        assert_eq!(memory("1610612736"), "1.5Gi");
+        assert_eq!(memory("52428800"), "50Mi");
+        assert_eq!(memory("0"), "0");
+        assert_eq!(memory("1Gi"), "1Gi");
+
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut m = MemberCluster::new("edge-1", MemberClusterSpec::default());
+        m.status = Some(MemberClusterStatus {
+            state: Some("Ready".into()),
+            agent_version: Some("0.1.0".into()),
+            kubernetes_version: Some("v1.33.0".into()),
+            capacity: Some(MemberCapacity {
+                allocatable: quantities(&[
+                    ("cpu", "24000m"),
+                    ("memory", "103079215104"),
+                    ("nodes", "3"),
+                ]),
+                allocated: quantities(&[("cpu", "1500m"), ("memory", "1610612736")]),
+            }),
+            conditions: vec![Condition {
+                type_: CONDITION_READY.into(),
+                status: "True".into(),
+                message: "session 7 from 10.0.0.7:4433".into(),
+                reason: "Connected".into(),
+                last_transition_time: kedge_core::time::from_unix_ms(0),
+                observed_generation: None,
+            }],
+            ..Default::default()
+        });
+        let out = render_members(std::slice::from_ref(&m), now, false);
+        let row = out.lines().nth(1).unwrap();
+        assert!(row.contains("1.5/24"), "{out}");
+        assert!(row.contains("1.5Gi/96Gi"), "{out}");
+        assert!(row.contains("none"), "no grants: {out}");
+        assert!(!out.contains("NODES"), "{out}");
+
+        let wide = render_members(&[m], now, true);
+        let (header, row) = (wide.lines().next().unwrap(), wide.lines().nth(1).unwrap());
+        assert!(
+            header.contains("NODES") && header.ends_with("MESSAGE"),
+            "{wide}"
+        );
+        assert!(row.contains(" 3 "), "{wide}");
+        assert!(row.contains("session 7 from 10.0.0.7:4433"), "{wide}");
+        assert!(row.contains("NAMESPACES: not recorded"), "{wide}");
+    }
+
+    #[test]
+    fn wide_says_why_a_cell_is_unknown() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let spec = MemberClusterSpec {
+            namespaces: vec!["apps".into()],
+            ..Default::default()
+        };
+        let unwritten = MemberCluster::new("edge-0", spec.clone());
+        let mut pending = MemberCluster::new("edge-1", spec.clone());
+        pending.status = Some(MemberClusterStatus {
+            state: Some("Pending".into()),
+            ..Default::default()
+        });
+        let mut blind = MemberCluster::new("edge-2", spec);
+        blind.status = Some(MemberClusterStatus {
+            state: Some("Ready".into()),
+            agent_version: Some("0.1.0".into()),
+            kubernetes_version: Some(String::new()),
+            last_heartbeat_time: Some(kedge_core::time::from_unix_ms(999_999_000)),
+            ..Default::default()
+        });
+        let out = render_members(&[unwritten, pending, blind], now, true);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[1].contains("the hub has not written one yet"),
+            "{out}"
+        );
+        assert!(lines[2].contains("no session yet"), "{out}");
+        assert!(
+            lines[3].contains("KUBERNETES: the agent could not read")
+                && lines[3].contains("CPU, MEMORY: the agent has not reported"),
+            "{out}"
+        );
+        assert!(!out.contains("NAMESPACES: not recorded"), "{out}");
     }
 }

@@ -5,6 +5,7 @@ pub mod crds;
 pub mod dev_certs;
 pub mod install;
 pub mod mc;
+pub mod pipe;
 pub mod sessions;
 pub mod setup_member;
 pub mod simulate;
@@ -12,6 +13,7 @@ pub mod simulate;
 use clap::{Args, Parser, Subcommand};
 use kedge_net::agent_cli::{NamespaceScope, flag};
 
+pub use pipe::PipeOutput;
 pub use simulate::SimulateArgs;
 
 /// Where the agent of `mc setup-member` and `install agent` may act: the agent's own
@@ -44,7 +46,14 @@ impl NamespaceArgs {
     name = "kubectl-kedge",
     bin_name = "kubectl kedge",
     version,
-    about = "Operate kedge, multi-cluster autoscaling next to KEDA, from kubectl"
+    about = "Operate kedge, multi-cluster autoscaling next to KEDA, from kubectl",
+    after_help = "Examples:
+  kubectl kedge crds | kubectl apply -f -
+  kubectl kedge install hub | kubectl apply -f -
+  kubectl kedge mc setup-member edge-1 --namespaces shop --hub-address hub.example.com:7443 \\
+    --member-kubeconfig edge-1.kubeconfig
+  kubectl kedge mc list-members -o wide
+  kubectl kedge sessions"
 )]
 pub struct Cli {
     /// The subcommand.
@@ -56,20 +65,44 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run kedge's placement and scaling decisions on a scenario file, without a cluster.
+    #[command(after_help = "Examples:
+  kubectl kedge simulate -f deploy/examples/simulate/dso-failover.yaml
+  kubectl kedge simulate -f deploy/examples/simulate/dsj-priority-failover.yaml -o json
+  cat scenario.yaml | kubectl kedge simulate -f -")]
     Simulate(SimulateArgs),
     /// Print kedge's CustomResourceDefinitions (pipe to `kubectl apply -f -`).
+    #[command(after_help = "Examples:
+  kubectl kedge crds | kubectl apply --server-side -f -
+  kubectl kedge crds > kedge-crds.yaml")]
     Crds,
     /// Create a development CA, hub server certificate and member client certificates.
+    #[command(after_help = "Examples:
+  kubectl kedge dev-certs --dir ./pki --members edge-1,edge-2
+  kubectl kedge dev-certs --dir ./pki --hub-names hub.example.com,10.0.0.5 --validity 90days")]
     DevCerts(dev_certs::DevCertsArgs),
     /// List agent sessions as the hub sees them.
+    #[command(after_help = sessions::EXAMPLES)]
     Sessions(sessions::SessionsArgs),
     /// Manage member clusters on the hub: setup-member, list-members, delete-member.
+    #[command(after_help = "Examples:
+  kubectl kedge mc list-members
+  kubectl kedge mc --kubeconfig hub.kubeconfig list-members -o wide
+  kubectl kedge mc setup-member edge-1 --namespaces shop --hub-address hub.example.com:7443 \\
+    --member-kubeconfig edge-1.kubeconfig
+  kubectl kedge mc delete-member edge-1")]
     Mc(mc::McArgs),
     /// Print the hub's or an agent's install (pipe to `kubectl apply -f -`), or the same
     /// install as Helm chart values (`-o helm-values`).
+    #[command(after_help = "Examples:
+  kubectl kedge install hub | kubectl apply -f -
+  kubectl kedge install agent --hub-address hub.example.com:7443 --ca-file ca.crt \\
+    --token-file token --namespaces shop | kubectl --kubeconfig edge-1.kubeconfig apply -f -")]
     Install(install::InstallArgs),
     /// Print what `install` made, for `kubectl delete -f -`; CRDs and the hub CA stay
     /// unless asked.
+    #[command(after_help = "Examples:
+  kubectl kedge uninstall hub | kubectl delete -f -
+  kubectl kedge uninstall agent --namespaces shop | kubectl --kubeconfig edge-1.kubeconfig delete -f -")]
     Uninstall(install::UninstallArgs),
 }
 
@@ -166,4 +199,57 @@ pub fn table(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// The path of every command of the tree under `command`, itself included, each with its
+    /// `--help` text after the options.
+    fn walk(command: &clap::Command, path: &str, out: &mut Vec<(String, String)>) {
+        let after = command
+            .get_after_long_help()
+            .or(command.get_after_help())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        out.push((path.to_owned(), after));
+        for sub in command.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_command_has_examples_in_its_help() {
+        let mut commands = Vec::new();
+        walk(&Cli::command(), "kubectl kedge", &mut commands);
+        assert!(commands.len() > 10, "{commands:?}");
+        let missing: Vec<&str> = commands
+            .iter()
+            .filter(|(path, after)| {
+                let examples = after.split_once("Examples:\n").map_or("", |(_, e)| e);
+                // Each example runs the command it documents.
+                let name = path.trim_start_matches("kubectl ");
+                !examples.lines().any(|l| l.contains(name))
+            })
+            .map(|(path, _)| path.as_str())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "no `Examples:` in --help of {missing:?}"
+        );
+    }
+
+    #[test]
+    fn help_shows_the_examples() {
+        let help = Cli::try_parse_from(["kubectl-kedge", "mc", "list-members", "--help"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            help.contains("Examples:\n  kubectl kedge mc list-members"),
+            "{help}"
+        );
+    }
 }

@@ -96,7 +96,7 @@ impl Default for HubDeployment {
             tag: env!("CARGO_PKG_VERSION").to_owned(),
             replicas: 1,
             quic_port: 7443,
-            ops_port: 8080,
+            ops_port: crate::config::DEFAULT_OPS_PORT,
             service_type: ServiceType::LoadBalancer,
             heartbeat_interval: "5s".to_owned(),
             heartbeat_tolerance: 3,
