@@ -305,7 +305,11 @@ pub fn builtins() -> Vec<ResourceDef> {
             &[],
             false,
         ),
-        R::builtin("events.k8s.io", "v1", "Event", "events", true, &[], false),
+        // One storage behind both Event APIs, converted on the way out (`crate::events`).
+        R {
+            key: crate::events::KEY.into(),
+            ..R::builtin("events.k8s.io", "v1", "Event", "events", true, &[], false)
+        },
         R::builtin(
             "rbac.authorization.k8s.io",
             "v1",
