@@ -27,21 +27,71 @@ const RENAMED: &[(&str, &str)] = &[
     ("reportingComponent", "reportingController"),
 ];
 
-/// Fields `omitempty` leaves out when empty, per shape (strings, counts, pointers).
-const OMITTED_CORE: &[&str] = &[
-    "reason", "message", "type", "action", "count", "series", "related",
-];
-const OMITTED_EVENTS: &[&str] = &[
-    "reportingController",
-    "reportingInstance",
-    "action",
-    "reason",
-    "note",
-    "type",
-    "deprecatedCount",
-    "series",
-    "related",
-];
+/// How Go's encoder writes a field's zero value when no `omitempty` leaves it out.
+#[derive(Debug, Clone, Copy)]
+enum Zero {
+    /// `metav1.Time`, `metav1.MicroTime`: `null`.
+    Null,
+    /// A struct (`ObjectReference`, `EventSource`): `{}`, `omitempty` or not.
+    Object,
+    /// A string without `omitempty`: `""`.
+    EmptyString,
+}
+
+impl Zero {
+    fn value(self) -> Value {
+        match self {
+            Zero::Null => Value::Null,
+            Zero::Object => json!({}),
+            Zero::EmptyString => json!(""),
+        }
+    }
+}
+
+/// What Go's encoder does with one Event type's empty fields.
+#[derive(Debug)]
+struct Shape {
+    /// Left out when empty (`omitempty` strings, counts and pointers).
+    omitted: &'static [&'static str],
+    /// Always written, with their zero value when absent.
+    always: &'static [(&'static str, Zero)],
+}
+
+const CORE_SHAPE: Shape = Shape {
+    omitted: &[
+        "reason", "message", "type", "action", "count", "series", "related",
+    ],
+    always: &[
+        ("involvedObject", Zero::Object),
+        ("source", Zero::Object),
+        ("firstTimestamp", Zero::Null),
+        ("lastTimestamp", Zero::Null),
+        ("eventTime", Zero::Null),
+        ("reportingComponent", Zero::EmptyString),
+        ("reportingInstance", Zero::EmptyString),
+    ],
+};
+
+const EVENTS_SHAPE: Shape = Shape {
+    omitted: &[
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+        "note",
+        "type",
+        "deprecatedCount",
+        "series",
+        "related",
+    ],
+    always: &[
+        ("eventTime", Zero::Null),
+        ("regarding", Zero::Object),
+        ("deprecatedSource", Zero::Object),
+        ("deprecatedFirstTimestamp", Zero::Null),
+        ("deprecatedLastTimestamp", Zero::Null),
+    ],
+};
 
 /// Whether `def` is one of the two Event APIs.
 pub fn shared(def: &ResourceDef) -> bool {
@@ -91,51 +141,35 @@ pub fn convert(obj: &Value, api_version: &str) -> Value {
     };
     let mut out = Map::new();
     for (k, v) in src {
-        let (core, events) = RENAMED
-            .iter()
-            .find(|&&(core, events)| k == core || k == events)
-            .copied()
-            .unwrap_or((k.as_str(), k.as_str()));
-        let (from, to) = if to_events {
-            (core, events)
-        } else {
-            (events, core)
-        };
-        if k == from {
-            out.insert(to.to_string(), v.clone());
+        if let Some(name) = target_name(k, to_events) {
+            out.insert(name.to_string(), v.clone());
         }
     }
     out.insert("apiVersion".into(), json!(api_version));
-    let (omitted, zeros): (&[&str], Vec<(&str, Value)>) = if to_events {
-        (
-            OMITTED_EVENTS,
-            vec![
-                ("eventTime", Value::Null),
-                ("regarding", json!({})),
-                ("deprecatedSource", json!({})),
-                ("deprecatedFirstTimestamp", Value::Null),
-                ("deprecatedLastTimestamp", Value::Null),
-            ],
-        )
+    let shape = if to_events {
+        &EVENTS_SHAPE
     } else {
-        (
-            OMITTED_CORE,
-            vec![
-                ("involvedObject", json!({})),
-                ("source", json!({})),
-                ("firstTimestamp", Value::Null),
-                ("lastTimestamp", Value::Null),
-                ("eventTime", Value::Null),
-                ("reportingComponent", json!("")),
-                ("reportingInstance", json!("")),
-            ],
-        )
+        &CORE_SHAPE
     };
-    out.retain(|k, v| !(omitted.contains(&k.as_str()) && is_zero(v)));
-    for (field, zero) in zeros {
-        out.entry(field).or_insert(zero);
+    out.retain(|k, v| !(shape.omitted.contains(&k.as_str()) && is_zero(v)));
+    for &(field, zero) in shape.always {
+        out.entry(field).or_insert_with(|| zero.value());
     }
     Value::Object(out)
+}
+
+/// The name of source field `k` in the target shape; `None` for a field only the target
+/// shape has (the source type has no such field).
+fn target_name(k: &str, to_events: bool) -> Option<&str> {
+    let Some(&(core, events)) = RENAMED.iter().find(|&&(c, e)| k == c || k == e) else {
+        return Some(k);
+    };
+    let (from, to) = if to_events {
+        (core, events)
+    } else {
+        (events, core)
+    };
+    (k == from).then_some(to)
 }
 
 fn is_zero(v: &Value) -> bool {
