@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::resources::ResourceDef;
 
 /// The storage key both Event APIs use.
-pub const KEY: &str = "/events";
+pub const KEY: &str = crate::resources::EVENTS_KEY;
 /// apiVersion of the core Events API.
 pub const CORE: &str = "v1";
 /// apiVersion of the events.k8s.io Events API.
