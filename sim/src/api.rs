@@ -389,15 +389,28 @@ fn load(store: &crate::store::Store, t: &Target, name: &str) -> Result<crate::st
         .ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))
 }
 
-/// The object as served in the requested version (no conversion, apiVersion only).
+/// The object as served in the requested version: apiVersion only, except that an Event
+/// is converted between core/v1 and events.k8s.io/v1 (`crate::events`).
 fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
     let want = def.api_version(version);
+    if let Some(event) = crate::events::converted(def, &want, obj) {
+        return event;
+    }
     if obj.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()) {
         return obj.clone();
     }
     let mut o = obj.clone();
     o["apiVersion"] = json!(want);
     o
+}
+
+/// The stored object as a write through `t` sees it: an Event stored through the other
+/// Events API in this API's shape, so the write replaces it in this shape.
+fn as_written(t: &Target, obj: crate::store::Obj) -> crate::store::Obj {
+    match crate::events::converted(&t.def, &t.def.api_version(&t.version), &obj) {
+        Some(event) => Arc::new(event),
+        None => obj,
+    }
 }
 
 /// A server-side Table (`Accept: ...;as=Table`).
@@ -425,7 +438,7 @@ fn get(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
 }
 
 fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
-    let (lsel, fsel) = selectors(r, &t.def.kind)?;
+    let (lsel, fsel) = selectors(r, crate::events::field_kind(&t.def))?;
     let limit = match r.q("limit") {
         None | Some("") => None,
         Some(l) => {
@@ -760,7 +773,10 @@ fn update(
         }
         _ => {
             let scope = WriteScope::for_subresource(sub);
-            let current = load(store, t, name)?;
+            let current = as_written(t, load(store, t, name)?);
+            if crate::events::shared(&t.def) && body.get("apiVersion").is_none() {
+                body["apiVersion"] = json!(t.def.api_version(&t.version));
+            }
             let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
             versioned(&t.def, &t.version, &out)
@@ -895,7 +911,10 @@ fn patch(
     } else {
         &mut guard
     };
-    let current = store.get(&t.def.key, &ns, name).cloned();
+    let current = store
+        .get(&t.def.key, &ns, name)
+        .cloned()
+        .map(|o| as_written(t, o));
     if ct == "application/apply-patch+yaml" {
         let manager = r
             .q("fieldManager")
@@ -1160,7 +1179,7 @@ fn delete(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response
 
 fn delete_collection(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     let dry = dry_run(r)?;
-    let (lsel, fsel) = selectors(r, &t.def.kind)?;
+    let (lsel, fsel) = selectors(r, crate::events::field_kind(&t.def))?;
     let (propagation, _) = delete_options(r)?;
     let now = c.now();
     let mut guard = c.store();

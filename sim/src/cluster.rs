@@ -386,7 +386,8 @@ impl Cluster {
         self.inner.scalers.calls(method, outcome)
     }
 
-    /// Reads an object straight from the store (`api_version` like `apps/v1`).
+    /// Reads an object straight from the store (`api_version` like `apps/v1`); an Event comes
+    /// in the shape of the Events API `api_version` names.
     pub fn object(
         &self,
         api_version: &str,
@@ -397,7 +398,8 @@ impl Cluster {
         let store = self.inner.store();
         let def = store.def_for_kind(api_version, kind)?;
         let ns = if def.namespaced { namespace } else { "" };
-        store.get(&def.key, ns, name).map(|o| (**o).clone())
+        let obj = store.get(&def.key, ns, name)?;
+        Some(crate::events::converted(&def, api_version, obj).unwrap_or_else(|| (**obj).clone()))
     }
 
     /// Creates or replaces an object straight in the store, bypassing the API

@@ -17,6 +17,7 @@ pub mod defaults;
 pub mod demo;
 pub mod engines;
 pub mod error;
+pub mod events;
 pub mod fleet;
 mod http;
 pub mod jsonpath;

@@ -231,6 +231,9 @@ impl ResourceDef {
     }
 }
 
+/// The storage key of Events, which core/v1 and events.k8s.io/v1 share.
+pub const EVENTS_KEY: &str = "/events";
+
 /// The built-in resources every virtual cluster serves.
 pub fn builtins() -> Vec<ResourceDef> {
     use ResourceDef as R;
@@ -305,7 +308,11 @@ pub fn builtins() -> Vec<ResourceDef> {
             &[],
             false,
         ),
-        R::builtin("events.k8s.io", "v1", "Event", "events", true, &[], false),
+        // One storage behind both Event APIs, converted on the way out (the `events` module).
+        R {
+            key: EVENTS_KEY.into(),
+            ..R::builtin("events.k8s.io", "v1", "Event", "events", true, &[], false)
+        },
         R::builtin(
             "rbac.authorization.k8s.io",
             "v1",

@@ -843,8 +843,10 @@ const fn fl(
 }
 
 /// Per-kind field labels beyond `metadata.name`/`metadata.namespace`, from the
-/// `ToSelectableFields`/`GetAttrs` functions of kube-apiserver 1.33. Events accept both
-/// the core/v1 labels and their events.k8s.io/v1 spellings, read from either shape.
+/// `ToSelectableFields`/`GetAttrs` functions of kube-apiserver 1.33. An Event is stored in
+/// either API's shape (see `crate::events`), so each Event label is read from either
+/// shape; which labels a request may use depends on its API ([`CORE_EVENT_LABELS`],
+/// [`EVENTS_V1_LABELS`]).
 const KIND_FIELDS: &[(&str, &[FieldLabel])] = &[
     (
         "Pod",
@@ -967,16 +969,6 @@ const KIND_FIELDS: &[(&str, &[FieldLabel])] = &[
                 ],
                 "",
             ),
-            fl(
-                "deprecatedSource",
-                &[
-                    "/deprecatedSource/component",
-                    "/source/component",
-                    "/reportingController",
-                    "/reportingComponent",
-                ],
-                "",
-            ),
             fl("type", &["/type"], ""),
         ],
     ),
@@ -1003,11 +995,50 @@ fn kind_field(kind: &str, field: &str) -> Option<&'static FieldLabel> {
         .and_then(|(_, fields)| fields.iter().find(|f| f.label == field))
 }
 
-/// Whether the real server lets `field` select objects of `kind` (`Pod`, `Event`, ...);
-/// when it does not, it answers `field label not supported`. Every kind supports
-/// `metadata.name` and `metadata.namespace`.
+/// The kind [`supported_field`] knows events.k8s.io/v1 Events by; `Event` is core/v1's.
+pub const EVENTS_V1_KIND: &str = "Event.events.k8s.io";
+
+/// The labels core/v1 `events` accepts (`AddFieldLabelConversionsForEvent` of core/v1).
+const CORE_EVENT_LABELS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+/// The labels events.k8s.io/v1 `events` accepts (its `AddFieldLabelConversionsForEvent`,
+/// which maps `regarding.*` and `reportingController` to the core labels).
+const EVENTS_V1_LABELS: &[&str] = &[
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingController",
+    "type",
+];
+
+/// Whether the real server lets `field` select objects of `kind` (`Pod`, `Event`,
+/// [`EVENTS_V1_KIND`], ...); when it does not, it answers `field label not supported`.
+/// Every kind supports `metadata.name` and `metadata.namespace`.
 pub fn supported_field(kind: &str, field: &str) -> bool {
-    field == "metadata.name" || field == "metadata.namespace" || kind_field(kind, field).is_some()
+    field == "metadata.name"
+        || field == "metadata.namespace"
+        || match kind {
+            "Event" => CORE_EVENT_LABELS.contains(&field),
+            EVENTS_V1_KIND => EVENTS_V1_LABELS.contains(&field),
+            _ => kind_field(kind, field).is_some(),
+        }
 }
 
 /// The value a field label has on `object` of `kind`, as the server's field set holds it
@@ -1376,7 +1407,32 @@ mod tests {
             "reportingController": "kedge-agent", "reason": "Scaled"});
         assert!(fsel("involvedObject.name=web,regarding.kind=Deployment").matches(&ev2));
         assert!(fsel("source=kedge-agent,reportingComponent=kedge-agent").matches(&ev2));
-        assert!(FieldSelector::parse_for_kind("regarding.name=web", "Event").is_ok());
+        // Each Events API accepts its own spellings only, as kube-apiserver does.
+        assert!(FieldSelector::parse_for_kind("regarding.name=web", EVENTS_V1_KIND).is_ok());
+        assert!(FieldSelector::parse_for_kind("regarding.name=web", "Event").is_err());
+        assert!(FieldSelector::parse_for_kind("involvedObject.name=web", EVENTS_V1_KIND).is_err());
+        assert!(FieldSelector::parse_for_kind("source=x", EVENTS_V1_KIND).is_err());
+        assert!(FieldSelector::parse_for_kind("deprecatedSource=x", "Event").is_err());
+        let events_v1 = "regarding.kind=Deployment,regarding.name=web,regarding.namespace=default,\
+            regarding.uid=u,reportingController=kedge-agent,type=Normal,reason=Scaled";
+        assert!(FieldSelector::parse_for_kind(events_v1, EVENTS_V1_KIND).is_ok());
+        let core = "involvedObject.kind=Deployment,involvedObject.name=web,\
+            involvedObject.namespace=default,involvedObject.uid=u,type=Normal,reason=Scaled,\
+            source=kedge-agent,reportingComponent=kedge-agent";
+        assert!(FieldSelector::parse_for_kind(core, "Event").is_ok());
+        // The core labels read an events.k8s.io/v1 object and the other way round.
+        let ev3 = json!({"kind": "Event", "regarding": {"kind": "Deployment", "name": "web",
+            "namespace": "default", "uid": "u"}, "reportingController": "kedge-agent",
+            "reason": "Scaled", "type": "Normal"});
+        assert!(fsel(core).matches(&ev3));
+        assert!(fsel(events_v1).matches(&ev3));
+        let ev4 = json!({"kind": "Event", "involvedObject": {"kind": "Deployment", "name": "web",
+            "namespace": "default", "uid": "u"}, "reportingComponent": "kedge-agent",
+            "source": {"component": "kedge-agent"}, "reason": "Scaled", "type": "Normal"});
+        assert!(fsel(core).matches(&ev4));
+        assert!(fsel(events_v1).matches(&ev4));
+        assert!(!fsel("involvedObject.uid=other").matches(&ev3));
+        assert!(!fsel("regarding.name=other").matches(&ev4));
 
         assert!(FieldSelector::parse_for_kind("spec.nodeName=x", "Pod").is_ok());
         assert!(FieldSelector::parse_for_kind("involvedObject.name=x", "Event").is_ok());

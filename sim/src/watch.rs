@@ -60,7 +60,7 @@ pub(crate) fn watch(
     version: &str,
     ns: Option<String>,
 ) -> Result<Response> {
-    let (labels, fields) = selectors(r, &def.kind)?;
+    let (labels, fields) = selectors(r, crate::events::field_kind(def))?;
     let bookmarks = matches!(r.q("allowWatchBookmarks"), Some("true" | "1"));
     let send_initial = match r.q("sendInitialEvents") {
         Some("true" | "1") => true,
@@ -268,6 +268,8 @@ impl WatchState {
     }
 
     fn render(&mut self, kind: &str, obj: &Value) -> Option<Bytes> {
+        let event = crate::events::converted(&self.def, &self.api_version, obj);
+        let obj = event.as_ref().unwrap_or(obj);
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());

@@ -187,6 +187,13 @@ async fn distributed_scaled_objects_end_to_end() {
         "{web:#}"
     );
     fleet.wait_event("web", "WorkloadMissing", "member-3").await;
+    // `kubectl describe` reads Events through core/v1: the hub's events.k8s.io/v1 Event shows.
+    let described = fleet.kubectl(&["describe", "dso/web"]).await;
+    let events = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(
+        events.contains("WorkloadMissing") && events.contains("member-3"),
+        "{described}"
+    );
     // After gracePeriod member-3's share moves to the others; nothing is created there.
     fleet
         .wait_split("web", &["member-1", "member-2"], &[3, 3], "web 3:3")

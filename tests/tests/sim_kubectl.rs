@@ -553,3 +553,274 @@ async fn kubectl_sees_schema_validation_and_field_validation() {
     kubectl_ok(&kc, &["apply", "-f", &good]).await;
     sim.shutdown().await;
 }
+
+const CORE_EVENT: &str = r#"
+apiVersion: v1
+kind: Event
+metadata:
+  name: settings.edited
+involvedObject:
+  apiVersion: v1
+  kind: ConfigMap
+  name: settings
+  namespace: default
+  uid: UID
+reason: Edited
+message: edited through core/v1
+type: Normal
+source:
+  component: test-editor
+firstTimestamp: "2026-03-01T11:00:00Z"
+lastTimestamp: "2026-03-01T11:05:00Z"
+count: 2
+"#;
+
+/// Issue 29 (one storage behind core/v1 and events.k8s.io/v1 Events, as on kube-apiserver):
+/// a cluster with ConfigMap `settings` and two Events about it, `settings.rotated` created
+/// through events.k8s.io/v1 with the kube client (as kube-runtime's `Recorder` and kedge-hub
+/// write them) and `settings.edited` through core/v1 with `kubectl create`.
+struct EventsFixture {
+    sim: kedge_sim::Sim,
+    kc: std::path::PathBuf,
+    uid: String,
+    events: kube::Api<k8s_openapi::api::events::v1::Event>,
+    core: kube::Api<k8s_openapi::api::core::v1::Event>,
+}
+
+async fn events_fixture(name: &str) -> EventsFixture {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use kube::api::{Api, PostParams};
+
+    let (sim, kc) = start(name, fast()).await;
+    let dir = kc.parent().expect("kubeconfig dir").to_path_buf();
+    let client = sim.clusters()[0].client().expect("client");
+    kubectl_ok(
+        &kc,
+        &["create", "configmap", "settings", "--from-literal=a=b"],
+    )
+    .await;
+    let uid = kubectl_ok(
+        &kc,
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let rotated = Event {
+        metadata: ObjectMeta {
+            name: Some("settings.rotated".into()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        reporting_controller: Some("kedge-test".into()),
+        reporting_instance: Some("test-0".into()),
+        action: Some("Rotate".into()),
+        reason: Some("Rotated".into()),
+        note: Some("settings rotated by the test".into()),
+        type_: Some("Warning".into()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: Some("settings".into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.clone()),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    };
+    events
+        .create(&PostParams::default(), &rotated)
+        .await
+        .expect("create events.k8s.io/v1 Event");
+    let manifest = write_manifest(&dir, "event.yaml", &CORE_EVENT.replace("UID", &uid));
+    kubectl_ok(&kc, &["create", "-f", &manifest]).await;
+    EventsFixture {
+        core: Api::namespaced(client, "default"),
+        sim,
+        kc,
+        uid,
+        events,
+    }
+}
+
+/// An events.k8s.io/v1 Event shows in `kubectl get events` and `kubectl describe`, which
+/// read core/v1 with an `involvedObject.*` field selector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_k8s_io_events_show_in_kubectl_get_and_describe() {
+    let EventsFixture {
+        sim, kc, uid, core, ..
+    } = events_fixture("k-events-get").await;
+    let out = kubectl_ok(&kc, &["get", "events", "-n", "default"]).await;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.contains("Rotated"))
+        .unwrap_or_else(|| panic!("no Rotated event in:\n{out}"));
+    for want in [
+        "Warning",
+        "configmap/settings",
+        "settings rotated by the test",
+    ] {
+        assert!(row.contains(want), "{want:?} missing from {row:?}");
+    }
+    let out = kubectl_ok(&kc, &["describe", "configmap", "settings"]).await;
+    let section = out.split("Events:").nth(1).unwrap_or_default();
+    for want in [
+        "Warning",
+        "Rotated",
+        "kedge-test",
+        "settings rotated by the test",
+        "Edited",
+        "edited through core/v1",
+    ] {
+        assert!(section.contains(want), "{want:?} missing from:\n{out}");
+    }
+    let got = core.get("settings.rotated").await.expect("core/v1 get");
+    assert_eq!(got.message.as_deref(), Some("settings rotated by the test"));
+    assert_eq!(got.involved_object.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(got.reporting_component.as_deref(), Some("kedge-test"));
+    sim.shutdown().await;
+}
+
+/// A core/v1 Event reads through events.k8s.io/v1, found by that API's field labels; each
+/// API refuses the other's spellings, as kube-apiserver does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_events_read_through_events_k8s_io_with_its_field_labels() {
+    use kube::api::ListParams;
+
+    let EventsFixture {
+        sim,
+        kc,
+        uid,
+        events,
+        ..
+    } = events_fixture("k-events-labels").await;
+    let found = events
+        .list(&ListParams::default().fields(&format!(
+            "regarding.name=settings,regarding.uid={uid},reason=Edited,type=Normal"
+        )))
+        .await
+        .expect("events.k8s.io/v1 list");
+    let [edited] = &found.items[..] else {
+        panic!("want one Edited event, got {found:?}")
+    };
+    assert_eq!(edited.note.as_deref(), Some("edited through core/v1"));
+    assert_eq!(edited.deprecated_count, Some(2));
+    assert_eq!(
+        edited
+            .deprecated_source
+            .as_ref()
+            .and_then(|s| s.component.as_deref()),
+        Some("test-editor")
+    );
+    let by_controller = events
+        .list(&ListParams::default().fields("reportingController=kedge-test"))
+        .await
+        .expect("list by reportingController");
+    assert_eq!(by_controller.items.len(), 1, "{by_controller:?}");
+    let out = kubectl_ok(&kc, &["get", "events.events.k8s.io", "-n", "default"]).await;
+    assert!(out.contains("Rotated") && out.contains("Edited"), "{out}");
+    let err = events
+        .list(&ListParams::default().fields("involvedObject.name=settings"))
+        .await
+        .expect_err("involvedObject.* is a core/v1 label");
+    assert!(
+        err.to_string().contains("field label not supported"),
+        "{err}"
+    );
+    let out = kubectl(
+        &kc,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "regarding.name=settings",
+        ],
+    )
+    .await;
+    assert!(
+        !out.ok && out.stderr.contains("field label not supported"),
+        "{out:?}"
+    );
+    sim.shutdown().await;
+}
+
+/// A core/v1 watch sees the Events of both APIs in the core shape; a deletecollection
+/// through core/v1 and a delete through events.k8s.io/v1 remove them from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_and_deletes_span_both_event_apis() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{DeleteParams, ListParams, WatchEvent, WatchParams};
+
+    let EventsFixture {
+        sim,
+        kc,
+        events,
+        core,
+        ..
+    } = events_fixture("k-events-watch").await;
+    let params =
+        WatchParams::default().fields("involvedObject.kind=ConfigMap,involvedObject.name=settings");
+    let mut stream = core.watch(&params, "0").await.expect("watch").boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match stream.try_next().await.expect("watch event") {
+            Some(WatchEvent::Added(e)) => seen.push((e.reason, e.message)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (Some("Edited".into()), Some("edited through core/v1".into())),
+            (
+                Some("Rotated".into()),
+                Some("settings rotated by the test".into())
+            ),
+        ]
+    );
+    core.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().fields("source=kedge-test"),
+    )
+    .await
+    .expect("core/v1 deletecollection");
+    assert!(
+        events
+            .get_opt("settings.rotated")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    events
+        .delete("settings.edited", &DeleteParams::default())
+        .await
+        .expect("events.k8s.io/v1 delete");
+    assert!(
+        core.get_opt("settings.edited")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let out = kubectl_ok(&kc, &["get", "events", "-n", "default"]).await;
+    assert!(!out.contains("settings"), "{out}");
+    sim.shutdown().await;
+}

@@ -1,4 +1,5 @@
-//! Core v1 Events: recorded by the controllers, expired after their TTL.
+//! Events: core v1 ones recorded by the controllers; every Event, of either API, expires after
+//! its TTL.
 
 use serde_json::{Value, json};
 
@@ -8,7 +9,7 @@ use crate::util::{meta_str, parse_rfc3339, rfc3339};
 
 /// Core v1 Events live this long (kube-apiserver's default `--event-ttl`).
 const EVENT_TTL_MS: i64 = 3_600_000;
-const EVENTS: &str = "/events";
+const EVENTS: &str = crate::resources::EVENTS_KEY;
 
 /// Records a core v1 Event about `obj`, as the real controllers do.
 pub(super) fn record_event(

@@ -197,7 +197,8 @@ impl Fleet {
         };
         let store = hub.shared().store();
         store
-            .list("events.k8s.io/events", Some("default"))
+            .list(kedge_sim::events::KEY, Some("default"))
+            .map(|e| kedge_sim::events::convert(e, kedge_sim::events::EVENTS_V1))
             .filter(|e| e.pointer("/regarding/name").and_then(Value::as_str) == Some(name))
             .map(|e| {
                 (
