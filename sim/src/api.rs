@@ -389,15 +389,9 @@ fn load(store: &crate::store::Store, t: &Target, name: &str) -> Result<crate::st
         .ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))
 }
 
-/// The object as served in the requested version (no conversion, apiVersion only).
+/// The object as served in the requested version.
 fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
-    let want = def.api_version(version);
-    if obj.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()) {
-        return obj.clone();
-    }
-    let mut o = obj.clone();
-    o["apiVersion"] = json!(want);
-    o
+    crate::convert::to_served(def, version, obj)
 }
 
 /// A server-side Table (`Accept: ...;as=Table`).
@@ -656,6 +650,7 @@ fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     if obj.get("apiVersion").is_none() {
         obj["apiVersion"] = json!(t.def.api_version(&t.version));
     }
+    let obj = crate::convert::to_stored(&t.def, &t.version, &obj);
     let now = c.now();
     let obj = crate::patch::apply::record_update(
         &Value::Null,
@@ -761,6 +756,7 @@ fn update(
         _ => {
             let scope = WriteScope::for_subresource(sub);
             let current = load(store, t, name)?;
+            let body = crate::convert::to_stored(&t.def, &t.version, &body);
             let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
             versioned(&t.def, &t.version, &out)
@@ -949,7 +945,8 @@ fn patch(
                 .named(name);
                 crate::auth::check(store, user, &attrs)?;
             }
-            let mut obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
+            let obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
+            let mut obj = crate::convert::to_stored(&t.def, &t.version, &obj);
             meta_mut(&mut obj).insert("name".into(), json!(name));
             let out = store.create(&t.def, &ns, obj, now)?;
             drop(guard);
@@ -963,8 +960,10 @@ fn patch(
                 write_scale(store, t, &current, &patched, manager, now)?
             }
             _ => {
-                let mut obj =
-                    crate::patch::apply::apply_subresource(Some(&current), &applied, opts(sub))?;
+                let served = versioned(&t.def, &t.version, &current);
+                let obj =
+                    crate::patch::apply::apply_subresource(Some(&served), &applied, opts(sub))?;
+                let mut obj = crate::convert::to_stored(&t.def, &t.version, &obj);
                 // Apply never carries a precondition unless the user sets one.
                 if meta_str(&applied, "resourceVersion").is_none() {
                     meta_mut(&mut obj).remove("resourceVersion");
@@ -980,7 +979,7 @@ fn patch(
     let current = current.ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))?;
     let base = match sub {
         Some("scale") => scale_of(&t.def, &current),
-        _ => (*current).clone(),
+        _ => versioned(&t.def, &t.version, &current),
     };
     let mut doc = base.clone();
     match ct.as_str() {
@@ -1056,6 +1055,7 @@ fn patch(
     let out = match sub {
         Some("scale") => write_scale(store, t, &current, &doc, &manager_of(r), now)?,
         _ => {
+            let doc = crate::convert::to_stored(&t.def, &t.version, &doc);
             let doc = track(&current, &doc, r, sub, now);
             let scope = WriteScope::for_subresource(sub);
             let out = store.update(&t.def, &ns, name, doc, scope, now)?;
