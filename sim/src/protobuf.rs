@@ -1,6 +1,8 @@
-//! Decoding of Kubernetes protobuf request bodies for the few kinds kubectl
-//! creates through its typed clients (`kubectl create secret|configmap|namespace|serviceaccount|deployment|job`).
-//! Other kinds sent as protobuf get `415 UnsupportedMediaType`.
+//! Decoding of Kubernetes protobuf request bodies (`k8s\0` + `runtime.Unknown`), which
+//! kubectl and other typed Go clients send for built-in kinds (`kubectl create …`, `run`,
+//! `expose`, `autoscale`). The field numbers are those of k8s.io/api's `generated.proto`;
+//! each schema lists the fields those clients set. Kinds without a schema get
+//! `415 UnsupportedMediaType` naming the kind, as kedge-sim accepts them as JSON.
 
 use serde_json::{Map, Value, json};
 
@@ -18,6 +20,10 @@ enum F {
     Int(&'static str),
     /// `map<string, Quantity>` (Quantity is a message with the string in field 1).
     MapQuantity(&'static str),
+    /// One `Quantity`.
+    Quantity(&'static str),
+    /// `IntOrString` (`1: type, 2: intVal, 3: strVal`), rendered as a number or a string.
+    IntOrStr(&'static str),
     MapStr(&'static str),
     MapBytes(&'static str),
     RepStr(&'static str),
@@ -91,7 +97,35 @@ const CONTAINER_PORT: &[(u32, F)] = &[
     (4, F::Str("protocol")),
 ];
 
-const ENV_VAR: &[(u32, F)] = &[(1, F::Str("name")), (2, F::Str("value"))];
+const KEY_SELECTOR: &[(u32, F)] = &[
+    (1, F::Msg("", LOCAL_OBJECT_REF)),
+    (2, F::Str("key")),
+    (3, F::Bool("optional")),
+];
+
+const LOCAL_OBJECT_REF: &[(u32, F)] = &[(1, F::Str("name"))];
+
+const FIELD_SELECTOR: &[(u32, F)] = &[(1, F::Str("apiVersion")), (2, F::Str("fieldPath"))];
+
+const ENV_VAR_SOURCE: &[(u32, F)] = &[
+    (1, F::Msg("fieldRef", FIELD_SELECTOR)),
+    (3, F::Msg("configMapKeyRef", KEY_SELECTOR)),
+    (4, F::Msg("secretKeyRef", KEY_SELECTOR)),
+];
+
+const ENV_VAR: &[(u32, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Str("value")),
+    (3, F::Msg("valueFrom", ENV_VAR_SOURCE)),
+];
+
+const ENV_FROM_REF: &[(u32, F)] = &[(1, F::Msg("", LOCAL_OBJECT_REF)), (2, F::Bool("optional"))];
+
+const ENV_FROM: &[(u32, F)] = &[
+    (1, F::Str("prefix")),
+    (2, F::Msg("configMapRef", ENV_FROM_REF)),
+    (3, F::Msg("secretRef", ENV_FROM_REF)),
+];
 
 const RESOURCES: &[(u32, F)] = &[
     (1, F::MapQuantity("limits")),
@@ -107,7 +141,13 @@ const CONTAINER: &[(u32, F)] = &[
     (6, F::RepMsg("ports", CONTAINER_PORT)),
     (7, F::RepMsg("env", ENV_VAR)),
     (8, F::Msg("resources", RESOURCES)),
+    (13, F::Str("terminationMessagePath")),
     (14, F::Str("imagePullPolicy")),
+    (16, F::Bool("stdin")),
+    (17, F::Bool("stdinOnce")),
+    (18, F::Bool("tty")),
+    (19, F::RepMsg("envFrom", ENV_FROM)),
+    (20, F::Str("terminationMessagePolicy")),
 ];
 
 const POD_SPEC: &[(u32, F)] = &[
@@ -118,6 +158,19 @@ const POD_SPEC: &[(u32, F)] = &[
     (6, F::Str("dnsPolicy")),
     (7, F::MapStr("nodeSelector")),
     (8, F::Str("serviceAccountName")),
+    (10, F::Str("nodeName")),
+    (15, F::RepMsg("imagePullSecrets", LOCAL_OBJECT_REF)),
+    (16, F::Str("hostname")),
+    (17, F::Str("subdomain")),
+    (19, F::Str("schedulerName")),
+    (20, F::RepMsg("initContainers", CONTAINER)),
+    (21, F::Bool("automountServiceAccountToken")),
+    (24, F::Str("priorityClassName")),
+];
+
+const POD: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", POD_SPEC)),
 ];
 
 const POD_TEMPLATE: &[(u32, F)] = &[
@@ -125,10 +178,21 @@ const POD_TEMPLATE: &[(u32, F)] = &[
     (2, F::Msg("spec", POD_SPEC)),
 ];
 
+const ROLLING_UPDATE: &[(u32, F)] = &[
+    (1, F::IntOrStr("maxUnavailable")),
+    (2, F::IntOrStr("maxSurge")),
+];
+
+const DEPLOYMENT_STRATEGY: &[(u32, F)] = &[
+    (1, F::Str("type")),
+    (2, F::Msg("rollingUpdate", ROLLING_UPDATE)),
+];
+
 const DEPLOYMENT_SPEC: &[(u32, F)] = &[
     (1, F::Int("replicas")),
     (2, F::Msg("selector", LABEL_SELECTOR)),
     (3, F::Msg("template", POD_TEMPLATE)),
+    (4, F::Msg("strategy", DEPLOYMENT_STRATEGY)),
     (5, F::Int("minReadySeconds")),
     (6, F::Int("revisionHistoryLimit")),
     (7, F::Bool("paused")),
@@ -158,9 +222,217 @@ const JOB: &[(u32, F)] = &[
     (2, F::Msg("spec", JOB_SPEC)),
 ];
 
+const STATEFUL_SET_SPEC: &[(u32, F)] = &[
+    (1, F::Int("replicas")),
+    (2, F::Msg("selector", LABEL_SELECTOR)),
+    (3, F::Msg("template", POD_TEMPLATE)),
+    (5, F::Str("serviceName")),
+    (6, F::Str("podManagementPolicy")),
+    (8, F::Int("revisionHistoryLimit")),
+    (9, F::Int("minReadySeconds")),
+];
+
+const STATEFUL_SET: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", STATEFUL_SET_SPEC)),
+];
+
+const REPLICA_SET_SPEC: &[(u32, F)] = &[
+    (1, F::Int("replicas")),
+    (2, F::Msg("selector", LABEL_SELECTOR)),
+    (3, F::Msg("template", POD_TEMPLATE)),
+    (4, F::Int("minReadySeconds")),
+];
+
+const REPLICA_SET: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", REPLICA_SET_SPEC)),
+];
+
+const JOB_TEMPLATE: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", JOB_SPEC)),
+];
+
+const CRON_JOB_SPEC: &[(u32, F)] = &[
+    (1, F::Str("schedule")),
+    (2, F::Int("startingDeadlineSeconds")),
+    (3, F::Str("concurrencyPolicy")),
+    (4, F::Bool("suspend")),
+    (5, F::Msg("jobTemplate", JOB_TEMPLATE)),
+    (6, F::Int("successfulJobsHistoryLimit")),
+    (7, F::Int("failedJobsHistoryLimit")),
+    (8, F::Str("timeZone")),
+];
+
+const CRON_JOB: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", CRON_JOB_SPEC)),
+];
+
+const SERVICE_PORT: &[(u32, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Str("protocol")),
+    (3, F::Int("port")),
+    (4, F::IntOrStr("targetPort")),
+    (5, F::Int("nodePort")),
+    (6, F::Str("appProtocol")),
+];
+
+const SERVICE_SPEC: &[(u32, F)] = &[
+    (1, F::RepMsg("ports", SERVICE_PORT)),
+    (2, F::MapStr("selector")),
+    (3, F::Str("clusterIP")),
+    (4, F::Str("type")),
+    (5, F::RepStr("externalIPs")),
+    (7, F::Str("sessionAffinity")),
+    (8, F::Str("loadBalancerIP")),
+    (10, F::Str("externalName")),
+    (11, F::Str("externalTrafficPolicy")),
+    (17, F::Str("ipFamilyPolicy")),
+    (18, F::RepStr("clusterIPs")),
+    (19, F::RepStr("ipFamilies")),
+    (22, F::Str("internalTrafficPolicy")),
+];
+
+const SERVICE: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", SERVICE_SPEC)),
+];
+
+const POLICY_RULE: &[(u32, F)] = &[
+    (1, F::RepStr("verbs")),
+    (2, F::RepStr("apiGroups")),
+    (3, F::RepStr("resources")),
+    (4, F::RepStr("resourceNames")),
+    (5, F::RepStr("nonResourceURLs")),
+];
+
+const AGGREGATION_RULE: &[(u32, F)] = &[(1, F::RepMsg("clusterRoleSelectors", LABEL_SELECTOR))];
+
+const ROLE: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::RepMsg("rules", POLICY_RULE)),
+    (3, F::Msg("aggregationRule", AGGREGATION_RULE)),
+];
+
+const SUBJECT: &[(u32, F)] = &[
+    (1, F::Str("kind")),
+    (2, F::Str("apiGroup")),
+    (3, F::Str("name")),
+    (4, F::Str("namespace")),
+];
+
+const ROLE_REF: &[(u32, F)] = &[
+    (1, F::Str("apiGroup")),
+    (2, F::Str("kind")),
+    (3, F::Str("name")),
+];
+
+const ROLE_BINDING: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::RepMsg("subjects", SUBJECT)),
+    (3, F::Msg("roleRef", ROLE_REF)),
+];
+
+const SCALE_TARGET: &[(u32, F)] = &[
+    (1, F::Str("kind")),
+    (2, F::Str("name")),
+    (3, F::Str("apiVersion")),
+];
+
+const HPA_V1_SPEC: &[(u32, F)] = &[
+    (1, F::Msg("scaleTargetRef", SCALE_TARGET)),
+    (2, F::Int("minReplicas")),
+    (3, F::Int("maxReplicas")),
+    (4, F::Int("targetCPUUtilizationPercentage")),
+];
+
+const HPA_V1: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", HPA_V1_SPEC)),
+];
+
+const METRIC_TARGET: &[(u32, F)] = &[
+    (1, F::Str("type")),
+    (2, F::Quantity("value")),
+    (3, F::Quantity("averageValue")),
+    (4, F::Int("averageUtilization")),
+];
+
+const RESOURCE_METRIC: &[(u32, F)] = &[(1, F::Str("name")), (2, F::Msg("target", METRIC_TARGET))];
+
+const CONTAINER_RESOURCE_METRIC: &[(u32, F)] = &[
+    (1, F::Str("name")),
+    (2, F::Msg("target", METRIC_TARGET)),
+    (3, F::Str("container")),
+];
+
+const METRIC_ID: &[(u32, F)] = &[(1, F::Str("name")), (2, F::Msg("selector", LABEL_SELECTOR))];
+
+const PODS_METRIC: &[(u32, F)] = &[
+    (1, F::Msg("metric", METRIC_ID)),
+    (2, F::Msg("target", METRIC_TARGET)),
+];
+
+const OBJECT_METRIC: &[(u32, F)] = &[
+    (1, F::Msg("describedObject", SCALE_TARGET)),
+    (2, F::Msg("target", METRIC_TARGET)),
+    (3, F::Msg("metric", METRIC_ID)),
+];
+
+const METRIC_SPEC: &[(u32, F)] = &[
+    (1, F::Str("type")),
+    (2, F::Msg("object", OBJECT_METRIC)),
+    (3, F::Msg("pods", PODS_METRIC)),
+    (4, F::Msg("resource", RESOURCE_METRIC)),
+    (5, F::Msg("external", PODS_METRIC)),
+    (7, F::Msg("containerResource", CONTAINER_RESOURCE_METRIC)),
+];
+
+const SCALING_POLICY: &[(u32, F)] = &[
+    (1, F::Str("type")),
+    (2, F::Int("value")),
+    (3, F::Int("periodSeconds")),
+];
+
+const SCALING_RULES: &[(u32, F)] = &[
+    (1, F::Str("selectPolicy")),
+    (2, F::RepMsg("policies", SCALING_POLICY)),
+    (3, F::Int("stabilizationWindowSeconds")),
+    (4, F::Quantity("tolerance")),
+];
+
+const HPA_BEHAVIOR: &[(u32, F)] = &[
+    (1, F::Msg("scaleUp", SCALING_RULES)),
+    (2, F::Msg("scaleDown", SCALING_RULES)),
+];
+
+const HPA_V2_SPEC: &[(u32, F)] = &[
+    (1, F::Msg("scaleTargetRef", SCALE_TARGET)),
+    (2, F::Int("minReplicas")),
+    (3, F::Int("maxReplicas")),
+    (4, F::RepMsg("metrics", METRIC_SPEC)),
+    (5, F::Msg("behavior", HPA_BEHAVIOR)),
+];
+
+const HPA_V2: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", HPA_V2_SPEC)),
+];
+
 /// Non-pointer numeric and bool fields whose zero value Go omits from JSON
 /// (pointer fields are only encoded when set, so their zero is meaningful).
-const OMIT_ZERO: &[&str] = &["minReadySeconds", "hostPort", "paused"];
+const OMIT_ZERO: &[&str] = &[
+    "minReadySeconds",
+    "hostPort",
+    "paused",
+    "stdin",
+    "stdinOnce",
+    "tty",
+    "nodePort",
+    "optional",
+];
 
 const PRECONDITIONS: &[(u32, F)] = &[(1, F::Str("uid")), (2, F::Str("resourceVersion"))];
 
@@ -171,6 +443,31 @@ const DELETE_OPTIONS: &[(u32, F)] = &[
     (3, F::Bool("orphanDependents")),
     (4, F::Str("propagationPolicy")),
     (5, F::RepStr("dryRun")),
+];
+
+/// The kinds decoded from protobuf, by `apiVersion` and kind.
+const KINDS: &[(&str, &str, &[(u32, F)])] = &[
+    ("v1", "Secret", SECRET),
+    ("v1", "ConfigMap", CONFIG_MAP),
+    ("v1", "Namespace", NAMESPACE),
+    ("v1", "ServiceAccount", SERVICE_ACCOUNT),
+    ("v1", "Pod", POD),
+    ("v1", "Service", SERVICE),
+    ("apps/v1", "Deployment", DEPLOYMENT),
+    ("apps/v1", "StatefulSet", STATEFUL_SET),
+    ("apps/v1", "ReplicaSet", REPLICA_SET),
+    ("batch/v1", "Job", JOB),
+    ("batch/v1", "CronJob", CRON_JOB),
+    ("autoscaling/v1", "HorizontalPodAutoscaler", HPA_V1),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", HPA_V2),
+    ("rbac.authorization.k8s.io/v1", "Role", ROLE),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", ROLE),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", ROLE_BINDING),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        ROLE_BINDING,
+    ),
 ];
 
 const TYPE_META: &[(u32, F)] = &[(1, F::Str("apiVersion")), (2, F::Str("kind"))];
@@ -196,24 +493,27 @@ pub fn decode(body: &[u8]) -> Result<Value> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let schema = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "Secret") => SECRET,
-        ("v1", "ConfigMap") => CONFIG_MAP,
-        ("v1", "Namespace") => NAMESPACE,
-        ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
-        ("apps/v1", "Deployment") => DEPLOYMENT,
-        ("batch/v1", "Job") => JOB,
-        (_, "DeleteOptions") => DELETE_OPTIONS,
-        _ => {
-            return Err(Error::UnsupportedMediaType(format!(
-                "kedge-sim decodes protobuf only for Secret, ConfigMap, Namespace, ServiceAccount, Deployment, Job and DeleteOptions (got {api_version} {kind}); send JSON"
-            )));
-        }
+    let schema = if kind == "DeleteOptions" {
+        DELETE_OPTIONS
+    } else {
+        KINDS
+            .iter()
+            .find(|(v, k, _)| *v == api_version && *k == kind)
+            .map(|(_, _, schema)| *schema)
+            .ok_or_else(|| unsupported(&api_version, &kind))?
     };
     let mut obj = message(&raw, schema, None)?;
     obj["apiVersion"] = json!(api_version);
     obj["kind"] = json!(kind);
     Ok(obj)
+}
+
+fn unsupported(api_version: &str, kind: &str) -> Error {
+    let known: Vec<&str> = KINDS.iter().map(|(_, k, _)| *k).collect();
+    Error::UnsupportedMediaType(format!(
+        "kedge-sim cannot decode a protobuf {kind} ({api_version}); it accepts {kind} as JSON (Content-Type: application/json). Protobuf is decoded for {} and DeleteOptions",
+        known.join(", ")
+    ))
 }
 
 struct Reader<'a> {
@@ -340,6 +640,33 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
                     out.insert(n.into(), json!(v));
                 }
             }
+            F::Quantity(n) => {
+                let q = message(r.bytes()?, &[(1, F::Str("string"))], None)?;
+                out.insert(n.into(), q.get("string").cloned().unwrap_or(json!("0")));
+            }
+            F::IntOrStr(n) => {
+                let v = message(
+                    r.bytes()?,
+                    &[
+                        (1, F::Int("type")),
+                        (2, F::Int("intVal")),
+                        (3, F::Str("strVal")),
+                    ],
+                    None,
+                )?;
+                let v = if v.get("type").and_then(Value::as_i64) == Some(1) {
+                    v.get("strVal").cloned().unwrap_or(json!(""))
+                } else {
+                    v.get("intVal").cloned().unwrap_or(json!(0))
+                };
+                out.insert(n.into(), v);
+            }
+            // An embedded struct (`LocalObjectReference`): its fields sit inline in JSON.
+            F::Msg("", sub) => {
+                if let Value::Object(m) = message(r.bytes()?, sub, None)? {
+                    out.extend(m);
+                }
+            }
             F::MapQuantity(n) => {
                 let (k, v) = entry(r.bytes()?)?;
                 let q = message(&v, &[(1, F::Str("string"))], None)?;
@@ -446,6 +773,35 @@ mod tests {
         assert_eq!(v["preconditions"]["uid"], "uid-1");
         assert_eq!(v["propagationPolicy"], "Foreground");
         Ok(())
+    }
+
+    fn envelope(api_version: &[u8], kind: &[u8], object: &[u8]) -> Vec<u8> {
+        let tm = [field(1, 2, api_version), field(2, 2, kind)].concat();
+        [MAGIC.to_vec(), field(1, 2, &tm), field(2, 2, object)].concat()
+    }
+
+    #[test]
+    fn decodes_a_service_with_int_or_string_ports() -> Result<()> {
+        // A varint field: tag, value (both below 128 here).
+        let int = |n: u32, v: u8| vec![(n << 3) as u8, v];
+        let named = [int(1, 1), field(3, 2, b"http")].concat();
+        let port = [int(3, 80), field(4, 2, &named)].concat();
+        let spec = [field(1, 2, &port), field(4, 2, b"ClusterIP")].concat();
+        let svc = [field(1, 2, &field(1, 2, b"web")), field(2, 2, &spec)].concat();
+        let v = decode(&envelope(b"v1", b"Service", &svc))?;
+        assert_eq!(v["spec"]["ports"][0]["port"], 80);
+        assert_eq!(v["spec"]["ports"][0]["targetPort"], "http");
+        assert_eq!(v["spec"]["type"], "ClusterIP");
+        Ok(())
+    }
+
+    #[test]
+    fn other_kinds_are_refused_naming_the_kind_and_json() {
+        let body = envelope(b"coordination.k8s.io/v1", b"Lease", &field(1, 2, b""));
+        let e = decode(&body).expect_err("no protobuf schema for Lease");
+        assert!(matches!(e, Error::UnsupportedMediaType(_)), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("Lease") && text.contains("as JSON"), "{text}");
     }
 
     #[test]
