@@ -445,8 +445,11 @@ const DELETE_OPTIONS: &[(u32, F)] = &[
     (5, F::RepStr("dryRun")),
 ];
 
+/// A message's fields by field number.
+type Schema = &'static [(u32, F)];
+
 /// The kinds decoded from protobuf, by `apiVersion` and kind.
-const KINDS: &[(&str, &str, &[(u32, F)])] = &[
+const KINDS: &[(&str, &str, Schema)] = &[
     ("v1", "Secret", SECRET),
     ("v1", "ConfigMap", CONFIG_MAP),
     ("v1", "Namespace", NAMESPACE),
