@@ -1,8 +1,10 @@
 //! Decoding of Kubernetes protobuf request bodies (`k8s\0` + `runtime.Unknown`), which
 //! kubectl and other typed Go clients send for built-in kinds (`kubectl create …`, `run`,
-//! `expose`, `autoscale`). The field numbers are those of k8s.io/api's `generated.proto`;
-//! each schema lists the fields those clients set. Kinds without a schema get
-//! `415 UnsupportedMediaType` naming the kind, as kedge-sim accepts them as JSON.
+//! `expose`, `autoscale`; Go controllers' Leases and Events). Every built-in kind but
+//! CustomResourceDefinition has a schema; the field numbers are those of k8s.io/api's
+//! `generated.proto`, and each schema lists the fields typed clients commonly set (others
+//! are skipped). Kinds without a schema get `415 UnsupportedMediaType` naming the kind,
+//! as kedge-sim accepts them as JSON.
 
 use serde_json::{Map, Value, json};
 
@@ -22,6 +24,10 @@ enum F {
     MapQuantity(&'static str),
     /// One `Quantity`.
     Quantity(&'static str),
+    /// `Time` (`1: seconds, 2: nanos`; empty when zero), rendered RFC 3339.
+    Time(&'static str),
+    /// `MicroTime`, rendered RFC 3339 with microseconds.
+    MicroTime(&'static str),
     /// `IntOrString` (`1: type, 2: intVal, 3: strVal`), rendered as a number or a string.
     IntOrStr(&'static str),
     MapStr(&'static str),
@@ -421,6 +427,91 @@ const HPA_V2: &[(u32, F)] = &[
     (2, F::Msg("spec", HPA_V2_SPEC)),
 ];
 
+const LEASE_SPEC: &[(u32, F)] = &[
+    (1, F::Str("holderIdentity")),
+    (2, F::Int("leaseDurationSeconds")),
+    (3, F::MicroTime("acquireTime")),
+    (4, F::MicroTime("renewTime")),
+    (5, F::Int("leaseTransitions")),
+    (6, F::Str("strategy")),
+    (7, F::Str("preferredHolder")),
+];
+
+const LEASE: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", LEASE_SPEC)),
+];
+
+const TAINT: &[(u32, F)] = &[
+    (1, F::Str("key")),
+    (2, F::Str("value")),
+    (3, F::Str("effect")),
+    (4, F::Time("timeAdded")),
+];
+
+const NODE_SPEC: &[(u32, F)] = &[
+    (1, F::Str("podCIDR")),
+    (3, F::Str("providerID")),
+    (4, F::Bool("unschedulable")),
+    (5, F::RepMsg("taints", TAINT)),
+    (7, F::RepStr("podCIDRs")),
+];
+
+const NODE: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("spec", NODE_SPEC)),
+];
+
+const OBJECT_REF: &[(u32, F)] = &[
+    (1, F::Str("kind")),
+    (2, F::Str("namespace")),
+    (3, F::Str("name")),
+    (4, F::Str("uid")),
+    (5, F::Str("apiVersion")),
+    (6, F::Str("resourceVersion")),
+    (7, F::Str("fieldPath")),
+];
+
+const EVENT_SOURCE: &[(u32, F)] = &[(1, F::Str("component")), (2, F::Str("host"))];
+
+const EVENT_SERIES: &[(u32, F)] = &[(1, F::Int("count")), (2, F::MicroTime("lastObservedTime"))];
+
+const CORE_EVENT: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::Msg("involvedObject", OBJECT_REF)),
+    (3, F::Str("reason")),
+    (4, F::Str("message")),
+    (5, F::Msg("source", EVENT_SOURCE)),
+    (6, F::Time("firstTimestamp")),
+    (7, F::Time("lastTimestamp")),
+    (8, F::Int("count")),
+    (9, F::Str("type")),
+    (10, F::MicroTime("eventTime")),
+    (11, F::Msg("series", EVENT_SERIES)),
+    (12, F::Str("action")),
+    (13, F::Msg("related", OBJECT_REF)),
+    (14, F::Str("reportingComponent")),
+    (15, F::Str("reportingInstance")),
+];
+
+const EVENT: &[(u32, F)] = &[
+    (1, F::Msg("metadata", OBJECT_META)),
+    (2, F::MicroTime("eventTime")),
+    (3, F::Msg("series", EVENT_SERIES)),
+    (4, F::Str("reportingController")),
+    (5, F::Str("reportingInstance")),
+    (6, F::Str("action")),
+    (7, F::Str("reason")),
+    (8, F::Msg("regarding", OBJECT_REF)),
+    (9, F::Msg("related", OBJECT_REF)),
+    (10, F::Str("note")),
+    (11, F::Str("type")),
+    (12, F::Msg("deprecatedSource", EVENT_SOURCE)),
+    (13, F::Time("deprecatedFirstTimestamp")),
+    (14, F::Time("deprecatedLastTimestamp")),
+    (15, F::Int("deprecatedCount")),
+];
+
 /// Non-pointer numeric and bool fields whose zero value Go omits from JSON
 /// (pointer fields are only encoded when set, so their zero is meaningful).
 const OMIT_ZERO: &[&str] = &[
@@ -456,6 +547,10 @@ const KINDS: &[(&str, &str, Schema)] = &[
     ("v1", "ServiceAccount", SERVICE_ACCOUNT),
     ("v1", "Pod", POD),
     ("v1", "Service", SERVICE),
+    ("v1", "Node", NODE),
+    ("v1", "Event", CORE_EVENT),
+    ("events.k8s.io/v1", "Event", EVENT),
+    ("coordination.k8s.io/v1", "Lease", LEASE),
     ("apps/v1", "Deployment", DEPLOYMENT),
     ("apps/v1", "StatefulSet", STATEFUL_SET),
     ("apps/v1", "ReplicaSet", REPLICA_SET),
@@ -647,6 +742,18 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
                 let q = message(r.bytes()?, &[(1, F::Str("string"))], None)?;
                 out.insert(n.into(), q.get("string").cloned().unwrap_or(json!("0")));
             }
+            F::Time(n) | F::MicroTime(n) => {
+                let t = message(
+                    r.bytes()?,
+                    &[(1, F::Int("seconds")), (2, F::Int("nanos"))],
+                    None,
+                )?;
+                if let Some(secs) = t.get("seconds").and_then(Value::as_i64) {
+                    let nanos = t.get("nanos").and_then(Value::as_i64).unwrap_or(0);
+                    let micro = matches!(f, F::MicroTime(_));
+                    out.insert(n.into(), json!(timestamp(secs, nanos, micro)));
+                }
+            }
             F::IntOrStr(n) => {
                 let v = message(
                     r.bytes()?,
@@ -706,6 +813,16 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
         }
     }
     Ok(Value::Object(out))
+}
+
+/// RFC 3339 in UTC as Go renders `metav1.Time` (seconds) or `metav1.MicroTime`
+/// (microseconds).
+fn timestamp(secs: i64, nanos: i64, micro: bool) -> String {
+    let s = crate::util::rfc3339(secs.saturating_mul(1000));
+    match s.strip_suffix('Z') {
+        Some(base) if micro => format!("{base}.{:06}Z", nanos / 1000),
+        _ => s,
+    }
 }
 
 /// Standard base64 with padding.
@@ -778,6 +895,17 @@ mod tests {
         Ok(())
     }
 
+    /// A varint field (numbers below 16).
+    fn varint(n: u32, mut v: u64) -> Vec<u8> {
+        let mut out = vec![(n << 3) as u8];
+        while v >= 0x80 {
+            out.push((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
     fn envelope(api_version: &[u8], kind: &[u8], object: &[u8]) -> Vec<u8> {
         let tm = [field(1, 2, api_version), field(2, 2, kind)].concat();
         [MAGIC.to_vec(), field(1, 2, &tm), field(2, 2, object)].concat()
@@ -785,10 +913,8 @@ mod tests {
 
     #[test]
     fn decodes_a_service_with_int_or_string_ports() -> Result<()> {
-        // A varint field: tag, value (both below 128 here).
-        let int = |n: u32, v: u8| vec![(n << 3) as u8, v];
-        let named = [int(1, 1), field(3, 2, b"http")].concat();
-        let port = [int(3, 80), field(4, 2, &named)].concat();
+        let named = [varint(1, 1), field(3, 2, b"http")].concat();
+        let port = [varint(3, 80), field(4, 2, &named)].concat();
         let spec = [field(1, 2, &port), field(4, 2, b"ClusterIP")].concat();
         let svc = [field(1, 2, &field(1, 2, b"web")), field(2, 2, &spec)].concat();
         let v = decode(&envelope(b"v1", b"Service", &svc))?;
@@ -800,11 +926,34 @@ mod tests {
 
     #[test]
     fn other_kinds_are_refused_naming_the_kind_and_json() {
-        let body = envelope(b"coordination.k8s.io/v1", b"Lease", &field(1, 2, b""));
-        let e = decode(&body).expect_err("no protobuf schema for Lease");
+        let body = envelope(
+            b"apiextensions.k8s.io/v1",
+            b"CustomResourceDefinition",
+            &field(1, 2, b""),
+        );
+        let e = decode(&body).expect_err("no protobuf schema for CRDs");
         assert!(matches!(e, Error::UnsupportedMediaType(_)), "{e}");
         let text = e.to_string();
-        assert!(text.contains("Lease") && text.contains("as JSON"), "{text}");
+        assert!(
+            text.contains("CustomResourceDefinition") && text.contains("as JSON"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn decodes_a_lease_with_micro_times() -> Result<()> {
+        // 2026-01-02T03:04:05Z and 123456789 ns.
+        let time = [varint(1, 1_767_323_045), varint(2, 123_456_789)].concat();
+        let spec = [field(1, 2, b"hub-0"), field(4, 2, &time), field(3, 2, &[])].concat();
+        let lease = [field(1, 2, &field(1, 2, b"kedge-hub")), field(2, 2, &spec)].concat();
+        let v = decode(&envelope(b"coordination.k8s.io/v1", b"Lease", &lease))?;
+        assert_eq!(v["spec"]["holderIdentity"], "hub-0");
+        assert_eq!(v["spec"]["renewTime"], "2026-01-02T03:04:05.123456Z");
+        assert!(
+            v["spec"].get("acquireTime").is_none(),
+            "a zero time is left out: {v}"
+        );
+        Ok(())
     }
 
     #[test]
