@@ -3,6 +3,9 @@
 
 mod sim_support;
 
+use futures::StreamExt;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, WatchEvent, WatchParams};
 use sim_support::{fast, kubectl, kubectl_ok, start};
 
 async fn get(kc: &std::path::Path, what: &[&str], jsonpath: &str) -> String {
@@ -192,5 +195,28 @@ async fn kubectl_create_run_expose_autoscale() {
     )
     .await;
     assert_eq!(v2, "70");
+
+    // A watch in autoscaling/v1 streams the v1 view of the stored object.
+    let client = sim
+        .cluster("create")
+        .expect("cluster")
+        .client()
+        .expect("client");
+    let v1 = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("autoscaling", "v1", "HorizontalPodAutoscaler"),
+        "horizontalpodautoscalers",
+    );
+    let hpas: Api<DynamicObject> = Api::namespaced_with(client, "default", &v1);
+    let mut events = hpas
+        .watch(&WatchParams::default().timeout(5), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    let Some(Ok(WatchEvent::Added(hpa))) = events.next().await else {
+        panic!("no ADDED event");
+    };
+    assert_eq!(hpa.types.expect("types").api_version, "autoscaling/v1");
+    assert_eq!(hpa.data["spec"]["targetCPUUtilizationPercentage"], 70);
+    assert!(hpa.data["spec"].get("metrics").is_none(), "{:?}", hpa.data);
     sim.shutdown().await;
 }
