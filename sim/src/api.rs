@@ -389,19 +389,14 @@ fn load(store: &crate::store::Store, t: &Target, name: &str) -> Result<crate::st
         .ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))
 }
 
-/// The object as served in the requested version: apiVersion only, except that an Event
-/// is converted between core/v1 and events.k8s.io/v1 (`crate::events`).
+/// The object as served in the requested version: an Event converted between core/v1 and
+/// events.k8s.io/v1 (`crate::events`), any other kind from its storage version
+/// (`crate::convert`, e.g. an HPA in autoscaling/v1).
 fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
-    let want = def.api_version(version);
-    if let Some(event) = crate::events::converted(def, &want, obj) {
+    if let Some(event) = crate::events::converted(def, &def.api_version(version), obj) {
         return event;
     }
-    if obj.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()) {
-        return obj.clone();
-    }
-    let mut o = obj.clone();
-    o["apiVersion"] = json!(want);
-    o
+    crate::convert::to_served(def, version, obj)
 }
 
 /// The stored object as a write through `t` sees it: an Event stored through the other
@@ -669,6 +664,7 @@ fn create(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
     if obj.get("apiVersion").is_none() {
         obj["apiVersion"] = json!(t.def.api_version(&t.version));
     }
+    let obj = crate::convert::to_stored(&t.def, &t.version, &obj);
     let now = c.now();
     let obj = crate::patch::apply::record_update(
         &Value::Null,
@@ -777,6 +773,7 @@ fn update(
             if crate::events::shared(&t.def) && body.get("apiVersion").is_none() {
                 body["apiVersion"] = json!(t.def.api_version(&t.version));
             }
+            let body = crate::convert::to_stored(&t.def, &t.version, &body);
             let body = track(&current, &body, r, sub, now);
             let out = store.update(&t.def, &ns, name, body, scope, now)?;
             versioned(&t.def, &t.version, &out)
@@ -968,7 +965,8 @@ fn patch(
                 .named(name);
                 crate::auth::check(store, user, &attrs)?;
             }
-            let mut obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
+            let obj = crate::patch::apply::apply_subresource(None, &applied, opts(None))?;
+            let mut obj = crate::convert::to_stored(&t.def, &t.version, &obj);
             meta_mut(&mut obj).insert("name".into(), json!(name));
             let out = store.create(&t.def, &ns, obj, now)?;
             drop(guard);
@@ -982,8 +980,10 @@ fn patch(
                 write_scale(store, t, &current, &patched, manager, now)?
             }
             _ => {
-                let mut obj =
-                    crate::patch::apply::apply_subresource(Some(&current), &applied, opts(sub))?;
+                let served = versioned(&t.def, &t.version, &current);
+                let obj =
+                    crate::patch::apply::apply_subresource(Some(&served), &applied, opts(sub))?;
+                let mut obj = crate::convert::to_stored(&t.def, &t.version, &obj);
                 // Apply never carries a precondition unless the user sets one.
                 if meta_str(&applied, "resourceVersion").is_none() {
                     meta_mut(&mut obj).remove("resourceVersion");
@@ -999,7 +999,7 @@ fn patch(
     let current = current.ok_or_else(|| Error::not_found(&t.def.group, &t.def.plural, name))?;
     let base = match sub {
         Some("scale") => scale_of(&t.def, &current),
-        _ => (*current).clone(),
+        _ => versioned(&t.def, &t.version, &current),
     };
     let mut doc = base.clone();
     match ct.as_str() {
@@ -1075,6 +1075,7 @@ fn patch(
     let out = match sub {
         Some("scale") => write_scale(store, t, &current, &doc, &manager_of(r), now)?,
         _ => {
+            let doc = crate::convert::to_stored(&t.def, &t.version, &doc);
             let doc = track(&current, &doc, r, sub, now);
             let scope = WriteScope::for_subresource(sub);
             let out = store.update(&t.def, &ns, name, doc, scope, now)?;

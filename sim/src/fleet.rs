@@ -1,8 +1,8 @@
 //! A whole local fleet on loopback (`kedge-sim up`): one simulated hub cluster and N member
 //! clusters, kedge's CRDs and KEDA's CRDs and namespace installed on the hub, the real
-//! `kedge-hub` keeping its CA in a Secret, each member enrolled with the real
-//! `kubectl kedge mc setup-member` (its install applied to the member cluster), and one real
-//! `kedge-agent` per member run as that install's Deployment runs it: with the Secret's
+//! `kedge-hub` keeping its CA in a Secret, the agents' namespaces created in every cluster,
+//! each member enrolled with the real `kubectl kedge mc setup-member` (its install applied
+//! to the member cluster), and one real `kedge-agent` per member run as that install's Deployment runs it: with the Secret's
 //! bootstrap token and a token of its least-privilege ServiceAccount.
 
 use std::net::{TcpListener, UdpSocket};
@@ -124,6 +124,14 @@ impl Fleet {
             .cluster(HUB_CLUSTER)
             .ok_or_else(|| Error::Fleet("the hub cluster did not start".into()))?;
         install_crds(hub_cluster.client()?).await?;
+        // The agents' namespaces, in every member and on the hub (where the workloads that
+        // spread to them are created), as a newcomer would otherwise create them by hand.
+        for name in &names {
+            let cluster = sim
+                .cluster(name)
+                .ok_or_else(|| Error::Fleet(format!("the cluster {name} did not start")))?;
+            create_namespaces(cluster.client()?, &config.agent_namespaces).await?;
+        }
 
         let (quic_port, ops_port, scaler_port) =
             (free_udp_port()?, free_tcp_port()?, free_tcp_port()?);
@@ -428,12 +436,10 @@ pub const HUB_NAMESPACE: &str = "kedge-system";
 /// The namespace of each agent in its member cluster (what `setup-member` installs).
 pub const AGENT_NAMESPACE: &str = "kedge-system";
 
-/// What installing the hub chart puts in the hub cluster: the CRDs and the hub's namespace;
-/// and KEDA, which runs next to the hub: its CRDs (ScaledObject, TriggerAuthentication,
-/// ClusterTriggerAuthentication) and its namespace.
-pub async fn install_crds(client: kube::Client) -> Result<()> {
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    for name in [HUB_NAMESPACE, crate::keda::KEDA_NAMESPACE] {
+/// Creates the namespaces that do not exist yet.
+pub async fn create_namespaces(client: kube::Client, names: &[impl AsRef<str>]) -> Result<()> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    for name in names.iter().map(AsRef::as_ref) {
         let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
             .map_err(|e| Error::Fleet(format!("namespace {name}: {e}")))?;
         match namespaces.create(&PostParams::default(), &namespace).await {
@@ -442,6 +448,18 @@ pub async fn install_crds(client: kube::Client) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
+    Ok(())
+}
+
+/// What installing the hub chart puts in the hub cluster: the CRDs and the hub's namespace;
+/// and KEDA, which runs next to the hub: its CRDs (ScaledObject, TriggerAuthentication,
+/// ClusterTriggerAuthentication) and its namespace.
+pub async fn install_crds(client: kube::Client) -> Result<()> {
+    create_namespaces(
+        client.clone(),
+        &[HUB_NAMESPACE, crate::keda::KEDA_NAMESPACE],
+    )
+    .await?;
     let api: Api<CustomResourceDefinition> = Api::all(client);
     let mut crds = kedge_core::crd::crds();
     for keda in crate::keda::CRDS {

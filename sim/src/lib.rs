@@ -13,6 +13,7 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod controllers;
+pub mod convert;
 pub mod defaults;
 pub mod demo;
 pub mod engines;

@@ -81,6 +81,11 @@ impl ResourceDef {
         self
     }
 
+    fn served_in(mut self, version: &str) -> Self {
+        self.versions.push(version.into());
+        self
+    }
+
     fn scalable(mut self) -> Self {
         self.scale = Some(ScaleSpec {
             spec_replicas: ".spec.replicas".into(),
@@ -289,6 +294,8 @@ pub fn builtins() -> Vec<ResourceDef> {
         .scalable(),
         R::builtin("batch", "v1", "Job", "jobs", true, &[], true).all(),
         // Stored only: kedge's agent looks for autoscalers that would fight it.
+        R::builtin("batch", "v1", "CronJob", "cronjobs", true, &["cj"], true).all(),
+        // Stored in v2, served in v1 too (`kubectl autoscale` writes v1); see `convert`.
         R::builtin(
             "autoscaling",
             "v2",
@@ -298,6 +305,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             &["hpa"],
             true,
         )
+        .served_in("v1")
         .all(),
         R::builtin(
             "coordination.k8s.io",

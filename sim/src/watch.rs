@@ -38,6 +38,7 @@ impl Filter {
 struct WatchState {
     c: Arc<ClusterShared>,
     def: Arc<ResourceDef>,
+    version: String,
     api_version: String,
     rx: broadcast::Receiver<Arc<Event>>,
     pending: VecDeque<Bytes>,
@@ -114,6 +115,7 @@ pub(crate) fn watch(
     let mut st = WatchState {
         c: c.clone(),
         def: def.clone(),
+        version: version.to_string(),
         api_version: def.api_version(version),
         rx,
         pending: VecDeque::new(),
@@ -290,8 +292,7 @@ impl WatchState {
         } else if obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str()) {
             serde_json::to_writer(&mut out, obj).ok()?;
         } else {
-            let mut o = obj.clone();
-            o["apiVersion"] = json!(self.api_version);
+            let o = crate::convert::to_served(&self.def, &self.version, obj);
             serde_json::to_writer(&mut out, &o).ok()?;
         }
         out.extend_from_slice(b"}\n");

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
 use kedge_sim::demo::{DSJ_NAME, INFERENCE_DSO_NAME, install_example};
 use kedge_sim::engines::{self, Demand};
@@ -271,5 +271,28 @@ async fn demo_example_dsj_turns_a_queue_into_jobs_in_the_members() {
         stop.cancel();
     };
     tokio::join!(serving, scene);
+    fleet.shutdown().await;
+}
+
+/// `kedge-sim up --agent-namespaces default,shop`: the namespaces the agents act in exist in
+/// every cluster before the members are enrolled, so enrollment (which grants the agent its
+/// Role in each of them) succeeds and every agent connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_creates_the_agent_namespaces_in_every_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = FleetConfig::new(2, dir.path().to_owned()).unwrap();
+    if config.bin_dir.ends_with("deps") {
+        config.bin_dir.pop();
+    }
+    config.agent_namespaces = vec!["default".into(), "shop".into()];
+    let fleet = Fleet::up(config).await.expect("fleet up");
+    for cluster in [HUB_CLUSTER, "member-1", "member-2"] {
+        let client = fleet.sim.cluster(cluster).unwrap().client().unwrap();
+        let namespaces: Api<Namespace> = Api::all(client);
+        assert!(
+            namespaces.get_opt("shop").await.unwrap().is_some(),
+            "no namespace shop in {cluster}"
+        );
+    }
     fleet.shutdown().await;
 }

@@ -406,3 +406,58 @@ async fn a_member_set_up_again_reconnects_by_itself_despite_its_old_identity() {
     let log = agent.log_text();
     assert!(log.contains("enrolled again"), "{log}");
 }
+
+/// A namespace the agent is to act in but the member cluster lacks: setup-member names it
+/// and the cluster, prints the command that creates it and leaves nothing behind on the
+/// hub; that command run, setup-member succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_member_namespace_is_named_with_the_command_that_creates_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fleet = EnrollFleet::start(dir, &["edge-1"], "24h").await;
+    let member = dir.join("edge-1.kubeconfig");
+    let hub_address = format!("127.0.0.1:{}", fleet.ports.quic);
+    let member_path = member.to_str().unwrap();
+    let args = [
+        "setup-member",
+        "edge-1",
+        "--namespaces",
+        "apps",
+        "--hub-address",
+        &hub_address,
+        "--member-kubeconfig",
+        member_path,
+    ];
+    let (ok, _, err) = kedge_mc(dir, &args).await;
+    assert!(!ok, "setup-member succeeded without namespace apps");
+    let fix = format!(
+        "kubectl --kubeconfig {} create namespace apps",
+        member.display()
+    );
+    assert!(
+        err.contains("namespace \"apps\" does not exist") && err.contains("member edge-1"),
+        "{err}"
+    );
+    assert!(err.contains(&fix), "{err}");
+    assert!(!err.contains("ApiError"), "{err}");
+    let members: kube::Api<kedge_core::crd::MemberCluster> =
+        kube::Api::all(fleet.hub_client.clone());
+    assert!(
+        members.get_opt("edge-1").await.unwrap().is_none(),
+        "a MemberCluster was left"
+    );
+
+    let create: Vec<&str> = fix.split(' ').skip(1).collect();
+    let out = tokio::process::Command::new("/usr/bin/kubectl")
+        .args(&create)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, _, err) = kedge_mc(dir, &args).await;
+    assert!(ok, "setup-member: {err}");
+}

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kedge_core::crd::{MemberCluster, MemberClusterSpec};
 use kedge_net::identity::is_valid_member_name;
 use kube::api::{
@@ -144,6 +144,9 @@ pub async fn run(
         .validate()
         .map_err(|e| Error::Argument(e.to_string()))?;
     let manifests = agent_manifests(&install);
+    if let Some(path) = &args.member_kubeconfig {
+        check_member_namespaces(name, path, &manifests).await?;
+    }
 
     let members: Api<MemberCluster> = Api::all(client.clone());
     let spec = MemberClusterSpec {
@@ -265,6 +268,64 @@ async fn undo(
     }
 }
 
+/// The namespaces `manifests` put objects in that they do not create themselves.
+fn needed_namespaces(manifests: &[Value]) -> Vec<String> {
+    let created: Vec<&str> = manifests
+        .iter()
+        .filter(|m| m["kind"] == "Namespace" && m["apiVersion"] == "v1")
+        .filter_map(|m| m["metadata"]["name"].as_str())
+        .collect();
+    let mut needed: Vec<String> = Vec::new();
+    for ns in manifests
+        .iter()
+        .filter_map(|m| m["metadata"]["namespace"].as_str())
+    {
+        if !created.contains(&ns) && !needed.iter().any(|n| n == ns) {
+            needed.push(ns.to_owned());
+        }
+    }
+    needed
+}
+
+/// What to say when `namespace` is missing in the member cluster of `kubeconfig`.
+fn missing_namespace(member: &str, kubeconfig: &std::path::Path, namespace: &str) -> Error {
+    failed(
+        format!("checking the namespaces of member {member}"),
+        format!(
+            "namespace {namespace:?} does not exist in the member cluster ({}); the agent \
+             acts in it, so it must exist first: create it with `kubectl --kubeconfig {} \
+             create namespace {namespace}` and run setup-member again",
+            kubeconfig.display(),
+            kubeconfig.display(),
+        ),
+    )
+}
+
+/// Fails, before anything is created, when the member cluster lacks a namespace the
+/// install puts objects in (the agent's Roles in each namespace it acts in).
+async fn check_member_namespaces(
+    member: &str,
+    kubeconfig: &std::path::Path,
+    manifests: &[Value],
+) -> Result<()> {
+    let client = kedge_net::kube_client::client(Some(kubeconfig))
+        .await
+        .map_err(|e| failed("connecting to the member cluster", e.to_string()))?;
+    let namespaces: Api<Namespace> = Api::all(client);
+    for namespace in needed_namespaces(manifests) {
+        let found = namespaces.get_opt(&namespace).await.map_err(|e| {
+            failed(
+                format!("reading namespace {namespace} in member {member}"),
+                e.to_string(),
+            )
+        })?;
+        if found.is_none() {
+            return Err(missing_namespace(member, kubeconfig, &namespace));
+        }
+    }
+    Ok(())
+}
+
 /// Server-side applies `manifests`, in order, to the cluster of `kubeconfig`.
 async fn apply_to_member(kubeconfig: &std::path::Path, manifests: &[Value]) -> Result<()> {
     let what = |m: &Value| {
@@ -302,4 +363,35 @@ async fn apply_to_member(kubeconfig: &std::path::Path, manifests: &[Value]) -> R
         .map_err(|e| failed(what(manifest), e.to_string()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn needed_namespaces_are_those_the_install_does_not_create() {
+        let manifests = [
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kedge-system"}}),
+            json!({"kind": "ServiceAccount", "metadata": {"name": "a", "namespace": "kedge-system"}}),
+            json!({"kind": "ClusterRole", "metadata": {"name": "r"}}),
+            json!({"kind": "Role", "metadata": {"name": "w", "namespace": "default"}}),
+            json!({"kind": "RoleBinding", "metadata": {"name": "w", "namespace": "default"}}),
+            json!({"kind": "Role", "metadata": {"name": "w", "namespace": "shop"}}),
+        ];
+        assert_eq!(needed_namespaces(&manifests), ["default", "shop"]);
+    }
+
+    #[test]
+    fn a_missing_namespace_names_the_cluster_and_the_fix() {
+        let e = missing_namespace("m1", std::path::Path::new("/k/m1.kubeconfig"), "shop");
+        let text = e.to_string();
+        assert!(text.contains("member m1"), "{text}");
+        assert!(
+            text.contains("`kubectl --kubeconfig /k/m1.kubeconfig create namespace shop`"),
+            "{text}"
+        );
+    }
 }

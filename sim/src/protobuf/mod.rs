@@ -1,181 +1,20 @@
-//! Decoding of Kubernetes protobuf request bodies for the few kinds kubectl
-//! creates through its typed clients (`kubectl create secret|configmap|namespace|serviceaccount|deployment|job`).
-//! Other kinds sent as protobuf get `415 UnsupportedMediaType`.
+//! Decoding of Kubernetes protobuf request bodies (`k8s\0` + `runtime.Unknown`), which
+//! kubectl and other typed Go clients send for built-in kinds (`kubectl create …`, `run`,
+//! `expose`, `autoscale`; Go controllers' Leases and Events). Every built-in kind but
+//! CustomResourceDefinition has a schema; the field numbers are those of k8s.io/api's
+//! `generated.proto`, and each schema lists the fields typed clients commonly set (others
+//! are skipped). Kinds without a schema get `415 UnsupportedMediaType` naming the kind,
+//! as kedge-sim accepts them as JSON.
 
 use serde_json::{Map, Value, json};
 
 use crate::error::{Error, Result};
 
+mod schema;
+
+use schema::{DELETE_OPTIONS, F, KINDS, OMIT_ZERO, UNKNOWN};
+
 const MAGIC: &[u8] = b"k8s\0";
-
-#[derive(Debug, Clone, Copy)]
-enum F {
-    Str(&'static str),
-    /// `bytes`, rendered base64 like the JSON form.
-    Bytes(&'static str),
-    Bool(&'static str),
-    /// int32/int64 as varint.
-    Int(&'static str),
-    /// `map<string, Quantity>` (Quantity is a message with the string in field 1).
-    MapQuantity(&'static str),
-    MapStr(&'static str),
-    MapBytes(&'static str),
-    RepStr(&'static str),
-    Msg(&'static str, &'static [(u32, F)]),
-    RepMsg(&'static str, &'static [(u32, F)]),
-}
-
-const OWNER_REF: &[(u32, F)] = &[
-    (1, F::Str("kind")),
-    (3, F::Str("name")),
-    (4, F::Str("uid")),
-    (5, F::Str("apiVersion")),
-    (6, F::Bool("controller")),
-    (7, F::Bool("blockOwnerDeletion")),
-];
-
-const OBJECT_META: &[(u32, F)] = &[
-    (1, F::Str("name")),
-    (2, F::Str("generateName")),
-    (3, F::Str("namespace")),
-    (5, F::Str("uid")),
-    (6, F::Str("resourceVersion")),
-    (11, F::MapStr("labels")),
-    (12, F::MapStr("annotations")),
-    (13, F::RepMsg("ownerReferences", OWNER_REF)),
-    (14, F::RepStr("finalizers")),
-];
-
-const SECRET: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (2, F::MapBytes("data")),
-    (3, F::Str("type")),
-    (4, F::MapStr("stringData")),
-    (5, F::Bool("immutable")),
-];
-
-const CONFIG_MAP: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (2, F::MapStr("data")),
-    (3, F::MapBytes("binaryData")),
-    (4, F::Bool("immutable")),
-];
-
-const NAMESPACE_SPEC: &[(u32, F)] = &[(1, F::RepStr("finalizers"))];
-
-const NAMESPACE: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (2, F::Msg("spec", NAMESPACE_SPEC)),
-];
-
-const SERVICE_ACCOUNT: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (4, F::Bool("automountServiceAccountToken")),
-];
-
-const LABEL_SELECTOR_REQ: &[(u32, F)] = &[
-    (1, F::Str("key")),
-    (2, F::Str("operator")),
-    (3, F::RepStr("values")),
-];
-
-const LABEL_SELECTOR: &[(u32, F)] = &[
-    (1, F::MapStr("matchLabels")),
-    (2, F::RepMsg("matchExpressions", LABEL_SELECTOR_REQ)),
-];
-
-const CONTAINER_PORT: &[(u32, F)] = &[
-    (1, F::Str("name")),
-    (2, F::Int("hostPort")),
-    (3, F::Int("containerPort")),
-    (4, F::Str("protocol")),
-];
-
-const ENV_VAR: &[(u32, F)] = &[(1, F::Str("name")), (2, F::Str("value"))];
-
-const RESOURCES: &[(u32, F)] = &[
-    (1, F::MapQuantity("limits")),
-    (2, F::MapQuantity("requests")),
-];
-
-const CONTAINER: &[(u32, F)] = &[
-    (1, F::Str("name")),
-    (2, F::Str("image")),
-    (3, F::RepStr("command")),
-    (4, F::RepStr("args")),
-    (5, F::Str("workingDir")),
-    (6, F::RepMsg("ports", CONTAINER_PORT)),
-    (7, F::RepMsg("env", ENV_VAR)),
-    (8, F::Msg("resources", RESOURCES)),
-    (14, F::Str("imagePullPolicy")),
-];
-
-const POD_SPEC: &[(u32, F)] = &[
-    (2, F::RepMsg("containers", CONTAINER)),
-    (3, F::Str("restartPolicy")),
-    (4, F::Int("terminationGracePeriodSeconds")),
-    (5, F::Int("activeDeadlineSeconds")),
-    (6, F::Str("dnsPolicy")),
-    (7, F::MapStr("nodeSelector")),
-    (8, F::Str("serviceAccountName")),
-];
-
-const POD_TEMPLATE: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (2, F::Msg("spec", POD_SPEC)),
-];
-
-const DEPLOYMENT_SPEC: &[(u32, F)] = &[
-    (1, F::Int("replicas")),
-    (2, F::Msg("selector", LABEL_SELECTOR)),
-    (3, F::Msg("template", POD_TEMPLATE)),
-    (5, F::Int("minReadySeconds")),
-    (6, F::Int("revisionHistoryLimit")),
-    (7, F::Bool("paused")),
-    (9, F::Int("progressDeadlineSeconds")),
-];
-
-const DEPLOYMENT: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (2, F::Msg("spec", DEPLOYMENT_SPEC)),
-];
-
-const JOB_SPEC: &[(u32, F)] = &[
-    (1, F::Int("parallelism")),
-    (2, F::Int("completions")),
-    (3, F::Int("activeDeadlineSeconds")),
-    (4, F::Msg("selector", LABEL_SELECTOR)),
-    (5, F::Bool("manualSelector")),
-    (6, F::Msg("template", POD_TEMPLATE)),
-    (7, F::Int("backoffLimit")),
-    (8, F::Int("ttlSecondsAfterFinished")),
-    (9, F::Str("completionMode")),
-    (10, F::Bool("suspend")),
-];
-
-const JOB: &[(u32, F)] = &[
-    (1, F::Msg("metadata", OBJECT_META)),
-    (2, F::Msg("spec", JOB_SPEC)),
-];
-
-/// Non-pointer numeric and bool fields whose zero value Go omits from JSON
-/// (pointer fields are only encoded when set, so their zero is meaningful).
-const OMIT_ZERO: &[&str] = &["minReadySeconds", "hostPort", "paused"];
-
-const PRECONDITIONS: &[(u32, F)] = &[(1, F::Str("uid")), (2, F::Str("resourceVersion"))];
-
-/// The body of a DELETE from a typed client (Helm's release storage sends it as protobuf).
-const DELETE_OPTIONS: &[(u32, F)] = &[
-    (1, F::Int("gracePeriodSeconds")),
-    (2, F::Msg("preconditions", PRECONDITIONS)),
-    (3, F::Bool("orphanDependents")),
-    (4, F::Str("propagationPolicy")),
-    (5, F::RepStr("dryRun")),
-];
-
-const TYPE_META: &[(u32, F)] = &[(1, F::Str("apiVersion")), (2, F::Str("kind"))];
-
-const UNKNOWN: &[(u32, F)] = &[(1, F::Msg("typeMeta", TYPE_META)), (2, F::Bytes("raw"))];
 
 /// Decodes a protobuf body (`k8s\0` + `runtime.Unknown`) into the JSON object.
 pub fn decode(body: &[u8]) -> Result<Value> {
@@ -196,24 +35,27 @@ pub fn decode(body: &[u8]) -> Result<Value> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let schema = match (api_version.as_str(), kind.as_str()) {
-        ("v1", "Secret") => SECRET,
-        ("v1", "ConfigMap") => CONFIG_MAP,
-        ("v1", "Namespace") => NAMESPACE,
-        ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
-        ("apps/v1", "Deployment") => DEPLOYMENT,
-        ("batch/v1", "Job") => JOB,
-        (_, "DeleteOptions") => DELETE_OPTIONS,
-        _ => {
-            return Err(Error::UnsupportedMediaType(format!(
-                "kedge-sim decodes protobuf only for Secret, ConfigMap, Namespace, ServiceAccount, Deployment, Job and DeleteOptions (got {api_version} {kind}); send JSON"
-            )));
-        }
+    let schema = if kind == "DeleteOptions" {
+        DELETE_OPTIONS
+    } else {
+        KINDS
+            .iter()
+            .find(|(v, k, _)| *v == api_version && *k == kind)
+            .map(|(_, _, schema)| *schema)
+            .ok_or_else(|| unsupported(&api_version, &kind))?
     };
     let mut obj = message(&raw, schema, None)?;
     obj["apiVersion"] = json!(api_version);
     obj["kind"] = json!(kind);
     Ok(obj)
+}
+
+fn unsupported(api_version: &str, kind: &str) -> Error {
+    let known: Vec<&str> = KINDS.iter().map(|(_, k, _)| *k).collect();
+    Error::UnsupportedMediaType(format!(
+        "kedge-sim cannot decode a protobuf {kind} ({api_version}); it accepts {kind} as JSON (Content-Type: application/json). Protobuf is decoded for {} and DeleteOptions",
+        known.join(", ")
+    ))
 }
 
 struct Reader<'a> {
@@ -340,11 +182,22 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
                     out.insert(n.into(), json!(v));
                 }
             }
+            F::Quantity(n) | F::Time(n) | F::MicroTime(n) | F::IntOrStr(n) => {
+                if let Some(v) = value_type(*f, r.bytes()?)? {
+                    out.insert(n.into(), v);
+                }
+            }
+            // An embedded struct (`LocalObjectReference`): its fields sit inline in JSON.
+            F::Msg("", sub) => {
+                if let Value::Object(m) = message(r.bytes()?, sub, None)? {
+                    out.extend(m);
+                }
+            }
             F::MapQuantity(n) => {
                 let (k, v) = entry(r.bytes()?)?;
-                let q = message(&v, &[(1, F::Str("string"))], None)?;
+                let q = value_type(F::Quantity(n), &v)?.unwrap_or(json!("0"));
                 let m = out.entry(n).or_insert_with(|| json!({}));
-                m[k] = q.get("string").cloned().unwrap_or(json!("0"));
+                m[k] = q;
             }
             F::MapStr(n) | F::MapBytes(n) => {
                 let (k, v) = entry(r.bytes()?)?;
@@ -376,6 +229,48 @@ fn message(b: &[u8], schema: &[(u32, F)], mut raw_out: Option<&mut Vec<u8>>) -> 
         }
     }
     Ok(Value::Object(out))
+}
+
+/// The JSON of apimachinery's value types, which JSON renders as one string or number;
+/// `None` for a zero `Time` (Go's JSON leaves it out as null).
+fn value_type(f: F, b: &[u8]) -> Result<Option<Value>> {
+    Ok(match f {
+        F::Quantity(_) => {
+            let q = message(b, &[(1, F::Str("string"))], None)?;
+            Some(q.get("string").cloned().unwrap_or(json!("0")))
+        }
+        F::Time(_) | F::MicroTime(_) => {
+            let t = message(b, &[(1, F::Int("seconds")), (2, F::Int("nanos"))], None)?;
+            t.get("seconds").and_then(Value::as_i64).map(|secs| {
+                let nanos = t.get("nanos").and_then(Value::as_i64).unwrap_or(0);
+                json!(timestamp(secs, nanos, matches!(f, F::MicroTime(_))))
+            })
+        }
+        F::IntOrStr(_) => {
+            let schema = [
+                (1, F::Int("type")),
+                (2, F::Int("intVal")),
+                (3, F::Str("strVal")),
+            ];
+            let v = message(b, &schema, None)?;
+            Some(if v.get("type").and_then(Value::as_i64) == Some(1) {
+                v.get("strVal").cloned().unwrap_or(json!(""))
+            } else {
+                v.get("intVal").cloned().unwrap_or(json!(0))
+            })
+        }
+        _ => None,
+    })
+}
+
+/// RFC 3339 in UTC as Go renders `metav1.Time` (seconds) or `metav1.MicroTime`
+/// (microseconds).
+fn timestamp(secs: i64, nanos: i64, micro: bool) -> String {
+    let s = crate::util::rfc3339(secs.saturating_mul(1000));
+    match s.strip_suffix('Z') {
+        Some(base) if micro => format!("{base}.{:06}Z", nanos / 1000),
+        _ => s,
+    }
 }
 
 /// Standard base64 with padding.
@@ -445,6 +340,67 @@ mod tests {
         let v = decode(&body)?;
         assert_eq!(v["preconditions"]["uid"], "uid-1");
         assert_eq!(v["propagationPolicy"], "Foreground");
+        Ok(())
+    }
+
+    /// A varint field (numbers below 16).
+    fn varint(n: u32, mut v: u64) -> Vec<u8> {
+        let mut out = vec![(n << 3) as u8];
+        while v >= 0x80 {
+            out.push((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    fn envelope(api_version: &[u8], kind: &[u8], object: &[u8]) -> Vec<u8> {
+        let tm = [field(1, 2, api_version), field(2, 2, kind)].concat();
+        [MAGIC.to_vec(), field(1, 2, &tm), field(2, 2, object)].concat()
+    }
+
+    #[test]
+    fn decodes_a_service_with_int_or_string_ports() -> Result<()> {
+        let named = [varint(1, 1), field(3, 2, b"http")].concat();
+        let port = [varint(3, 80), field(4, 2, &named)].concat();
+        let spec = [field(1, 2, &port), field(4, 2, b"ClusterIP")].concat();
+        let svc = [field(1, 2, &field(1, 2, b"web")), field(2, 2, &spec)].concat();
+        let v = decode(&envelope(b"v1", b"Service", &svc))?;
+        assert_eq!(v["spec"]["ports"][0]["port"], 80);
+        assert_eq!(v["spec"]["ports"][0]["targetPort"], "http");
+        assert_eq!(v["spec"]["type"], "ClusterIP");
+        Ok(())
+    }
+
+    #[test]
+    fn other_kinds_are_refused_naming_the_kind_and_json() {
+        let body = envelope(
+            b"apiextensions.k8s.io/v1",
+            b"CustomResourceDefinition",
+            &field(1, 2, b""),
+        );
+        let e = decode(&body).expect_err("no protobuf schema for CRDs");
+        assert!(matches!(e, Error::UnsupportedMediaType(_)), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("CustomResourceDefinition") && text.contains("as JSON"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn decodes_a_lease_with_micro_times() -> Result<()> {
+        // 2026-01-02T03:04:05Z and 123456789 ns.
+        let time = [varint(1, 1_767_323_045), varint(2, 123_456_789)].concat();
+        let spec = [field(1, 2, b"hub-0"), field(4, 2, &time), field(3, 2, &[])].concat();
+        let lease = [field(1, 2, &field(1, 2, b"kedge-hub")), field(2, 2, &spec)].concat();
+        let v = decode(&envelope(b"coordination.k8s.io/v1", b"Lease", &lease))?;
+        assert_eq!(v["spec"]["holderIdentity"], "hub-0");
+        assert_eq!(v["spec"]["renewTime"], "2026-01-02T03:04:05.123456Z");
+        assert!(
+            v["spec"].get("acquireTime").is_none(),
+            "a zero time is left out: {v}"
+        );
         Ok(())
     }
 
