@@ -164,6 +164,8 @@ pub struct ClusterShared {
     pub(crate) requests: Mutex<HashMap<String, u64>>,
     /// KEDA's external scalers: targets, last answers, call counts, gRPC channels.
     pub scalers: Scalers,
+    /// `LoadBalancer` Services' frontends and endpoints ([`crate::services`]).
+    pub load_balancers: crate::services::LoadBalancers,
 }
 
 impl ClusterShared {
@@ -191,6 +193,7 @@ impl ClusterShared {
             tokens: Mutex::new(HashMap::new()),
             requests: Mutex::new(HashMap::new()),
             scalers: Scalers::default(),
+            load_balancers: crate::services::LoadBalancers::default(),
         }
     }
 

@@ -1,5 +1,7 @@
 //! Defaulting of built-in kinds on create, the subset kedge and kubectl rely on.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use serde_json::{Value, json};
 
 use crate::resources::ResourceDef;
@@ -94,6 +96,7 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
                 l.insert("kubernetes.io/metadata.name".into(), json!(name));
             }
         }
+        "Service" => service(obj),
         "Secret" => {
             if let Some(root) = obj.as_object_mut() {
                 let ty = root.entry("type").or_insert(json!("Opaque"));
@@ -103,6 +106,46 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// Next cluster IP and node port handed out in this process (the API server's allocators).
+static CLUSTER_IPS: AtomicU32 = AtomicU32::new(0);
+static NODE_PORTS: AtomicU32 = AtomicU32::new(0);
+
+/// A Service's defaults and allocations: type `ClusterIP`, a cluster IP from
+/// `10.96.0.0/12` (an address only: nothing listens on it), single-stack IPv4, each port's
+/// protocol `TCP` and `targetPort` its port, and a node port for each port of a NodePort or
+/// LoadBalancer Service from `30000-32767`.
+fn service(obj: &mut Value) {
+    let spec = ensure_obj(obj, "spec");
+    let ty = spec
+        .entry("type")
+        .or_insert(json!("ClusterIP"))
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    spec.entry("sessionAffinity").or_insert(json!("None"));
+    if ty != "ExternalName" && !spec.contains_key("clusterIP") {
+        let n = CLUSTER_IPS.fetch_add(1, Ordering::Relaxed) % ((1 << 20) - 2) + 1;
+        let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) + n);
+        spec.insert("clusterIP".into(), json!(ip.to_string()));
+        spec.insert("clusterIPs".into(), json!([ip.to_string()]));
+        spec.insert("ipFamilies".into(), json!(["IPv4"]));
+        spec.insert("ipFamilyPolicy".into(), json!("SingleStack"));
+    }
+    let node_ports = matches!(ty.as_str(), "NodePort" | "LoadBalancer");
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            p.entry("protocol").or_insert(json!("TCP"));
+            if let Some(port) = p.get("port").cloned() {
+                p.entry("targetPort").or_insert(port);
+            }
+            if node_ports && !p.contains_key("nodePort") {
+                let n = 30000 + NODE_PORTS.fetch_add(1, Ordering::Relaxed) % 2768;
+                p.insert("nodePort".into(), json!(n));
+            }
+        }
     }
 }
 
@@ -169,6 +212,37 @@ fn ensure_obj<'a>(obj: &'a mut Value, field: &str) -> &'a mut serde_json::Map<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn services_get_a_cluster_ip_default_ports_and_node_ports_by_type() {
+        let mut lb = json!({"spec": {"type": "LoadBalancer", "ports": [
+            {"port": 7443, "protocol": "UDP", "targetPort": "quic"}, {"port": 80}]}});
+        service(&mut lb);
+        let ip = lb["spec"]["clusterIP"].as_str().expect("a cluster IP");
+        assert!(ip.starts_with("10."), "{ip}");
+        assert_eq!(lb["spec"]["clusterIPs"], json!([ip]));
+        assert_eq!(lb["spec"]["ports"][0]["targetPort"], "quic", "kept");
+        assert_eq!(lb["spec"]["ports"][1]["targetPort"], 80, "the port");
+        assert_eq!(lb["spec"]["ports"][1]["protocol"], "TCP");
+        for p in lb["spec"]["ports"].as_array().unwrap() {
+            let n = p["nodePort"].as_i64().expect("a node port");
+            assert!((30000..=32767).contains(&n), "{n}");
+        }
+        let mut plain = json!({"spec": {"ports": [{"port": 80}]}});
+        service(&mut plain);
+        assert_eq!(plain["spec"]["type"], "ClusterIP");
+        assert!(plain["spec"]["ports"][0].get("nodePort").is_none());
+        assert_ne!(
+            plain["spec"]["clusterIP"], lb["spec"]["clusterIP"],
+            "unique"
+        );
+        let mut headless = json!({"spec": {"clusterIP": "None"}});
+        service(&mut headless);
+        assert_eq!(headless["spec"]["clusterIP"], "None", "kept");
+        let mut external = json!({"spec": {"type": "ExternalName", "externalName": "x.example"}});
+        service(&mut external);
+        assert!(external["spec"].get("clusterIP").is_none());
+    }
 
     #[test]
     fn crd_schema_defaults_fill_absent_fields_recursively() {

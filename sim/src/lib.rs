@@ -33,6 +33,7 @@ pub mod relay;
 pub mod resources;
 pub mod schema;
 pub mod selector;
+pub mod services;
 pub mod sim;
 pub mod store;
 pub mod table;

@@ -132,6 +132,10 @@ struct Serve {
     /// First port (cluster i gets port-base + i); 0 picks free ports.
     #[arg(long, default_value_t = 0)]
     port_base: u16,
+    /// Clusters (comma-separated, from --clusters) that get KEDA as far as kedge-sim
+    /// emulates it: its namespace and CRDs, and its loop for ScaledObjects.
+    #[arg(long, value_delimiter = ',')]
+    keda: Vec<String>,
 }
 
 /// `--heartbeat`: what the hub accepts for `--heartbeat-interval`, checked before anything
@@ -175,7 +179,18 @@ async fn main() -> anyhow::Result<()> {
         port_base: args.port_base,
         ..SimConfig::default()
     };
+    if let Some(unknown) = args.keda.iter().find(|k| !args.clusters.contains(k)) {
+        anyhow::bail!(
+            "--keda {unknown}: not one of the --clusters ({})",
+            args.clusters.join(",")
+        );
+    }
     let sim = Sim::start(&args.clusters, config, Some(&args.dir)).await?;
+    for name in &args.keda {
+        if let Some(c) = sim.cluster(name) {
+            kedge_sim::keda::install(c)?;
+        }
+    }
     for c in sim.clusters() {
         println!(
             "cluster {} {} {}",
@@ -184,6 +199,10 @@ async fn main() -> anyhow::Result<()> {
             args.dir.join(format!("{}.kubeconfig", c.name())).display()
         );
     }
+    println!(
+        "kubeconfig {} (a context per cluster)",
+        args.dir.join("kubeconfig").display()
+    );
     println!("kedge-sim ready: {} clusters", sim.clusters().len());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -60,6 +60,7 @@ impl Sim {
             }));
             tasks.push(tokio::spawn(crate::controllers::run(shared.clone())));
             tasks.push(tokio::spawn(crate::keda::grpc::run(shared.clone())));
+            tasks.push(tokio::spawn(crate::services::run(shared.clone())));
             let kubeconfig = dir.map(|d| d.join(format!("{name}.kubeconfig")));
             let cluster = Cluster::new(shared, kubeconfig.clone());
             if let Some(path) = kubeconfig {
@@ -67,12 +68,39 @@ impl Sim {
             }
             clusters.push(cluster);
         }
-        Ok(Sim {
+        let sim = Sim {
             clock,
             clusters,
             shutdown,
             tasks,
-        })
+        };
+        if let Some(d) = dir {
+            tokio::fs::write(d.join("kubeconfig"), sim.kubeconfig()).await?;
+        }
+        Ok(sim)
+    }
+
+    /// One kubeconfig for every cluster: a context per cluster, named after it, the first
+    /// one current (`DIR/kubeconfig` when started with a directory).
+    pub fn kubeconfig(&self) -> String {
+        let mut clusters = String::new();
+        let mut contexts = String::new();
+        let mut users = String::new();
+        for c in &self.clusters {
+            let n = c.name();
+            clusters.push_str(&format!(
+                "- name: {n}\n  cluster:\n    server: {}\n",
+                c.url()
+            ));
+            contexts.push_str(&format!(
+                "- name: {n}\n  context:\n    cluster: {n}\n    user: {n}\n    namespace: default\n"
+            ));
+            users.push_str(&format!("- name: {n}\n  user: {{}}\n"));
+        }
+        let current = self.clusters.first().map_or("", |c| c.name());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n{clusters}contexts:\n{contexts}current-context: {current}\nusers:\n{users}preferences: {{}}\n"
+        )
     }
 
     /// Starts `n` clusters named `cluster-0` … `cluster-{n-1}` without kubeconfig files.

@@ -166,8 +166,8 @@ impl Store {
         }
     }
 
-    /// The pod's IP (see [`crate::pod_ips`]): the one it holds, else a new one; `None` when
-    /// every address is in use.
+    /// The pod's IP (see [`crate::pod_ips`]), or a `LoadBalancer` Service's external one: the
+    /// one it holds, else a new one; `None` when every address is in use.
     pub fn pod_ip(&mut self, uid: &str) -> Option<std::net::Ipv4Addr> {
         self.pod_ips.lease(uid)
     }
@@ -652,7 +652,7 @@ impl Store {
             .objects
             .get_mut(&def.key)?
             .remove(&(ns.to_string(), name.to_string()))?;
-        if &*def.key == "/pods"
+        if matches!(&*def.key, "/pods" | "/services")
             && let Some(uid) = meta_str(&old, "uid")
         {
             self.pod_ips.release(uid);

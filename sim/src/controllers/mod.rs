@@ -92,6 +92,7 @@ pub async fn run(c: Arc<ClusterShared>) {
                 now,
                 &mut timers,
             );
+            crate::services::reconcile(&mut store, &c.load_balancers, now);
             if !store.dirty {
                 break;
             }

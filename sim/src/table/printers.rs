@@ -407,6 +407,47 @@ static SECRETS: &[Column] = &[
     AGE,
 ];
 
+/// `printService`.
+static SERVICES: &[Column] = &[
+    NAME,
+    col(
+        "Type",
+        "string",
+        0,
+        "The type of the service.",
+        Cell::Str("/spec/type"),
+    ),
+    col(
+        "Cluster-IP",
+        "string",
+        0,
+        "The IP address of the service.",
+        Cell::Fn(service_cluster_ip),
+    ),
+    col(
+        "External-IP",
+        "string",
+        0,
+        "The external IP address of the service.",
+        Cell::Fn(service_external_ip),
+    ),
+    col(
+        "Port(s)",
+        "string",
+        0,
+        "The ports that the service exposes.",
+        Cell::Fn(service_ports),
+    ),
+    AGE,
+    col(
+        "Selector",
+        "string",
+        1,
+        "Route service traffic to pods with label keys and values matching this selector.",
+        Cell::Fn(service_selector),
+    ),
+];
+
 /// `printServiceAccount`.
 static SERVICEACCOUNTS: &[Column] = &[
     NAME,
@@ -559,6 +600,7 @@ static PRINTERS: &[(&str, &[Column])] = &[
     ("configmaps", CONFIGMAPS),
     ("secrets", SECRETS),
     ("serviceaccounts", SERVICEACCOUNTS),
+    ("services", SERVICES),
     ("events", EVENTS),
     ("leases", LEASES),
     ("rolebindings", ROLEBINDINGS),
@@ -1070,4 +1112,69 @@ fn event_source(o: &Value, _now: SystemTime) -> Value {
 
 fn event_message(o: &Value, _now: SystemTime) -> Value {
     json!(first_str(o, &["/message", "/note"]).trim())
+}
+
+/// `CLUSTER-IP`: `spec.clusterIP`, `<none>` when empty or for an ExternalName Service.
+fn service_cluster_ip(o: &Value, _now: SystemTime) -> Value {
+    if s(o, "/spec/type") == "ExternalName" {
+        return none_if_empty("");
+    }
+    none_if_empty(s(o, "/spec/clusterIP"))
+}
+
+/// `EXTERNAL-IP` as `getServiceExternalIP` shows it: a LoadBalancer's ingress addresses and
+/// external IPs, `<pending>` before it has any; the external IPs of other types.
+fn service_external_ip(o: &Value, _now: SystemTime) -> Value {
+    let external: Vec<&str> = arr(o, "/spec/externalIPs")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    match s(o, "/spec/type") {
+        "ExternalName" => Value::String(s(o, "/spec/externalName").into()),
+        "LoadBalancer" => {
+            let mut all: Vec<&str> = arr(o, "/status/loadBalancer/ingress")
+                .iter()
+                .filter_map(|i| {
+                    i.get("ip")
+                        .or_else(|| i.get("hostname"))
+                        .and_then(Value::as_str)
+                })
+                .collect();
+            all.extend(external);
+            if all.is_empty() {
+                Value::String("<pending>".into())
+            } else {
+                Value::String(all.join(","))
+            }
+        }
+        _ => none_if_empty(&external.join(",")),
+    }
+}
+
+/// `PORT(S)`: `port[:nodePort]/protocol` of each port, `<none>` without any.
+fn service_ports(o: &Value, _now: SystemTime) -> Value {
+    let ports: Vec<String> = arr(o, "/spec/ports")
+        .iter()
+        .map(|p| {
+            let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+            let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+            match p.get("nodePort").and_then(Value::as_i64) {
+                Some(node) if node != 0 => format!("{port}:{node}/{protocol}"),
+                _ => format!("{port}/{protocol}"),
+            }
+        })
+        .collect();
+    none_if_empty(&ports.join(","))
+}
+
+/// `SELECTOR`: `labels.FormatLabels` of the selector map, `<none>` when empty.
+fn service_selector(o: &Value, _now: SystemTime) -> Value {
+    let pairs: Vec<String> = o
+        .pointer("/spec/selector")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    none_if_empty(&pairs.join(","))
 }
