@@ -9,10 +9,11 @@ demo:
 	$(CARGO) build --release --workspace --bins
 	target/release/kedge-sim up --dir .kedge-fleet
 
-## The whole test suite (README's second command; .ci/run calls it).
+## The whole test suite (README's second command; .ci/run calls it): every test binary
+## `cargo test --workspace` runs, three at a time (KEDGE_TEST_JOBS), logs in target/test-logs.
 test: fmt-check helm-env
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --no-fail-fast
+	python3 scripts/run-tests.py
 
 ## The chart tests' Python (pinned helm-python-sdk and kubernetes-validate) in target/pyenv;
 ## reused when present (tests/tests/charts.rs).

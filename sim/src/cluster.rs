@@ -165,7 +165,7 @@ pub struct ClusterShared {
     /// KEDA's external scalers: targets, last answers, call counts, gRPC channels.
     pub scalers: Scalers,
     /// `LoadBalancer` Services' frontends and endpoints ([`crate::services`]).
-    pub load_balancers: crate::services::LoadBalancers,
+    pub load_balancers: crate::services::published::LoadBalancers,
 }
 
 impl ClusterShared {
@@ -193,7 +193,7 @@ impl ClusterShared {
             tokens: Mutex::new(HashMap::new()),
             requests: Mutex::new(HashMap::new()),
             scalers: Scalers::default(),
-            load_balancers: crate::services::LoadBalancers::default(),
+            load_balancers: crate::services::published::LoadBalancers::default(),
         }
     }
 

@@ -13,13 +13,15 @@
 //! sockets live in tasks [`run`] keeps in step with it, so no I/O happens under the lock.
 
 mod forward;
+pub mod published;
+
+pub use published::{Forwards, Frontend, LoadBalancers, Protocol};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 use crate::cluster::ClusterShared;
 use crate::store::{Obj, Store, WriteScope, deleting};
@@ -27,58 +29,6 @@ use crate::util::{get_path, meta_mut, meta_str};
 
 const SERVICES: &str = "/services";
 const PODS: &str = "/pods";
-
-/// Transport of one Service port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    /// `TCP` (the default).
-    Tcp,
-    /// `UDP`.
-    Udp,
-}
-
-/// One listening port of a load balancer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Frontend {
-    /// The Service's external address and port.
-    pub addr: SocketAddr,
-    /// Its transport.
-    pub protocol: Protocol,
-}
-
-/// Every frontend of a cluster with the endpoints it forwards to (may be empty).
-pub type Forwards = BTreeMap<Frontend, Vec<SocketAddr>>;
-
-/// The forwards the controllers decided, published to [`run`].
-#[derive(Debug)]
-pub struct LoadBalancers {
-    published: watch::Sender<Arc<Forwards>>,
-}
-
-impl Default for LoadBalancers {
-    fn default() -> Self {
-        LoadBalancers {
-            published: watch::Sender::new(Arc::new(Forwards::new())),
-        }
-    }
-}
-
-impl LoadBalancers {
-    /// The forwards now in effect.
-    pub fn current(&self) -> Arc<Forwards> {
-        self.published.borrow().clone()
-    }
-
-    fn publish(&self, forwards: Forwards) {
-        self.published.send_if_modified(|old| {
-            let changed = **old != forwards;
-            if changed {
-                *old = Arc::new(forwards);
-            }
-            changed
-        });
-    }
-}
 
 /// Gives every `LoadBalancer` Service its address and publishes the forwards of all of them.
 pub(crate) fn reconcile(store: &mut Store, lbs: &LoadBalancers, now: i64) {
@@ -216,7 +166,7 @@ fn named_port(pod: &Value, name: &str, protocol: Protocol) -> Option<u16> {
 /// Keeps one forwarder per published frontend until shutdown: starts new ones, hands changed
 /// endpoints to running ones, stops the ones no longer published.
 pub(crate) async fn run(c: Arc<ClusterShared>) {
-    let mut published = c.load_balancers.published.subscribe();
+    let mut published = c.load_balancers.subscribe();
     let mut running: BTreeMap<Frontend, forward::Forwarder> = BTreeMap::new();
     loop {
         let forwards = published.borrow_and_update().clone();
