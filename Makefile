@@ -29,9 +29,10 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## Agent binary size, idle RSS, and RSS with 1,000 managed Jobs (README "Footprint"); the
-## bench fails when the agent reaches 20 MiB with the Jobs. Then the hub's memory and CPU
-## with 0 and 100 enrolled agents and 10 DSOs (README "Sizing the hub").
+## Agent binary size, idle RSS, and RSS with 1,000 managed Jobs (docs/performance.md
+## "Footprint"); the bench fails when the agent reaches 20 MiB with the Jobs. Then the hub's
+## memory and CPU with 0 and 100 enrolled agents and 10 DSOs (docs/performance.md "Sizing
+## the hub").
 footprint:
 	bash scripts/footprint.sh
 	$(CARGO) build --release --workspace --bins
@@ -50,13 +51,14 @@ charts: helm-env
 	mkdir -p target/charts
 	for c in deploy/charts/*/; do echo '{}' | target/pyenv/bin/python scripts/helm_chart.py package "$$c" target/charts; echo; done
 
-## /scale change to replicas in every member, end to end (README "Scaling latency").
+## /scale change to replicas in every member, end to end (docs/performance.md "Scaling
+## latency").
 bench-latency:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p kedge-e2e --bench scale_latency
 
 ## One hub and many virtual agents (real QUIC, mTLS and protocol, in one process): connect
-## time, hub memory per member, /scale fan-out latency (README "Fleet scale").
+## time, hub memory per member, /scale fan-out latency (docs/performance.md "Fleet scale").
 ## FLEET_BENCH_MEMBERS=100,1000,10000 sets the member counts.
 bench-fleet:
 	$(CARGO) build --release --workspace --bins

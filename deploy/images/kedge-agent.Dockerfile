@@ -2,7 +2,7 @@
 # The kedge-agent image: built from the repository root with
 #   docker build -f deploy/images/kedge-agent.Dockerfile -t ghcr.io/kedge-dev/kedge-agent:$VERSION .
 # Stage 1 compiles the agent's own profile (the workspace's `agent` profile: release,
-# optimized for size, whole-program LTO, stripped: README "Footprint");
+# optimized for size, whole-program LTO, stripped: docs/performance.md "Footprint");
 # stage 2 is distroless (glibc, CA certificates, no shell, no package manager) running as the
 # non-root user 65532, the runAsUser of the charts and of `kubectl kedge install`.
 

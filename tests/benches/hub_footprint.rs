@@ -11,9 +11,10 @@
 //!    member has its share: the hub's average CPU over the rounds and its peak memory;
 //! 3. after a settle window, RSS and CPU at rest with the DSOs.
 //!
-//! These figures size the chart's `resources` (deploy/charts/kedge-hub/values.yaml) and the
-//! README's "Sizing the hub". `cargo bench -p kedge-e2e --bench hub_footprint` (build the
-//! binaries first: `cargo build --release --workspace --bins`), or `make footprint`.
+//! These figures size the chart's `resources` (deploy/charts/kedge-hub/values.yaml) and
+//! docs/performance.md "Sizing the hub". `cargo bench -p kedge-e2e --bench hub_footprint`
+//! (build the binaries first: `cargo build --release --workspace --bins`), or
+//! `make footprint`.
 //! `HUB_BENCH_WINDOW_SECONDS` (default 10) sets each settle and CPU window. Prints a
 //! Markdown table. Linux only (`/proc`).
 

@@ -327,7 +327,7 @@ fn deployment(d: &HubDeployment) -> Value {
                         "livenessProbe": probe("/healthz", 10),
                         // Ready only on the Lease holder: the Service sends agents to it.
                         "readinessProbe": probe("/readyz", 5),
-                        // Sized from `make footprint` (README "Sizing the hub").
+                        // Sized from `make footprint` (docs/performance.md "Sizing the hub").
                         "resources": {
                             "requests": {"cpu": "100m", "memory": "64Mi"},
                             "limits": {"memory": "256Mi"},
