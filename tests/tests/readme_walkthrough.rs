@@ -1,0 +1,163 @@
+//! The README's install walkthrough, run verbatim (issue 29): the fenced block after the
+//! marker `<!-- walkthrough -->` is written to a script and run by bash with `set -euo
+//! pipefail`, from a directory that looks like the repository root to it (`deploy/` and
+//! `target/` link to this tree's), with no `KUBECONFIG` and no `helm` on `PATH`, as on a
+//! fresh machine. It starts kedge-sim, installs the hub and the agents from kedge's own
+//! install (kedge-sim runs their images as real processes), enrolls two edge clusters, and
+//! waits for a DSO and a DSJ to spread work over them; then the test checks the outcome
+//! itself. A README edit that breaks any step fails here.
+
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MARKER: &str = "<!-- walkthrough -->";
+/// The whole walkthrough, with room for a loaded machine.
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// The fenced `sh` block that follows the marker.
+fn walkthrough(readme: &str) -> Result<String, String> {
+    let after = readme
+        .split_once(MARKER)
+        .ok_or_else(|| format!("README.md has no {MARKER}"))?
+        .1;
+    let body = after
+        .trim_start()
+        .strip_prefix("```sh\n")
+        .ok_or("the marker is not followed by a ```sh block")?;
+    let end = body.find("\n```").ok_or("the ```sh block is not closed")?;
+    Ok(body[..=end].to_owned())
+}
+
+#[test]
+fn the_walkthrough_block_is_found_and_only_it() {
+    let text = format!("intro\n{MARKER}\n\n```sh\necho one\necho two\n```\nafter\n```sh\nno\n```\n");
+    assert_eq!(walkthrough(&text).unwrap(), "echo one\necho two\n");
+    assert!(walkthrough("no marker").is_err());
+    assert!(walkthrough(&format!("{MARKER}\ntext\n```sh\nx\n```")).is_err());
+    assert!(walkthrough(&format!("{MARKER}\n```sh\nunclosed\n")).is_err());
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Ends everything the script started (its process group) when dropped.
+struct Group(i32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SIGTERM lets kedge-sim stop the processes it runs; SIGKILL whatever is left.
+        let _ = Command::new("kill").args(["-TERM", &format!("-{}", self.0)]).status();
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = Command::new("kill").args(["-KILL", &format!("-{}", self.0)]).status();
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+#[test]
+fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let block = walkthrough(&readme).expect("the walkthrough block");
+    let dir = std::env::temp_dir().join(format!("kedge-walkthrough-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for link in ["deploy", "target"] {
+        std::os::unix::fs::symlink(repo().join(link), dir.join(link)).unwrap();
+    }
+    let script = dir.join("walkthrough.sh");
+    std::fs::write(&script, format!("set -euo pipefail\nset -x\n{block}")).unwrap();
+    let output = dir.join("walkthrough.out");
+    let log = std::fs::File::create(&output).unwrap();
+    // A fresh machine's PATH: no helm, no kubectl-kedge until the block adds it.
+    let path = "/usr/local/bin:/usr/bin:/bin";
+    let mut child = Command::new("bash")
+        .arg(&script)
+        .current_dir(&dir)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .expect("run bash");
+    let group = Group(child.id() as i32);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > LIMIT {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let report = || {
+        format!(
+            "--- walkthrough output (last 60 lines):\n{}\n--- kedge-sim (last 20 lines):\n{}",
+            tail(&output, 60),
+            tail(&dir.join("kedge-try.log"), 20)
+        )
+    };
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => panic!("the walkthrough failed ({s}) after {:?}\n{}", started.elapsed(), report()),
+        None => panic!("the walkthrough did not end within {LIMIT:?}\n{}", report()),
+    }
+    eprintln!("the walkthrough ran in {:.1} s", started.elapsed().as_secs_f64());
+
+    // What the walkthrough promised, checked apart from its own waits.
+    let kc = dir.join("kedge-try/kubeconfig");
+    let members = kubectl(
+        &kc,
+        &["--context", "mgmt", "get", "memberclusters", "-o", "jsonpath={.items[*].status.state}"],
+    );
+    assert_eq!(members, "Ready Ready", "both members Ready\n{}", report());
+    let hub_restarts = kubectl(
+        &kc,
+        &[
+            "--context", "mgmt", "-n", "kedge-system", "get", "pods", "-l",
+            "app.kubernetes.io/name=kedge-hub", "-o",
+            "jsonpath={.items[*].status.containerStatuses[0].restartCount}",
+        ],
+    );
+    assert_eq!(hub_restarts, "0", "one hub process, never restarted");
+    let mut jobs = 0;
+    for m in ["edge-1", "edge-2"] {
+        let replicas = kubectl(&kc, &["--context", m, "get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]);
+        assert_eq!(replicas, "2", "{m}'s share of the DSO's 4");
+        let names = kubectl(&kc, &["--context", m, "get", "jobs", "-o", "name"]);
+        assert!(!names.is_empty(), "{m} runs Jobs of the DSJ");
+        jobs += names.lines().count();
+    }
+    assert!(jobs >= 4, "the queue of 4 became at least 4 Jobs, got {jobs}");
+    drop(group);
+    let _ = std::fs::remove_dir_all(&dir);
+}
