@@ -89,7 +89,6 @@ async fn up(args: Up) -> anyhow::Result<()> {
             "example installed; try: kubectl --kubeconfig {} get dso",
             fleet.kubeconfig("hub").display()
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
         let stop = async {
             let _ = wait_for_signal().await;
         };
