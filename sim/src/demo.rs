@@ -9,6 +9,7 @@ mod tour;
 mod view;
 
 use std::collections::VecDeque;
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,13 +20,14 @@ use kube::api::{ListParams, Patch, PatchParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::process::Command;
+use tokio::signal::unix::SignalKind;
 
 use tokio_util::sync::CancellationToken;
 
 use self::tour::{Action, TOUR_LENGTH};
 pub use self::view::{
-    Snapshot, engines, next_commands, render, render_dsj, render_dso, render_header,
-    render_inference,
+    Screen, Snapshot, engines, next_commands, render, render_dsj, render_dso, render_header,
+    render_inference, render_short_header,
 };
 use crate::engines::Demand;
 use crate::fleet::{Fleet, HUB_CLUSTER};
@@ -196,6 +198,25 @@ async fn snapshot(hub: &kube::Client, demand: &Demand) -> Snapshot {
     }
 }
 
+/// The size of the terminal stdout is, if it is one (`stty size` reads it).
+async fn terminal() -> Option<Screen> {
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    let out = Command::new("stty")
+        .arg("size")
+        .stdin(std::fs::File::open("/dev/tty").ok()?)
+        .output()
+        .await
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let mut size = text.split_whitespace().map(str::parse::<usize>);
+    match (size.next(), size.next()) {
+        (Some(Ok(rows)), Some(Ok(cols))) if rows > 0 && cols > 0 => Some(Screen { rows, cols }),
+        _ => None,
+    }
+}
+
 fn push_log(log: &mut VecDeque<String>, line: String) {
     log.push_back(line);
     if log.len() > LOG_LINES {
@@ -215,6 +236,8 @@ async fn script(
     let mut done = 0usize;
     let mut round_start = 0u64;
     let mut log = VecDeque::new();
+    let mut screen = terminal().await;
+    let mut resized = tokio::signal::unix::signal(SignalKind::window_change())?;
     tokio::pin!(stop);
     loop {
         let t = start.elapsed().as_secs();
@@ -233,11 +256,14 @@ async fn script(
         for step in due {
             push_log(&mut log, tour::log_line(t, step, snapshot.engines()));
         }
-        let view = render(&facts, &snapshot, log.make_contiguous(), t, t - round_start);
+        let times = (t, t - round_start);
+        let view = render(&facts, &snapshot, log.make_contiguous(), times, screen);
         print!("\x1b[2J\x1b[H{view}");
         tokio::select! {
             _ = &mut stop => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            // Redrawn at once, to the new size.
+            _ = resized.recv() => screen = terminal().await,
         }
     }
     // Never leave an agent frozen or a member full behind.

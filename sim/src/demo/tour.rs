@@ -97,7 +97,7 @@ pub(super) const SCRIPT: [Step; 19] = [
     step(56, Action::Queue(0), "queue 0"),
     step(
         58,
-        Action::Note("member-3's engines missing, not idle"),
+        Action::Note("engines missing, not idle"),
         "inference: member-3's engines count as missing, never as idle: no scale-down ({engines} now)",
     ),
     step(
@@ -117,7 +117,7 @@ pub(super) const SCRIPT: [Step; 19] = [
     ),
     step(
         89,
-        Action::Note("member-2's stuck Jobs move"),
+        Action::Note("stuck Jobs move"),
         "stuck after 5 s: member-2 soft-tainted; its Jobs re-created in member-1/3, the stuck ones deleted",
     ),
     step(90, Action::Queue(0), "queue 0"),
@@ -150,22 +150,22 @@ const SCENES: [Scene; 4] = [
     Scene {
         start: 0,
         name: "spread by weight",
-        shows: "nginx replicas and queue-worker Jobs split 2:3:5; vllm engines follow the requests waiting",
+        shows: "replicas, Jobs split 2:3:5; engines follow demand",
     },
     Scene {
         start: 40,
         name: "a member cut off",
-        shows: "member-3 Unreachable: its share moves after the grace period, its pods keep running, its engines count as missing",
+        shows: "member-3's share moves; its engines count missing",
     },
     Scene {
         start: 75,
-        name: "back, and another member full",
-        shows: "member-3 returns and replicas rebalance; member-2 is cordoned, its Jobs stick and are re-created elsewhere",
+        name: "member-3 back, member-2 full",
+        shows: "rebalance by weight; stuck Jobs moved",
     },
     Scene {
         start: 95,
         name: "scaling down",
-        shows: "the metric and the requests fall: fewer replicas and engines; member-2 has room again",
+        shows: "fewer replicas and engines; member-2 has room again",
     },
 ];
 
@@ -207,7 +207,7 @@ pub(super) fn render_tour(t: u64) -> String {
         format!(" · next: {} in {} s", step.action.label(), step.at - t)
     });
     format!(
-        "scene {}/{}: {} - {}\nstep {done}/{} done{next} · the tour restarts in {restart} s\n",
+        "scene {}/{}: {} - {}\nstep {done}/{}{next} · the tour restarts in {restart} s\n",
         scene + 1,
         SCENES.len(),
         SCENES[scene].name,
@@ -229,6 +229,15 @@ mod tests {
     }
 
     #[test]
+    fn the_tour_lines_fit_80_columns() {
+        for t in 0..TOUR_LENGTH {
+            for line in render_tour(t).lines() {
+                assert!(line.chars().count() <= 80, "{t} s: {line}");
+            }
+        }
+    }
+
+    #[test]
     fn due_steps_run_once_each() {
         assert_eq!(due(0, 0).len(), 1);
         assert_eq!(due(1, 0).len(), 0);
@@ -241,9 +250,8 @@ mod tests {
     fn the_countdown_names_the_scene_the_next_step_and_the_restart() {
         assert_eq!(
             render_tour(5),
-            "scene 1/4: spread by weight - nginx replicas and queue-worker Jobs split 2:3:5; \
-             vllm engines follow the requests waiting\n\
-             step 3/19 done · next: metric 20 in 7 s · the tour restarts in 110 s\n"
+            "scene 1/4: spread by weight - replicas, Jobs split 2:3:5; engines follow demand\n\
+             step 3/19 · next: metric 20 in 7 s · the tour restarts in 110 s\n"
         );
         let cut_off = render_tour(52);
         assert!(
@@ -251,19 +259,18 @@ mod tests {
             "{cut_off}"
         );
         assert!(
-            cut_off
-                .ends_with("step 9/19 done · next: queue 0 in 4 s · the tour restarts in 63 s\n"),
+            cut_off.ends_with("step 9/19 · next: queue 0 in 4 s · the tour restarts in 63 s\n"),
             "{cut_off}"
         );
         assert!(
-            render_tour(57).contains("next: member-3's engines missing, not idle in 1 s"),
+            render_tour(57).contains("next: engines missing, not idle in 1 s"),
             "{}",
             render_tour(57)
         );
         let last = render_tour(110);
         assert!(last.starts_with("scene 4/4: scaling down - "), "{last}");
         assert!(
-            last.ends_with("step 19/19 done · the tour restarts in 5 s\n"),
+            last.ends_with("step 19/19 · the tour restarts in 5 s\n"),
             "{last}"
         );
     }

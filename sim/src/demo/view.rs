@@ -38,18 +38,38 @@ pub fn engines(inference: Option<&DistributedScaledObject>) -> i32 {
         .map_or(0, |s| s.total_current_replicas)
 }
 
+/// Log lines a screen must have room for before the header shrinks to three lines.
+const MIN_LOG_LINES: usize = 3;
+
 /// The whole view: the fixed header, where the tour is (`round_t` seconds into a round),
-/// the DSO, the DSJ, the inference DSO and the script's log.
+/// the DSO, the DSJ, the inference DSO and the script's log, fitted to `screen` if drawn
+/// on one.
 pub fn render(
     facts: &FleetFacts,
     snapshot: &Snapshot,
     log: &[String],
-    t: u64,
-    round_t: u64,
+    (t, round_t): (u64, u64),
+    screen: Option<Screen>,
 ) -> String {
-    let mut out = render_header(facts, t);
-    out.push('\n');
-    out.push_str(&render_tour(round_t));
+    let body = render_body(snapshot, round_t);
+    let full = format!("{}\n{body}", render_header(facts, t));
+    // The full header while the newest few log lines still fit below the tables.
+    let fits = |text: &str, screen: Screen| {
+        let rows: usize = text.lines().map(|l| screen.height(l)).sum();
+        rows + log.len().min(MIN_LOG_LINES) < screen.rows
+    };
+    let top = match screen {
+        Some(screen) if !fits(&full, screen) => {
+            format!("{}\n{body}", render_short_header(facts, t))
+        }
+        _ => full,
+    };
+    fit(&top, log, screen)
+}
+
+/// Everything below the header, up to the log's title.
+fn render_body(snapshot: &Snapshot, round_t: u64) -> String {
+    let mut out = render_tour(round_t);
     out.push('\n');
     out.push_str(&render_dso(snapshot.dso.as_ref()));
     out.push('\n');
@@ -60,11 +80,85 @@ pub fn render(
         snapshot.demand,
     ));
     out.push_str("\nwhat happened:\n");
-    for line in log {
+    out
+}
+
+/// The terminal the view is drawn on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Screen {
+    /// Rows.
+    pub rows: usize,
+    /// Columns: a longer line wraps onto more rows.
+    pub cols: usize,
+}
+
+impl Screen {
+    /// Rows `line` takes.
+    fn height(self, line: &str) -> usize {
+        line.chars().count().max(1).div_ceil(self.cols.max(1))
+    }
+}
+
+/// `top` and then the newest `log` lines that fit on `screen`, one row left for the cursor,
+/// so the terminal never scrolls the header away; a `top` taller than the screen loses its
+/// last lines, not its first. Without a screen, everything.
+fn fit(top: &str, log: &[String], screen: Option<Screen>) -> String {
+    let Some(screen) = screen else {
+        let mut out = top.to_owned();
+        for line in log {
+            out.push_str(line);
+            out.push('\n');
+        }
+        return out;
+    };
+    let mut room = screen.rows.saturating_sub(1);
+    let mut out = String::new();
+    for line in top.lines() {
+        let height = screen.height(line);
+        if height > room {
+            return out;
+        }
+        room -= height;
+        out.push_str(line);
+        out.push('\n');
+    }
+    let newest: Vec<&String> = log
+        .iter()
+        .rev()
+        .take_while(|line| {
+            let height = screen.height(line);
+            let fits = height <= room;
+            room = room.saturating_sub(height);
+            fits
+        })
+        .collect();
+    for line in newest.into_iter().rev() {
         out.push_str(line);
         out.push('\n');
     }
     out
+}
+
+/// The header in three lines, for a screen too short for the whole view: where the
+/// kubeconfigs, the ops endpoint, the logs and `fleet.env` are.
+pub fn render_short_header(facts: &FleetFacts, t: u64) -> String {
+    let members = match facts.members.len() {
+        0 => String::new(),
+        1 => facts.kubeconfig(&facts.members[0]).display().to_string(),
+        n => facts
+            .kubeconfig(&format!("member-{{1..{n}}}"))
+            .display()
+            .to_string(),
+    };
+    format!(
+        "kedge fleet demo  t={t}s  (Ctrl-C to stop; a taller terminal shows commands to try)\n\
+         hub {}   ops {}   logs {}/\n\
+         members {members}   all in {}\n",
+        facts.kubeconfig(HUB_CLUSTER).display(),
+        facts.ops_url,
+        facts.logs().display(),
+        facts.env_file().display(),
+    )
 }
 
 /// Commands to try in another terminal while the fleet runs.
@@ -359,7 +453,7 @@ mod tests {
             dsj: Some(dsj()),
             ..Snapshot::default()
         };
-        let text = render(&facts(), &snapshot, &log, 7, 7);
+        let text = render(&facts(), &snapshot, &log, (7, 7), None);
         assert!(text.starts_with("kedge fleet demo  t=7s"), "{text}");
         let tour = text.find("scene 1/4").unwrap_or(usize::MAX);
         let dso = text.find("DistributedScaledObject").unwrap_or(usize::MAX);
@@ -399,7 +493,17 @@ mod tests {
             ]
         );
         // The header is the top of every frame.
-        assert!(render(&facts(), &Snapshot::default(), &[], 12, 12).starts_with(&text));
+        assert!(render(&facts(), &Snapshot::default(), &[], (12, 12), None).starts_with(&text));
+    }
+
+    #[test]
+    fn the_short_header_names_the_kubeconfigs_the_ops_url_and_the_fleet_file() {
+        assert_eq!(
+            render_short_header(&facts(), 3),
+            "kedge fleet demo  t=3s  (Ctrl-C to stop; a taller terminal shows commands to try)\n\
+             hub .kedge-fleet/hub.kubeconfig   ops http://127.0.0.1:41000   logs .kedge-fleet/logs/\n\
+             members .kedge-fleet/member-{1..3}.kubeconfig   all in .kedge-fleet/fleet.env\n"
+        );
     }
 
     #[test]
@@ -411,7 +515,7 @@ mod tests {
         };
         let step = &super::super::tour::SCRIPT[5];
         let log = vec![super::super::tour::log_line(21, step, snapshot.engines())];
-        let text = render(&facts(), &snapshot, &log, 21, 21);
+        let text = render(&facts(), &snapshot, &log, (21, 21), None);
         assert!(
             text.contains("   engines 5\n"),
             "the table shows 5 engines:\n{text}"
@@ -497,6 +601,53 @@ mod tests {
             render_inference(None, 0),
             "waiting for DistributedScaledObject default/vllm...\n"
         );
+    }
+
+    #[test]
+    fn a_small_screen_keeps_the_header_and_the_newest_log_lines() {
+        let log: Vec<String> = (1..=8).map(|i| format!("[  {i}s] step {i}")).collect();
+        let full = render(&facts(), &Snapshot::default(), &log, (9, 9), None);
+        let header = render_header(&facts(), 9);
+        let lines = |text: &str| text.lines().count();
+        // Room for all but 5 log lines (one row stays free for the cursor).
+        let rows = lines(&full) - 5 + 1;
+        let wide = Screen { rows, cols: 500 };
+        let text = render(&facts(), &Snapshot::default(), &log, (9, 9), Some(wide));
+        assert!(text.starts_with(&header), "{text}");
+        assert_eq!(lines(&text), rows - 1);
+        assert!(
+            text.ends_with("[  6s] step 6\n[  7s] step 7\n[  8s] step 8\n"),
+            "{text}"
+        );
+        assert!(!text.contains("step 5"), "{text}");
+        // A screen too short for the full header gets the short one; long lines wrap, so
+        // on 40 columns fewer of them fit, and the header still comes first.
+        let narrow = Screen { rows: 20, cols: 40 };
+        let text = render(&facts(), &Snapshot::default(), &log, (9, 9), Some(narrow));
+        let used: usize = text.lines().map(|l| narrow.height(l)).sum();
+        assert!(used < 20, "{used} rows:\n{text}");
+        assert!(
+            text.starts_with(&render_short_header(&facts(), 9)),
+            "{text}"
+        );
+        // Room for the full header and tables but not 3 log lines: the short header, and the
+        // 6 rows it saves go to the log.
+        let rows = lines(&full) - log.len() + 2;
+        let short = render(
+            &facts(),
+            &Snapshot::default(),
+            &log,
+            (9, 9),
+            Some(Screen { rows, cols: 500 }),
+        );
+        assert!(
+            short.starts_with(&render_short_header(&facts(), 9)),
+            "{short}"
+        );
+        assert!(short.contains("scene 1/4"), "{short}");
+        assert!(short.ends_with("[  8s] step 8\n"), "{short}");
+        assert_eq!(lines(&short), rows - 1, "{short}");
+        assert_eq!(fit("a\nb\n", &log, Some(Screen { rows: 0, cols: 80 })), "");
     }
 
     #[test]
