@@ -21,7 +21,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::process::Command;
 use tokio::signal::unix::SignalKind;
-
 use tokio_util::sync::CancellationToken;
 
 use self::tour::{Action, TOUR_LENGTH};
