@@ -4,10 +4,16 @@ CARGO ?= cargo
 .PHONY: chaos-dsj
 .PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet e2e-fleet charts
 
-## The main job: a local simulated fleet with a live view (kedge-sim up).
+## The main job: a local simulated fleet with a live view (kedge-sim up). The debug build is
+## the one `make test` makes, so after either the other starts without building again.
 demo:
-	$(CARGO) build --release --workspace --bins
-	target/release/kedge-sim up --dir .kedge-fleet
+	@if [ -x target/debug/kedge-sim ]; then \
+		echo "make demo: checking the build of the workspace binaries in target/debug (seconds when up to date); cargo's progress follows"; \
+	else \
+		echo "make demo: building the workspace binaries in target/debug; a first build takes about 8 minutes on 2 cores, later ones seconds; cargo's progress follows"; \
+	fi
+	$(CARGO) build --workspace --bins
+	target/debug/kedge-sim up --dir .kedge-fleet
 
 ## The whole test suite (README's second command; .ci/run calls it): every test binary
 ## `cargo test --workspace` runs, three at a time (KEDGE_TEST_JOBS), logs in target/test-logs.

@@ -117,6 +117,8 @@ impl Fleet {
             }
         }
         std::fs::create_dir_all(config.dir.join("logs"))?;
+        // A previous run's file would name ports nothing listens on any more.
+        remove_if_present(&config.dir.join(FLEET_ENV))?;
         let mut names = vec![HUB_CLUSTER.to_owned()];
         names.extend(members.iter().cloned());
         let sim = Sim::start(&names, config.sim.clone(), Some(&config.dir)).await?;
@@ -155,6 +157,9 @@ impl Fleet {
         fleet
             .wait_connected(&members, Duration::from_secs(60))
             .await?;
+        // Written once the fleet is ready, so its presence means the facts are live.
+        let facts = fleet.facts().absolute()?;
+        std::fs::write(facts.env_file(), facts.to_env())?;
         Ok(fleet)
     }
 
@@ -277,7 +282,19 @@ impl Fleet {
 
     /// Kubeconfig of a cluster of the fleet (`hub` or a member).
     pub fn kubeconfig(&self, cluster: &str) -> PathBuf {
-        self.config.dir.join(format!("{cluster}.kubeconfig"))
+        kubeconfig(&self.config.dir, cluster)
+    }
+
+    /// What a user needs to reach the fleet, with paths as the fleet was configured.
+    pub fn facts(&self) -> FleetFacts {
+        FleetFacts {
+            dir: self.config.dir.clone(),
+            bin_dir: self.config.bin_dir.clone(),
+            members: self.members(),
+            ops_url: self.ops_url(),
+            hub_addr: self.hub_addr(),
+            scaler_addr: self.scaler_addr(),
+        }
     }
 
     /// Member names.
@@ -373,6 +390,123 @@ impl Fleet {
         }
         stop(&mut self.hub).await;
         self.sim.shutdown().await;
+        // Nothing it names answers any more.
+        let _ = remove_if_present(&self.config.dir.join(FLEET_ENV));
+    }
+}
+
+fn kubeconfig(dir: &Path, cluster: &str) -> PathBuf {
+    dir.join(format!("{cluster}.kubeconfig"))
+}
+
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// The file in the fleet's directory that names its kubeconfigs, endpoints and logs.
+pub const FLEET_ENV: &str = "fleet.env";
+
+/// What a user needs to reach a running fleet: the live view's header shows it and
+/// `DIR/fleet.env` holds it for another terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetFacts {
+    /// The fleet's directory (kubeconfigs, `logs/`, `fleet.env`).
+    pub dir: PathBuf,
+    /// Where `kedge-hub`, `kedge-agent` and `kubectl-kedge` are.
+    pub bin_dir: PathBuf,
+    /// Member names.
+    pub members: Vec<String>,
+    /// The hub's ops endpoint (`/v1/sessions`, metrics).
+    pub ops_url: String,
+    /// The hub's QUIC address.
+    pub hub_addr: String,
+    /// The hub's KEDA external scaler.
+    pub scaler_addr: String,
+}
+
+impl FleetFacts {
+    /// Kubeconfig of `hub` or a member.
+    pub fn kubeconfig(&self, cluster: &str) -> PathBuf {
+        kubeconfig(&self.dir, cluster)
+    }
+
+    /// The hub's and the agents' logs.
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    /// `DIR/fleet.env`.
+    pub fn env_file(&self) -> PathBuf {
+        self.dir.join(FLEET_ENV)
+    }
+
+    /// The same facts with absolute paths, for a file read from anywhere.
+    pub fn absolute(&self) -> Result<Self> {
+        Ok(Self {
+            dir: std::path::absolute(&self.dir)?,
+            bin_dir: std::path::absolute(&self.bin_dir)?,
+            ..self.clone()
+        })
+    }
+
+    /// The same facts with paths under `cwd` shortened to relative ones, for the screen.
+    pub fn relative_to(&self, cwd: &Path) -> Self {
+        let short = |p: &Path| {
+            p.strip_prefix(cwd)
+                .map_or_else(|_| p.to_owned(), Path::to_owned)
+        };
+        Self {
+            dir: short(&self.dir),
+            bin_dir: short(&self.bin_dir),
+            ..self.clone()
+        }
+    }
+
+    /// `KEY=VALUE` lines a shell can source (`set -a; . DIR/fleet.env; set +a`).
+    /// `KEDGE_HUB_OPS_URL` is what `kubectl kedge sessions` reads.
+    pub fn to_env(&self) -> String {
+        let path = |p: PathBuf| p.display().to_string();
+        let mut pairs = vec![
+            (
+                "HUB_KUBECONFIG".to_owned(),
+                path(self.kubeconfig(HUB_CLUSTER)),
+            ),
+            ("MEMBERS".to_owned(), self.members.join(",")),
+        ];
+        for member in &self.members {
+            let key = format!("{}_KUBECONFIG", member.to_uppercase().replace('-', "_"));
+            pairs.push((key, path(self.kubeconfig(member))));
+        }
+        pairs.extend([
+            ("OPS_URL".to_owned(), self.ops_url.clone()),
+            ("KEDGE_HUB_OPS_URL".to_owned(), self.ops_url.clone()),
+            ("HUB_ADDR".to_owned(), self.hub_addr.clone()),
+            ("SCALER_ADDR".to_owned(), self.scaler_addr.clone()),
+            ("LOGS_DIR".to_owned(), path(self.logs())),
+            ("KEDGE_BIN_DIR".to_owned(), path(self.bin_dir.clone())),
+        ]);
+        let mut out = String::from(
+            "# kedge-sim up: the running fleet (removed when it stops).\n\
+             # In a shell: set -a; . THIS_FILE; set +a\n",
+        );
+        for (key, value) in pairs {
+            out.push_str(&format!("{key}={}\n", shell_quoted(&value)));
+        }
+        out
+    }
+}
+
+/// `value` as one shell word: unchanged when it has only safe characters, else in single
+/// quotes.
+fn shell_quoted(value: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-:,@%+=".contains(c);
+    if !value.is_empty() && value.chars().all(safe) {
+        value.to_owned()
+    } else {
+        format!("'{}'", value.replace('\'', "'\\''"))
     }
 }
 
@@ -475,4 +609,56 @@ pub async fn install_crds(client: kube::Client) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> FleetFacts {
+        FleetFacts {
+            dir: "/home/me/kedge/.kedge-fleet".into(),
+            bin_dir: "/home/me/kedge/target/debug".into(),
+            members: vec!["member-1".into(), "member-2".into()],
+            ops_url: "http://127.0.0.1:41000".into(),
+            hub_addr: "127.0.0.1:41001".into(),
+            scaler_addr: "127.0.0.1:41002".into(),
+        }
+    }
+
+    #[test]
+    fn the_env_file_names_every_kubeconfig_and_endpoint() {
+        assert_eq!(
+            facts().to_env(),
+            "# kedge-sim up: the running fleet (removed when it stops).\n\
+             # In a shell: set -a; . THIS_FILE; set +a\n\
+             HUB_KUBECONFIG=/home/me/kedge/.kedge-fleet/hub.kubeconfig\n\
+             MEMBERS=member-1,member-2\n\
+             MEMBER_1_KUBECONFIG=/home/me/kedge/.kedge-fleet/member-1.kubeconfig\n\
+             MEMBER_2_KUBECONFIG=/home/me/kedge/.kedge-fleet/member-2.kubeconfig\n\
+             OPS_URL=http://127.0.0.1:41000\n\
+             KEDGE_HUB_OPS_URL=http://127.0.0.1:41000\n\
+             HUB_ADDR=127.0.0.1:41001\n\
+             SCALER_ADDR=127.0.0.1:41002\n\
+             LOGS_DIR=/home/me/kedge/.kedge-fleet/logs\n\
+             KEDGE_BIN_DIR=/home/me/kedge/target/debug\n"
+        );
+    }
+
+    #[test]
+    fn odd_paths_are_quoted_for_the_shell() {
+        assert_eq!(shell_quoted("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(shell_quoted("it's"), "'it'\\''s'");
+        assert_eq!(shell_quoted(""), "''");
+        assert_eq!(shell_quoted("/tmp/ok-1.x"), "/tmp/ok-1.x");
+    }
+
+    #[test]
+    fn paths_under_the_working_directory_are_shown_relative() {
+        let shown = facts().relative_to(Path::new("/home/me/kedge"));
+        assert_eq!(shown.dir, Path::new(".kedge-fleet"));
+        assert_eq!(shown.bin_dir, Path::new("target/debug"));
+        let elsewhere = facts().relative_to(Path::new("/srv"));
+        assert_eq!(elsewhere, facts());
+    }
 }

@@ -31,8 +31,9 @@ struct Up {
     /// Member clusters (named member-1 … member-N).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
     members: u16,
-    /// Directory for kubeconfigs (DIR/hub.kubeconfig, DIR/member-N.kubeconfig), certificates
-    /// and logs.
+    /// Directory for kubeconfigs (DIR/hub.kubeconfig, DIR/member-N.kubeconfig), certificates,
+    /// logs and DIR/fleet.env (the kubeconfigs, the hub's ops URL and the logs as KEY=VALUE
+    /// lines, written once the fleet is ready).
     #[arg(long, default_value = ".kedge-fleet")]
     dir: PathBuf,
     /// No example and no live view: print `fleet ready` and run until stopped.
@@ -75,6 +76,10 @@ async fn up(args: Up) -> anyhow::Result<()> {
         fleet.ops_url(),
         fleet.dir().join("logs").display()
     );
+    println!(
+        "fleet file:         {} (all of the above as KEY=VALUE lines)",
+        fleet.facts().env_file().display()
+    );
     println!("fleet ready: {} members connected", fleet.members().len());
     let outcome = if args.headless {
         wait_for_signal().await
@@ -84,7 +89,6 @@ async fn up(args: Up) -> anyhow::Result<()> {
             "example installed; try: kubectl --kubeconfig {} get dso",
             fleet.kubeconfig("hub").display()
         );
-        tokio::time::sleep(Duration::from_secs(2)).await;
         let stop = async {
             let _ = wait_for_signal().await;
         };

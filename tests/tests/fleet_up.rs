@@ -70,6 +70,28 @@ async fn headless_fleet_comes_up_connected_and_stops_cleanly() {
     ] {
         assert!(dir.path().join(file).exists(), "{file} missing");
     }
+    // DIR/fleet.env, printed before `fleet ready`, names the same kubeconfigs and ops URL.
+    let env_file = dir.path().join("fleet.env");
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("fleet file:") && l.contains(&env_file.display().to_string())),
+        "no `fleet file:` line: {seen:#?}"
+    );
+    let env = fleet_env(&env_file);
+    assert_eq!(env["OPS_URL"], ops);
+    assert_eq!(env["KEDGE_HUB_OPS_URL"], ops);
+    assert_eq!(env["MEMBERS"], "member-1,member-2");
+    for (key, file) in [
+        ("HUB_KUBECONFIG", "hub.kubeconfig"),
+        ("MEMBER_1_KUBECONFIG", "member-1.kubeconfig"),
+        ("MEMBER_2_KUBECONFIG", "member-2.kubeconfig"),
+    ] {
+        assert_eq!(
+            std::path::Path::new(&env[key]),
+            dir.path().join(file),
+            "{key}"
+        );
+    }
     // The hub has kedge's CRDs; kubectl resolves the short name.
     let out = Command::new("/usr/bin/kubectl")
         .arg("--kubeconfig")
@@ -161,6 +183,10 @@ async fn headless_fleet_comes_up_connected_and_stops_cleanly() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "kedge-sim up exit status {status:?}");
+    assert!(
+        !env_file.exists(),
+        "fleet.env outlived the fleet it describes"
+    );
     // The hub went down with it.
     let after = Command::new(bin("kubectl-kedge"))
         .args(["sessions", "--hub", &ops])
@@ -357,6 +383,121 @@ async fn up_creates_the_agent_namespaces_in_every_cluster() {
         );
     }
     fleet.shutdown().await;
+}
+
+/// `DIR/fleet.env` as a map (its values are single words for a temporary directory).
+fn fleet_env(path: &std::path::Path) -> std::collections::HashMap<String, String> {
+    let text = std::fs::read_to_string(path).expect("fleet.env written before `fleet ready`");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// `kedge-sim up` without `--headless`, as `make demo` runs it: every frame starts with the
+/// header (kubeconfigs, ops URL, logs, fleet.env) and the tour's countdown, the commands it
+/// offers work as printed, and an inference log line names the engines the table of the
+/// same frame shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_view_header_names_the_fleet_and_its_commands_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin("kedge-sim"))
+        .args(["up", "--members", "2", "--dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Frames start with a clear-screen sequence; collect them until one shows the first
+    // inference step's log line (the script runs it at 1 s).
+    let mut frames: Vec<String> = Vec::new();
+    let found = tokio::time::timeout(Duration::from_secs(90), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some((_, first)) = line.split_once("\x1b[2J\x1b[H") {
+                if frames
+                    .last()
+                    .is_some_and(|f| f.contains("] inference: 30 "))
+                {
+                    return true;
+                }
+                frames.push(format!("{first}\n"));
+            } else if let Some(frame) = frames.last_mut() {
+                frame.push_str(&line);
+                frame.push('\n');
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(
+        found,
+        "no frame with the inference step; frames: {frames:#?}"
+    );
+    let first = &frames[0];
+    let env = fleet_env(&dir.path().join("fleet.env"));
+    for fact in [
+        env["HUB_KUBECONFIG"].as_str(),
+        &env["MEMBER_1_KUBECONFIG"],
+        &env["MEMBER_2_KUBECONFIG"],
+        &env["OPS_URL"],
+        &env["LOGS_DIR"],
+        &dir.path().join("fleet.env").display().to_string(),
+    ] {
+        assert!(first.contains(fact), "the header lacks {fact}:\n{first}");
+    }
+    assert!(first.contains("scene 1/4: "), "{first}");
+    assert!(first.contains(" · the tour restarts in "), "{first}");
+
+    // The commands the header offers, run as printed.
+    let commands: Vec<&str> = first
+        .lines()
+        .skip_while(|l| !l.starts_with("try"))
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim_start_matches("try").trim())
+        .collect();
+    assert_eq!(commands.len(), 5, "{first}");
+    for command in commands {
+        let out = Command::new("sh")
+            .args(["-c", command])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`{command}` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // The log's engine count is the table's in the frame that wrote it.
+    let frame = frames.last().unwrap();
+    let logged = frame
+        .split("] inference: 30 requests waiting on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the inference line names its engines");
+    let shown = frame
+        .lines()
+        .find(|l| l.starts_with("dso/vllm"))
+        .and_then(|l| l.rsplit("engines ").next())
+        .expect("the inference section names its engines");
+    assert_eq!(logged, shown.trim(), "{frame}");
+
+    let pid = child.id().unwrap().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "kedge-sim up exit status {status:?}");
 }
 
 /// The last 30 lines of every log in `dir`, for a failure message.
