@@ -113,6 +113,10 @@ pub struct SimConfig {
     pub speed: f64,
     /// First port; cluster `i` listens on `port_base + i` (0 = any free port).
     pub port_base: u16,
+    /// Image repository (no tag or digest) → local executable: a pod whose every container
+    /// image is here runs as real processes (see [`crate::processes`]). Empty by default:
+    /// every pod is simulated.
+    pub run_images: crate::processes::ImageMap,
 }
 
 impl Default for SimConfig {
@@ -130,6 +134,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(10),
             speed: 1.0,
             port_base: 0,
+            run_images: crate::processes::ImageMap::new(),
         }
     }
 }
@@ -164,6 +169,8 @@ pub struct ClusterShared {
     pub(crate) requests: Mutex<HashMap<String, u64>>,
     /// KEDA's external scalers: targets, last answers, call counts, gRPC channels.
     pub scalers: Scalers,
+    /// Where process pods keep their files (`NS/POD/...`); `None` without mapped images.
+    pub(crate) pods_dir: Option<PathBuf>,
 }
 
 impl ClusterShared {
@@ -176,6 +183,7 @@ impl ClusterShared {
         clock: Arc<SimClock>,
         config: SimConfig,
         shutdown: CancellationToken,
+        pods_dir: Option<PathBuf>,
     ) -> ClusterShared {
         ClusterShared {
             name,
@@ -191,6 +199,7 @@ impl ClusterShared {
             tokens: Mutex::new(HashMap::new()),
             requests: Mutex::new(HashMap::new()),
             scalers: Scalers::default(),
+            pods_dir,
         }
     }
 
@@ -249,6 +258,23 @@ impl ClusterShared {
     }
 }
 
+/// Kubeconfig YAML for cluster `name` at `url` with a default `namespace`, authenticating
+/// with `token` (none: no credentials, which the simulator serves as admin).
+pub(crate) fn kubeconfig_yaml(
+    name: &str,
+    url: &str,
+    namespace: &str,
+    token: Option<&str>,
+) -> String {
+    let user = match token {
+        Some(t) => format!("\n    token: {t}"),
+        None => " {}".to_string(),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {url}\ncontexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: {namespace}\ncurrent-context: {name}\nusers:\n- name: {name}\n  user:{user}\npreferences: {{}}\n"
+    )
+}
+
 /// Handle to one virtual cluster.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -279,11 +305,7 @@ impl Cluster {
 
     /// Kubeconfig YAML for this cluster (namespace `default`, no credentials).
     pub fn kubeconfig(&self) -> String {
-        let n = &self.inner.name;
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {n}\n  cluster:\n    server: {}\ncontexts:\n- name: {n}\n  context:\n    cluster: {n}\n    user: {n}\n    namespace: default\ncurrent-context: {n}\nusers:\n- name: {n}\n  user: {{}}\npreferences: {{}}\n",
-            self.url()
-        )
+        kubeconfig_yaml(&self.inner.name, &self.url(), "default", None)
     }
 
     /// kube client configuration for this cluster (default namespace `default`).
@@ -320,8 +342,7 @@ impl Cluster {
 
     /// Kubeconfig YAML that authenticates with `token`.
     pub fn kubeconfig_with_token(&self, token: &str) -> String {
-        self.kubeconfig()
-            .replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
+        kubeconfig_yaml(&self.inner.name, &self.url(), "default", Some(token))
     }
 
     /// A kube client that authenticates with `token`.

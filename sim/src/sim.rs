@@ -1,7 +1,7 @@
 //! The running simulator: boots each virtual cluster (its store with nodes, HTTP server,
 //! controllers and external-scaler calls) and moves the shared clock.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ pub struct Sim {
     clusters: Vec<Cluster>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// A temporary directory of process pods' files, removed at shutdown.
+    temp_pods: Option<PathBuf>,
 }
 
 impl Sim {
@@ -28,6 +30,19 @@ impl Sim {
         if let Some(d) = dir {
             tokio::fs::create_dir_all(d).await?;
         }
+        // Process pods keep their files in DIR/pods, or a temporary directory without DIR.
+        let (pods_root, temp_pods) = match (config.run_images.is_empty(), dir) {
+            (true, _) => (None, None),
+            (false, Some(d)) => (Some(d.join("pods")), None),
+            (false, None) => {
+                let t = std::env::temp_dir().join(format!(
+                    "kedge-sim-pods-{}-{:08x}",
+                    std::process::id(),
+                    crate::util::random_u64() as u32
+                ));
+                (Some(t.clone()), Some(t))
+            }
+        };
         let mut clusters = Vec::with_capacity(names.len());
         let mut tasks = Vec::with_capacity(names.len() * 2);
         for (i, name) in names.iter().enumerate() {
@@ -41,6 +56,7 @@ impl Sim {
             let now = clock.now_ms();
             let mut store = Store::new(config.history, config.watch_channel, now);
             crate::controllers::add_nodes(&mut store, &config, now);
+            let pods_dir = pods_root.as_ref().map(|r| r.join(name));
             let shared = Arc::new(ClusterShared::new(
                 name.clone(),
                 addr,
@@ -48,6 +64,7 @@ impl Sim {
                 clock.clone(),
                 config.clone(),
                 shutdown.clone(),
+                pods_dir.clone(),
             ));
             let router = crate::api::router(shared.clone());
             let stop = shutdown.clone();
@@ -60,6 +77,9 @@ impl Sim {
             }));
             tasks.push(tokio::spawn(crate::controllers::run(shared.clone())));
             tasks.push(tokio::spawn(crate::keda::grpc::run(shared.clone())));
+            if let Some(pods) = pods_dir {
+                tasks.push(tokio::spawn(crate::processes::run(shared.clone(), pods)));
+            }
             let kubeconfig = dir.map(|d| d.join(format!("{name}.kubeconfig")));
             let cluster = Cluster::new(shared, kubeconfig.clone());
             if let Some(path) = kubeconfig {
@@ -72,6 +92,7 @@ impl Sim {
             clusters,
             shutdown,
             tasks,
+            temp_pods,
         })
     }
 
@@ -115,11 +136,14 @@ impl Sim {
         }
     }
 
-    /// Stops every server, watch and controller, and waits for them.
+    /// Stops every server, watch, controller and process, and waits for them.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();
         for t in std::mem::take(&mut self.tasks) {
             let _ = t.await;
+        }
+        if let Some(t) = self.temp_pods.take() {
+            let _ = tokio::fs::remove_dir_all(t).await;
         }
     }
 }
@@ -127,5 +151,8 @@ impl Sim {
 impl Drop for Sim {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        if let Some(t) = self.temp_pods.take() {
+            let _ = std::fs::remove_dir_all(t);
+        }
     }
 }
