@@ -86,6 +86,9 @@ pub struct Faults {
     pub error_rate: f64,
 }
 
+/// Image repository (`ghcr.io/kedge-dev/kedge-hub`, no tag or digest) → local executable.
+pub type ImageMap = std::collections::BTreeMap<String, PathBuf>;
+
 /// Settings of the simulated clusters.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -116,7 +119,7 @@ pub struct SimConfig {
     /// Image repository (no tag or digest) → local executable: a pod whose every container
     /// image is here runs as real processes (see [`crate::processes`]). Empty by default:
     /// every pod is simulated.
-    pub run_images: crate::processes::ImageMap,
+    pub run_images: ImageMap,
 }
 
 impl Default for SimConfig {
@@ -134,7 +137,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(10),
             speed: 1.0,
             port_base: 0,
-            run_images: crate::processes::ImageMap::new(),
+            run_images: ImageMap::new(),
         }
     }
 }

@@ -406,3 +406,36 @@ async fn kubectl_kedge_install_hub_runs_the_real_hub_that_rollout_status_waits_f
     assert!(ca.ok, "the hub wrote its CA Secret: {ca:?}");
     serve.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_image_flags_are_checked_before_anything_starts() {
+    let dir = std::env::temp_dir().join(format!("kedge-sim-run-image-{}", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let plain = tmp.path().join("plain");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let not_executable = format!("test.kedge.dev/x={}", plain.display());
+    let not_executable_error = format!("{}: not an executable file", plain.display());
+    for (flag, error) in [
+        (
+            "test.kedge.dev/x=/nonexistent/sh",
+            "/nonexistent/sh: no such file",
+        ),
+        (not_executable.as_str(), not_executable_error.as_str()),
+        ("test.kedge.dev/x:1.0=/bin/sh", "without a tag or digest"),
+        ("/bin/sh", "is not IMAGE=PATH"),
+    ] {
+        let run = tokio::process::Command::new(support::bin("kedge-sim"))
+            .args(["serve", "--clusters", "a", "--run-image", flag, "--dir"])
+            .arg(&dir)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .unwrap_or_else(|_| panic!("{flag}: accepted, kedge-sim serves"))
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag}: accepted");
+        assert!(stderr.contains(error), "{flag}: {stderr}");
+    }
+    assert!(!dir.exists(), "nothing started");
+}

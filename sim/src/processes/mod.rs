@@ -14,7 +14,7 @@ pub(crate) mod spec;
 pub(crate) mod status;
 mod supervisor;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +27,7 @@ use crate::cluster::ClusterShared;
 use crate::store::{Store, deleting};
 use crate::util::{get_path, meta_str};
 
-/// Image repository (`ghcr.io/kedge-dev/kedge-hub`, no tag or digest) → local executable.
-pub type ImageMap = BTreeMap<String, PathBuf>;
+pub use crate::cluster::ImageMap;
 
 /// Between SIGTERM and SIGKILL when the simulator stops.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
