@@ -76,6 +76,8 @@ struct Ctx {
     kubeconfig: Option<PathBuf>,
     /// The ServiceAccount token in the kubeconfig, also what `serviceAccountToken` volumes hold.
     token: String,
+    /// Held while a container writes the pod's volumes.
+    volumes: tokio::sync::Mutex<()>,
 }
 
 impl Ctx {
@@ -161,6 +163,7 @@ impl Ctx {
         let volumes = spec::volumes(&self.run.pod, self.addrs(), &self.token, &lookup)?;
         let env = spec::env(&self.run.pod, self.spec(i), self.addrs(), &lookup)?;
         let args = spec::args(self.spec(i), &env);
+        let _one_writer = self.volumes.lock().await;
         for v in &volumes {
             write_volume(&self.volume_dir(&v.name), v)
                 .await
@@ -219,21 +222,25 @@ impl Ctx {
     }
 }
 
+/// Writes a volume's files in place, each replaced whole (a running container never reads
+/// half a file); what else is in the directory (an `emptyDir`'s data) stays.
 async fn write_volume(dir: &Path, v: &spec::Volume) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    if tokio::fs::try_exists(dir).await? {
-        tokio::fs::remove_dir_all(dir).await?;
-    }
     tokio::fs::create_dir_all(dir).await?;
     for f in &v.files {
         let path = dir.join(&f.path);
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await?;
         }
-        tokio::fs::write(&path, &f.data).await?;
+        let tmp = path.with_file_name(format!(
+            ".{}.kedge-sim-new",
+            path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
+        ));
+        tokio::fs::write(&tmp, &f.data).await?;
         // Owner-readable at least: the process runs as this user, not as the pod's.
         let mode = f.mode | 0o400;
-        tokio::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).await?;
+        tokio::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).await?;
+        tokio::fs::rename(&tmp, &path).await?;
     }
     Ok(())
 }
@@ -459,6 +466,7 @@ pub(crate) async fn supervise(run: PodRun, stop: Stop) {
         containers: Mutex::new(containers),
         kubeconfig,
         token,
+        volumes: tokio::sync::Mutex::new(()),
     };
     ctx.publish();
     let n = ctx.states().len();
