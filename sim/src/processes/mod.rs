@@ -2,19 +2,22 @@
 //! executable ([`crate::SimConfig::run_images`]) runs as real child processes, one per
 //! container, and its status follows them. Every other pod stays with the simulated kubelet.
 //!
-//! `spec` resolves what a container runs (pure), `status` builds the pod status (pure),
-//! `probes` and `backoff` are kubelet's probe and restart rules, `supervisor` runs one pod,
-//! `logs` keeps and serves the container logs. This file watches the store and starts and
+//! Pure: `spec` resolves what a container runs, `volumes` its files, `rewrite` the paths and
+//! listeners a host process needs instead, `status` the pod status; `probes` and `backoff`
+//! are kubelet's probe and restart rules. `supervisor` runs one pod, `logs` keeps and serves
+//! the container logs. This file watches the store and starts and
 //! stops supervisors; it never holds the store lock across I/O or an await.
 
 pub(crate) mod backoff;
 pub(crate) mod logs;
 pub(crate) mod probes;
+pub(crate) mod rewrite;
 pub(crate) mod spec;
 pub(crate) mod status;
 mod supervisor;
+pub(crate) mod volumes;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +100,41 @@ fn host_ip(store: &Store, node: &str) -> String {
         .unwrap_or_else(|| "127.0.0.1".into())
 }
 
+/// A process pod to start: the pod, its executables, its IP and its node's.
+type Start = (crate::store::Obj, Vec<PathBuf>, String, String);
+
+/// Under the store lock, without I/O: the uids of the process pods that should run, and
+/// those of them to start (bound, not ended, not running yet), with their addresses.
+fn scan(c: &ClusterShared, live: &HashMap<String, Running>) -> (HashSet<String>, Vec<Start>) {
+    let mut start = Vec::new();
+    let mut present = HashSet::new();
+    let mut store = c.store();
+    let pods: Vec<_> = store.list("/pods", None).cloned().collect();
+    for p in pods {
+        let Some(programs) = programs(&p, &c.config.run_images) else {
+            continue;
+        };
+        if deleting(&p) {
+            continue;
+        }
+        let uid = meta_str(&p, "uid").unwrap_or_default().to_string();
+        present.insert(uid.clone());
+        let node = get_path(&p, "spec.nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if node.is_empty() || live.contains_key(&uid) || terminal(&p) {
+            continue;
+        }
+        let Some(ip) = store.pod_ip(&uid) else {
+            tracing::warn!(pod = meta_str(&p, "name"), "no pod IP left");
+            continue;
+        };
+        let host_ip = host_ip(&store, node);
+        start.push((p, programs, ip.to_string(), host_ip));
+    }
+    (present, start)
+}
+
 /// One look at the store: supervisors for new process pods, stop for pods gone or being
 /// deleted.
 fn reconcile(
@@ -105,44 +143,15 @@ fn reconcile(
     live: &mut HashMap<String, Running>,
     stopping: &mut Vec<JoinHandle<()>>,
 ) {
-    let mut start = Vec::new();
-    let mut present = HashMap::new();
-    {
-        let mut store = c.store();
-        let pods: Vec<_> = store.list("/pods", None).cloned().collect();
-        for p in pods {
-            let uid = meta_str(&p, "uid").unwrap_or_default().to_string();
-            let Some(programs) = programs(&p, &c.config.run_images) else {
-                continue;
-            };
-            if deleting(&p) {
-                continue;
-            }
-            present.insert(uid.clone(), p.clone());
-            let node = get_path(&p, "spec.nodeName")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if node.is_empty() || live.contains_key(&uid) || terminal(&p) {
-                continue;
-            }
-            let Some(ip) = store.pod_ip(&uid) else {
-                tracing::warn!(pod = meta_str(&p, "name"), "no pod IP left");
-                continue;
-            };
-            let host_ip = host_ip(&store, node);
-            start.push((p, programs, ip.to_string(), host_ip));
-        }
-    }
+    let (present, start) = scan(c, live);
     let gone: Vec<String> = live
         .keys()
-        .filter(|uid| !present.contains_key(*uid))
+        .filter(|uid| !present.contains(*uid))
         .cloned()
         .collect();
-    for uid in gone {
-        if let Some(r) = live.remove(&uid) {
-            let _ = r.stop.send(Some(r.grace));
-            stopping.push(r.task);
-        }
+    for r in gone.iter().filter_map(|uid| live.remove(uid)) {
+        let _ = r.stop.send(Some(r.grace));
+        stopping.push(r.task);
     }
     stopping.retain(|t| !t.is_finished());
     for (pod, programs, pod_ip, host_ip) in start {
@@ -159,16 +168,9 @@ fn reconcile(
             host_ip,
             start_time: c.now(),
         };
-        let (tx, rx) = watch::channel(None);
+        let (stop, rx) = watch::channel(None);
         let task = tokio::spawn(supervisor::supervise(run, rx));
-        live.insert(
-            uid,
-            Running {
-                stop: tx,
-                grace,
-                task,
-            },
-        );
+        live.insert(uid, Running { stop, grace, task });
     }
 }
 

@@ -1,11 +1,9 @@
 //! What a container runs, resolved from its Pod as kubelet resolves it: argv with `$(VAR)`
-//! expanded, env from values, the downward API, Secrets and ConfigMaps, and the rewrites that
-//! let a host process stand in for a container (mount paths become host directories,
-//! `0.0.0.0`/`[::]` listeners the pod's IP). Pure: objects come through a lookup, and the
-//! answer is a value or the reason the container cannot start yet.
+//! expanded, env from values, the downward API, Secrets and ConfigMaps. Pure: objects come
+//! through a lookup, and the answer is a value or the reason the container cannot start
+//! yet.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -68,7 +66,7 @@ pub(crate) struct PodAddrs<'a> {
 }
 
 /// A Secret's or ConfigMap's keys and bytes.
-fn entries(source: Source, obj: &Value) -> BTreeMap<String, Vec<u8>> {
+pub(super) fn entries(source: Source, obj: &Value) -> BTreeMap<String, Vec<u8>> {
     let b64 = |v: &Value| {
         v.as_str()
             .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
@@ -101,7 +99,7 @@ fn entries(source: Source, obj: &Value) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-fn not_found(source: Source, name: &str) -> String {
+pub(super) fn not_found(source: Source, name: &str) -> String {
     format!("{} \"{name}\" not found", source.lower())
 }
 
@@ -334,302 +332,19 @@ pub(crate) fn args(container: &Value, env: &[(String, String)]) -> Vec<String> {
         .collect()
 }
 
-/// How a host process stands in for a container: mount paths it cannot see become their
-/// host directories, listeners on every address become listeners on the pod's IP.
-#[derive(Debug, Clone)]
-pub(crate) struct Rewrite {
-    /// (mountPath, host directory), longest mountPath first.
-    mounts: Vec<(String, PathBuf)>,
-    pod_ip: String,
-}
-
-impl Rewrite {
-    /// The rewrite for one container's mounts and the pod's IP.
-    pub(crate) fn new(mut mounts: Vec<(String, PathBuf)>, pod_ip: &str) -> Rewrite {
-        for (m, _) in &mut mounts {
-            while m.len() > 1 && m.ends_with('/') {
-                m.pop();
-            }
-        }
-        mounts.sort_by_key(|(m, _)| std::cmp::Reverse(m.len()));
-        Rewrite {
-            mounts,
-            pod_ip: pod_ip.to_string(),
-        }
-    }
-
-    /// An arg or env value with its mount path (at its start, or after the `=` of
-    /// `--flag=PATH`) and its `0.0.0.0:`/`[::]:` listeners rewritten.
-    pub(crate) fn apply(&self, value: &str) -> String {
-        let pathed = match value.split_once('=') {
-            Some((flag, path)) if flag.starts_with('-') => {
-                self.path(path).map(|p| format!("{flag}={p}"))
-            }
-            _ => None,
-        };
-        let pathed = pathed
-            .or_else(|| self.path(value))
-            .unwrap_or_else(|| value.to_string());
-        self.listeners(&pathed)
-    }
-
-    fn path(&self, value: &str) -> Option<String> {
-        self.mounts.iter().find_map(|(mount, host)| {
-            let rest = value.strip_prefix(mount.as_str())?;
-            let host = host.display().to_string();
-            if rest.is_empty() {
-                Some(host)
-            } else if rest.starts_with('/') || mount == "/" {
-                let rest = rest.trim_start_matches('/');
-                Some(format!("{}/{rest}", host.trim_end_matches('/')))
-            } else {
-                None
-            }
-        })
-    }
-
-    fn listeners(&self, value: &str) -> String {
-        let mut out = String::with_capacity(value.len());
-        let mut i = 0;
-        let bytes = value.as_bytes();
-        while i < value.len() {
-            let rest = &value[i..];
-            let boundary = i == 0 || !matches!(bytes[i - 1], b'0'..=b'9' | b'.' | b':');
-            let any = ["0.0.0.0:", "[::]:"]
-                .into_iter()
-                .find(|p| rest.starts_with(p));
-            match any {
-                Some(p)
-                    if boundary && rest[p.len()..].starts_with(|c: char| c.is_ascii_digit()) =>
-                {
-                    out.push_str(&self.pod_ip);
-                    out.push(':');
-                    i += p.len();
-                }
-                _ => {
-                    let c = rest.chars().next().unwrap_or_default();
-                    out.push(c);
-                    i += c.len_utf8();
-                }
-            }
-        }
-        out
-    }
-}
-
-/// One file of a volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct File {
-    /// Path inside the volume.
-    pub path: String,
-    /// Contents.
-    pub data: Vec<u8>,
-    /// Permission bits.
-    pub mode: u32,
-}
-
-/// A pod volume's files (none: an empty directory).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Volume {
-    /// The volume's name in the pod.
-    pub name: String,
-    /// Its files.
-    pub files: Vec<File>,
-}
-
-const DEFAULT_MODE: u32 = 0o644;
-
-fn mode(v: &Value, default: u32) -> u32 {
-    v.get("mode")
-        .or_else(|| v.get("defaultMode"))
-        .and_then(Value::as_u64)
-        .map(|m| m as u32)
-        .unwrap_or(default)
-}
-
-/// The files of a Secret or ConfigMap source (`items` selects and renames keys).
-fn key_files(
-    source: Source,
-    src: &Value,
-    name_field: &str,
-    default_mode: u32,
-    volume: &str,
-    lookup: Lookup<'_>,
-) -> Result<Vec<File>, Blocked> {
-    let name = src
-        .get(name_field)
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let optional = src.get("optional").and_then(Value::as_bool) == Some(true);
-    let failed = |what: String| Blocked {
-        reason: "ContainerCreating",
-        message: format!("MountVolume.SetUp failed for volume \"{volume}\" : {what}"),
-    };
-    let Some(obj) = lookup(source, name) else {
-        return if optional {
-            Ok(Vec::new())
-        } else {
-            Err(failed(not_found(source, name)))
-        };
-    };
-    let mut data = entries(source, &obj);
-    let Some(items) = src.get("items").and_then(Value::as_array) else {
-        return Ok(data
-            .into_iter()
-            .map(|(path, data)| File {
-                path,
-                data,
-                mode: default_mode,
-            })
-            .collect());
-    };
-    let mut files = Vec::new();
-    for item in items {
-        let key = item.get("key").and_then(Value::as_str).unwrap_or_default();
-        let path = item.get("path").and_then(Value::as_str).unwrap_or(key);
-        match data.remove(key) {
-            Some(bytes) => files.push(File {
-                path: path.to_string(),
-                data: bytes,
-                mode: mode(item, default_mode),
-            }),
-            None if optional => {}
-            None => {
-                return Err(failed(format!(
-                    "configmap references non-existent config key: {key}"
-                )));
-            }
-        }
-    }
-    Ok(files)
-}
-
-fn downward_files(
-    pod: &Value,
-    src: &Value,
-    default_mode: u32,
-    addrs: PodAddrs<'_>,
-) -> Result<Vec<File>, Blocked> {
-    let mut files = Vec::new();
-    for item in src
-        .get("items")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(path) = get_path(item, "fieldRef.fieldPath").and_then(Value::as_str) else {
-            continue;
-        };
-        files.push(File {
-            path: item
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            data: field(pod, path, addrs)?.into_bytes(),
-            mode: mode(item, default_mode),
-        });
-    }
-    Ok(files)
-}
-
-/// The pod's volumes as files: `secret`, `configMap`, `downwardAPI`, `projected` (those
-/// three and `serviceAccountToken`, which gets `token`); every other kind (`emptyDir`,
-/// `hostPath`, claims) is an empty directory.
-pub(crate) fn volumes(
-    pod: &Value,
-    addrs: PodAddrs<'_>,
-    token: &str,
-    lookup: Lookup<'_>,
-) -> Result<Vec<Volume>, Blocked> {
-    let mut out = Vec::new();
-    for v in get_path(pod, "spec.volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = v.get("name").and_then(Value::as_str).unwrap_or_default();
-        let mut files = Vec::new();
-        if let Some(s) = v.get("secret") {
-            let m = mode(s, DEFAULT_MODE);
-            files = key_files(Source::Secret, s, "secretName", m, name, lookup)?;
-        } else if let Some(s) = v.get("configMap") {
-            let m = mode(s, DEFAULT_MODE);
-            files = key_files(Source::ConfigMap, s, "name", m, name, lookup)?;
-        } else if let Some(s) = v.get("downwardAPI") {
-            files = downward_files(pod, s, mode(s, DEFAULT_MODE), addrs)?;
-        } else if let Some(p) = v.get("projected") {
-            let m = mode(p, DEFAULT_MODE);
-            for src in p
-                .get("sources")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(s) = src.get("secret") {
-                    files.extend(key_files(Source::Secret, s, "name", m, name, lookup)?);
-                } else if let Some(s) = src.get("configMap") {
-                    files.extend(key_files(Source::ConfigMap, s, "name", m, name, lookup)?);
-                } else if let Some(s) = src.get("downwardAPI") {
-                    files.extend(downward_files(pod, s, m, addrs)?);
-                } else if let Some(s) = src.get("serviceAccountToken") {
-                    files.push(File {
-                        path: s
-                            .get("path")
-                            .and_then(Value::as_str)
-                            .unwrap_or("token")
-                            .to_string(),
-                        data: token.as_bytes().to_vec(),
-                        mode: m,
-                    });
-                }
-            }
-        }
-        out.push(Volume {
-            name: name.to_string(),
-            files,
-        });
-    }
-    Ok(out)
-}
-
-/// A container's mounts as (mountPath, host path): the volume's directory, or the file or
-/// directory its `subPath` names.
-pub(crate) fn mounts(
-    container: &Value,
-    volume_dir: &dyn Fn(&str) -> PathBuf,
-) -> Vec<(String, PathBuf)> {
-    container
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| {
-            let path = m.get("mountPath").and_then(Value::as_str)?;
-            let dir = volume_dir(m.get("name").and_then(Value::as_str)?);
-            let host = match m.get("subPath").and_then(Value::as_str) {
-                Some(sub) if !sub.is_empty() => dir.join(sub),
-                _ => dir,
-            };
-            Some((path.to_string(), host))
-        })
-        .collect()
-}
-
 #[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
+pub(crate) mod tests {
     use serde_json::{Value, json};
 
-    use super::{PodAddrs, Rewrite, Source, args, env, expand, mounts, volumes};
+    use super::{PodAddrs, Source, args, env, expand};
 
-    const ADDRS: PodAddrs<'static> = PodAddrs {
+    pub(crate) const ADDRS: PodAddrs<'static> = PodAddrs {
         pod_ip: "127.1.2.3",
         host_ip: "172.18.0.2",
     };
 
-    fn pod() -> Value {
+    /// A bound pod with a label, an annotation and four kinds of volume.
+    pub(crate) fn pod() -> Value {
         json!({
             "metadata": {"name": "web-1", "namespace": "shop", "uid": "u-1",
                 "labels": {"app": "web"}, "annotations": {"team": "edge"}},
@@ -645,7 +360,8 @@ mod tests {
         })
     }
 
-    fn objects(source: Source, name: &str) -> Option<Value> {
+    /// Secret `creds` and ConfigMap `settings`.
+    pub(crate) fn objects(source: Source, name: &str) -> Option<Value> {
         match (source, name) {
             // "s3cret" and "tok".
             (Source::Secret, "creds") => {
@@ -742,82 +458,5 @@ mod tests {
         let env = [("NS".to_string(), "shop".to_string())];
         assert_eq!(args(&c, &env), ["serve", "--ns", "shop"]);
         assert_eq!(args(&json!({"args": ["-c", "echo"]}), &[]), ["-c", "echo"]);
-    }
-
-    #[test]
-    fn mount_paths_and_listeners_are_rewritten() {
-        let rw = Rewrite::new(
-            vec![
-                ("/etc/kedge/".into(), PathBuf::from("/tmp/p/volumes/creds")),
-                (
-                    "/etc/kedge/extra".into(),
-                    PathBuf::from("/tmp/p/volumes/extra"),
-                ),
-            ],
-            "127.1.2.3",
-        );
-        for (input, want) in [
-            ("/etc/kedge/ca.crt", "/tmp/p/volumes/creds/ca.crt"),
-            ("/etc/kedge", "/tmp/p/volumes/creds"),
-            ("/etc/kedge/extra/x", "/tmp/p/volumes/extra/x"),
-            (
-                "--tls-ca=/etc/kedge/ca.crt",
-                "--tls-ca=/tmp/p/volumes/creds/ca.crt",
-            ),
-            ("/etc/kedgex", "/etc/kedgex"),
-            ("cat /etc/kedge/ca.crt", "cat /etc/kedge/ca.crt"),
-            ("0.0.0.0:8080", "127.1.2.3:8080"),
-            ("[::]:9090", "127.1.2.3:9090"),
-            ("--listen=0.0.0.0:7443", "--listen=127.1.2.3:7443"),
-            ("10.0.0.0:80", "10.0.0.0:80"),
-            ("0.0.0.0:http", "0.0.0.0:http"),
-            ("127.0.0.1:80", "127.0.0.1:80"),
-        ] {
-            assert_eq!(rw.apply(input), want, "{input}");
-        }
-    }
-
-    #[test]
-    fn volumes_become_files() {
-        let vs = volumes(&pod(), ADDRS, "the-token", &objects).unwrap();
-        let names: Vec<&str> = vs.iter().map(|v| v.name.as_str()).collect();
-        assert_eq!(names, ["creds", "conf", "scratch", "all"]);
-        assert_eq!(vs[0].files.len(), 1);
-        assert_eq!(
-            (vs[0].files[0].path.as_str(), &vs[0].files[0].data[..]),
-            ("t/token", &b"tok"[..])
-        );
-        assert_eq!(vs[0].files[0].mode, 0o644);
-        assert!(vs[1].files.is_empty() && vs[2].files.is_empty());
-        let all: Vec<(&str, &[u8])> = vs[3]
-            .files
-            .iter()
-            .map(|f| (f.path.as_str(), &f.data[..]))
-            .collect();
-        assert_eq!(all, [("sa-token", &b"the-token"[..]), ("ns", &b"shop"[..])]);
-        let mut p = pod();
-        p["spec"]["volumes"][0]["secret"]["secretName"] = json!("gone");
-        let e = volumes(&p, ADDRS, "", &objects).unwrap_err();
-        assert_eq!(e.reason, "ContainerCreating");
-        assert!(
-            e.message.contains("secret \"gone\" not found"),
-            "{}",
-            e.message
-        );
-        let c = json!({"volumeMounts": [
-            {"name": "creds", "mountPath": "/etc/kedge"},
-            {"name": "conf", "mountPath": "/etc/app.conf", "subPath": "app.conf"},
-        ]});
-        let m = mounts(&c, &|v| PathBuf::from("/d").join(v));
-        assert_eq!(
-            m,
-            [
-                ("/etc/kedge".to_string(), PathBuf::from("/d/creds")),
-                (
-                    "/etc/app.conf".to_string(),
-                    PathBuf::from("/d/conf/app.conf")
-                ),
-            ]
-        );
     }
 }

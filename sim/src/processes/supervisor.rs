@@ -13,8 +13,10 @@ use tokio::sync::watch;
 
 use super::backoff::Backoff;
 use super::probes::{Probe, Tracker};
-use super::spec::{self, Blocked, PodAddrs, Rewrite, Source};
+use super::rewrite::Rewrite;
+use super::spec::{self, Blocked, PodAddrs, Source};
 use super::status::{self, Container, Exit, PodFacts, RestartPolicy, State};
+use super::volumes::{self, Volume};
 use crate::cluster::ClusterShared;
 use crate::store::{Obj, WriteScope};
 use crate::util::{get_path, meta_mut, meta_str};
@@ -160,11 +162,11 @@ impl Ctx {
     /// The container's program, argv and env, its volumes written out.
     async fn prepare(&self, i: usize) -> Result<(Vec<String>, Vec<(String, String)>), Blocked> {
         let lookup = |s: Source, n: &str| self.lookup(s, n);
-        let volumes = spec::volumes(&self.run.pod, self.addrs(), &self.token, &lookup)?;
+        let pod_volumes = volumes::volumes(&self.run.pod, self.addrs(), &self.token, &lookup)?;
         let env = spec::env(&self.run.pod, self.spec(i), self.addrs(), &lookup)?;
         let args = spec::args(self.spec(i), &env);
         let _one_writer = self.volumes.lock().await;
-        for v in &volumes {
+        for v in &pod_volumes {
             write_volume(&self.volume_dir(&v.name), v)
                 .await
                 .map_err(|e| Blocked {
@@ -172,7 +174,7 @@ impl Ctx {
                     message: format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name),
                 })?;
         }
-        let mounts = spec::mounts(self.spec(i), &|v| self.volume_dir(v));
+        let mounts = volumes::mounts(self.spec(i), &|v| self.volume_dir(v));
         let rw = Rewrite::new(mounts, &self.run.pod_ip);
         let args = args.iter().map(|a| rw.apply(a)).collect();
         let mut env: Vec<(String, String)> =
@@ -224,7 +226,7 @@ impl Ctx {
 
 /// Writes a volume's files in place, each replaced whole (a running container never reads
 /// half a file); what else is in the directory (an `emptyDir`'s data) stays.
-async fn write_volume(dir: &Path, v: &spec::Volume) -> std::io::Result<()> {
+async fn write_volume(dir: &Path, v: &Volume) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     tokio::fs::create_dir_all(dir).await?;
     for f in &v.files {
@@ -335,6 +337,59 @@ async fn watch_run(ctx: &Ctx, i: usize, mut child: Child, stop: &mut Stop) -> En
     }
 }
 
+/// Starts container `i` (at simulated `started`) and watches it: its exit code, or `None`
+/// when the pod stops.
+async fn run_once(
+    ctx: &Ctx,
+    i: usize,
+    started: i64,
+    args: &[String],
+    env: &[(String, String)],
+    stop: &mut Stop,
+) -> Option<i32> {
+    let run = ctx.states()[i].restarts;
+    match ctx.spawn(i, run, args, env) {
+        Ok(child) => {
+            let pid = child.id().unwrap_or_default();
+            ctx.update(i, |c| {
+                c.state = State::Running { pid, started };
+                c.ever_started = true;
+            });
+            match watch_run(ctx, i, child, stop).await {
+                Ended::Stopped => None,
+                Ended::Exited(code) => Some(code),
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, pod = %ctx.name, "starting a container process failed");
+            Some(128)
+        }
+    }
+}
+
+/// Container `i` exited and restarts after `wait`: its last state, and `CrashLoopBackOff`
+/// while it waits.
+fn backing_off(ctx: &Ctx, i: usize, exit: Exit, wait: Duration) {
+    let (name, pod) = (ctx.states()[i].name.clone(), ctx.name.clone());
+    ctx.update(i, |c| {
+        c.ready = false;
+        c.state = if wait.is_zero() {
+            State::Terminated(exit.clone())
+        } else {
+            State::Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: format!(
+                    "back-off {}s restarting failed container={name} pod={pod}_{}({})",
+                    wait.as_secs(),
+                    ctx.ns,
+                    ctx.uid
+                ),
+            }
+        };
+        c.last = Some(exit);
+    });
+}
+
 /// Container `i`: resolve, start, watch, restart as the pod's policy says, until it ends
 /// for good or the pod stops.
 async fn run_container(ctx: &Ctx, i: usize, mut stop: Stop) {
@@ -356,25 +411,9 @@ async fn run_container(ctx: &Ctx, i: usize, mut stop: Stop) {
                 continue;
             }
         };
-        let run = ctx.states()[i].restarts;
-        let started = ctx.run.c.now();
-        let ran = Instant::now();
-        let code = match ctx.spawn(i, run, &args, &env) {
-            Ok(child) => {
-                let pid = child.id().unwrap_or_default();
-                ctx.update(i, |c| {
-                    c.state = State::Running { pid, started };
-                    c.ever_started = true;
-                });
-                match watch_run(ctx, i, child, &mut stop).await {
-                    Ended::Stopped => return,
-                    Ended::Exited(code) => code,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, pod = %ctx.name, "starting a container process failed");
-                128
-            }
+        let (started, ran) = (ctx.run.c.now(), Instant::now());
+        let Some(code) = run_once(ctx, i, started, &args, &env, &mut stop).await else {
+            return;
         };
         let exit = Exit {
             code,
@@ -389,20 +428,7 @@ async fn run_container(ctx: &Ctx, i: usize, mut stop: Stop) {
             return;
         }
         let wait = backoff.after_exit(ran.elapsed());
-        let (name, pod) = (ctx.states()[i].name.clone(), ctx.name.clone());
-        ctx.update(i, |c| {
-            c.ready = false;
-            c.last = Some(exit);
-            c.state = State::Waiting {
-                reason: "CrashLoopBackOff".into(),
-                message: format!(
-                    "back-off {}s restarting failed container={name} pod={pod}_{}({})",
-                    wait.as_secs(),
-                    ctx.ns,
-                    ctx.uid
-                ),
-            };
-        });
+        backing_off(ctx, i, exit, wait);
         if wait_or_stop(wait, &mut stop).await {
             return;
         }
