@@ -239,10 +239,52 @@ async fn a_mapped_image_runs_with_its_env_and_secret_logs_and_stops_when_deleted
     );
     let tail = kubectl_ok(&kc, &["logs", "printer", "--tail=1"]).await;
     assert_eq!(tail.trim_end(), format!("KC={kubeconfig}"));
+    logs_need_get_on_pods_log(&kc).await;
 
     kubectl_ok(&kc, &["delete", "pod", "printer"]).await;
     wait_gone(pid).await;
     serve.stop().await;
+}
+
+/// Pod logs as ServiceAccount `reader` (through kube-rs: kubectl sends no token over plain
+/// HTTP): forbidden with `get pods` alone, allowed once its Role grants `get pods/log`.
+async fn logs_need_get_on_pods_log(kc: &Path) {
+    let role = |resources: &str| {
+        format!(
+            "{{apiVersion: rbac.authorization.k8s.io/v1, kind: Role, metadata: {{name: reader}}, rules: [{{apiGroups: [''], resources: [{resources}], verbs: [get]}}]}}"
+        )
+    };
+    apply(
+        kc,
+        "{apiVersion: v1, kind: ServiceAccount, metadata: {name: reader}}",
+    )
+    .await;
+    apply(kc, &role("pods")).await;
+    apply(kc, "{apiVersion: rbac.authorization.k8s.io/v1, kind: RoleBinding, metadata: {name: reader}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}, subjects: [{kind: ServiceAccount, name: reader, namespace: default}]}").await;
+    let token = kubectl_ok(kc, &["create", "token", "reader"]).await;
+    let admin = std::fs::read_to_string(kc).unwrap();
+    let reader = admin.replace(
+        "  user: {}\n",
+        &format!("  user:\n    token: {}\n", token.trim()),
+    );
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&reader).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::default_namespaced(kube::Client::try_from(config).unwrap());
+    let params = kube::api::LogParams::default();
+    match pods.logs("printer", &params).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            assert!(e.message.contains("pods/log"), "{}", e.message);
+        }
+        other => panic!("logs without pods/log: {other:?}"),
+    }
+    apply(kc, &role("pods, pods/log")).await;
+    let log = pods.logs("printer", &params).await.unwrap();
+    assert!(log.contains("GREETING=hello"), "{log}");
 }
 
 const CRASHER: &str = r#"
@@ -264,6 +306,20 @@ spec:
   - name: main
     image: test.kedge.dev/sh
     args: [-c, 'echo done']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unhealthy}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: test.kedge.dev/sh
+    args: [-c, 'exec sleep 300']
+    livenessProbe:
+      tcpSocket: {port: 1}
+      periodSeconds: 1
+      failureThreshold: 2
 ---
 apiVersion: v1
 kind: Pod
@@ -296,6 +352,17 @@ async fn exits_restart_with_back_off_or_end_the_pod_and_a_missing_secret_waits()
     let previous = kubectl_ok(&kc, &["logs", "crasher", "--previous"]).await;
     assert_eq!(previous.trim(), "boom");
 
+    let unhealthy = wait_pod(&kc, "unhealthy", "restarted by its liveness probe", |p| {
+        p["status"]["containerStatuses"][0]["restartCount"]
+            .as_u64()
+            .is_some_and(|n| n >= 1)
+    })
+    .await;
+    assert_eq!(
+        unhealthy["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 143,
+        "SIGTERM ended the unhealthy process"
+    );
+
     let once = wait_pod(&kc, "once", "Succeeded", |p| {
         p["status"]["phase"] == "Succeeded"
     })
@@ -305,6 +372,11 @@ async fn exits_restart_with_back_off_or_end_the_pod_and_a_missing_secret_waits()
         "Completed"
     );
     assert_eq!(kubectl_ok(&kc, &["logs", "once"]).await.trim(), "done");
+    assert_eq!(
+        kubectl_ok(&kc, &["logs", "-f", "once"]).await.trim(),
+        "done",
+        "following an ended container's log ends"
+    );
 
     let waiting = wait_pod(&kc, "waiting", "CreateContainerConfigError", |p| {
         p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]

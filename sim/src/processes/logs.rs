@@ -159,7 +159,7 @@ pub(crate) fn serve(c: &Arc<ClusterShared>, r: &Req, ns: &str, name: &str) -> Re
 }
 
 /// A followed log: new bytes as they are written, until the run ends (the container
-/// restarted or stopped and the pod is gone) or the simulator stops.
+/// exited, or the pod is gone) or the simulator stops.
 struct Follow {
     c: Arc<ClusterShared>,
     dir: PathBuf,
@@ -173,13 +173,18 @@ struct Follow {
 }
 
 impl Follow {
+    /// Whether the run still writes: the same pod has the container running, on this run.
     fn live(&self) -> bool {
-        let same_pod = self
+        let running = self
             .c
             .store()
             .get("/pods", &self.ns, &self.name)
-            .is_some_and(|p| crate::util::meta_str(p, "uid") == Some(&self.uid));
-        same_pod && current_run(&self.dir, &self.container) == Some(self.run)
+            .filter(|p| crate::util::meta_str(p, "uid") == Some(&self.uid))
+            .and_then(|p| get_path(p, "status.containerStatuses")?.as_array().cloned())
+            .into_iter()
+            .flatten()
+            .any(|c| c["name"] == self.container.as_str() && c["state"].get("running").is_some());
+        running && current_run(&self.dir, &self.container) == Some(self.run)
     }
 
     async fn read_new(&mut self) -> Option<Bytes> {
