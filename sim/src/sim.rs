@@ -11,6 +11,23 @@ use crate::cluster::{Cluster, ClusterShared, SimClock, SimConfig};
 use crate::error::Result;
 use crate::store::Store;
 
+/// Where process pods keep their files: `DIR/pods`, or without `DIR` a temporary directory
+/// (also returned second, to be removed at shutdown); `None` without mapped images.
+fn pods_root(config: &SimConfig, dir: Option<&Path>) -> (Option<PathBuf>, Option<PathBuf>) {
+    match (config.run_images.is_empty(), dir) {
+        (true, _) => (None, None),
+        (false, Some(d)) => (Some(d.join("pods")), None),
+        (false, None) => {
+            let t = std::env::temp_dir().join(format!(
+                "kedge-sim-pods-{}-{:08x}",
+                std::process::id(),
+                crate::util::random_u64() as u32
+            ));
+            (Some(t.clone()), Some(t))
+        }
+    }
+}
+
 /// A running simulator: many virtual clusters in one process.
 #[derive(Debug)]
 pub struct Sim {
@@ -30,19 +47,7 @@ impl Sim {
         if let Some(d) = dir {
             tokio::fs::create_dir_all(d).await?;
         }
-        // Process pods keep their files in DIR/pods, or a temporary directory without DIR.
-        let (pods_root, temp_pods) = match (config.run_images.is_empty(), dir) {
-            (true, _) => (None, None),
-            (false, Some(d)) => (Some(d.join("pods")), None),
-            (false, None) => {
-                let t = std::env::temp_dir().join(format!(
-                    "kedge-sim-pods-{}-{:08x}",
-                    std::process::id(),
-                    crate::util::random_u64() as u32
-                ));
-                (Some(t.clone()), Some(t))
-            }
-        };
+        let (pods_root, temp_pods) = pods_root(&config, dir);
         let mut clusters = Vec::with_capacity(names.len());
         let mut tasks = Vec::with_capacity(names.len() * 2);
         for (i, name) in names.iter().enumerate() {
