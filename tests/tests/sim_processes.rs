@@ -81,7 +81,20 @@ impl Serve {
 }
 
 impl Drop for Serve {
+    /// A failed test still stops kedge-sim with SIGTERM, so that it stops its processes (a
+    /// SIGKILL would leave them running).
     fn drop(&mut self) {
+        if let (Ok(None), Some(pid)) = (self.child.try_wait(), self.child.id()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+            let start = std::time::Instant::now();
+            while matches!(self.child.try_wait(), Ok(None))
+                && start.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
