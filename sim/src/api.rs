@@ -308,7 +308,8 @@ fn parse_target(c: &ClusterShared, group: &str, version: &str, rest: &[&str]) ->
     if let Some(sub) = &target.sub {
         let known = (sub == "status" && target.def.status)
             || (sub == "scale" && target.def.scale.is_some())
-            || (sub == "token" && &*target.def.key == "/serviceaccounts");
+            || (sub == "token" && &*target.def.key == "/serviceaccounts")
+            || (sub == "log" && &*target.def.key == "/pods");
         if !known {
             return Err(not_found());
         }
@@ -347,6 +348,11 @@ fn resource(
     }
     if t.sub.as_deref() == Some("token") {
         return token_request(c, r, &t);
+    }
+    if let (Some("log"), &Method::GET, Some(ns), Some(name)) =
+        (t.sub.as_deref(), &r.method, &t.ns, &t.name)
+    {
+        return crate::processes::logs::serve(c, r, ns, name);
     }
     match (&r.method, &t.name, t.sub.as_deref()) {
         (&Method::GET, None, _) if r.flag("watch") => {

@@ -86,6 +86,9 @@ pub struct Faults {
     pub error_rate: f64,
 }
 
+/// Image repository (`ghcr.io/kedge-dev/kedge-hub`, no tag or digest) → local executable.
+pub type ImageMap = std::collections::BTreeMap<String, PathBuf>;
+
 /// Settings of the simulated clusters.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -113,6 +116,10 @@ pub struct SimConfig {
     pub speed: f64,
     /// First port; cluster `i` listens on `port_base + i` (0 = any free port).
     pub port_base: u16,
+    /// Image repository (no tag or digest) → local executable: a pod whose every container
+    /// image is here runs as real processes (see [`crate::processes`]). Empty by default:
+    /// every pod is simulated.
+    pub run_images: ImageMap,
 }
 
 impl Default for SimConfig {
@@ -130,6 +137,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(10),
             speed: 1.0,
             port_base: 0,
+            run_images: ImageMap::new(),
         }
     }
 }
@@ -166,6 +174,8 @@ pub struct ClusterShared {
     pub scalers: Scalers,
     /// `LoadBalancer` Services' frontends and endpoints ([`crate::services`]).
     pub load_balancers: crate::services::published::LoadBalancers,
+    /// Where process pods keep their files (`NS/POD/...`); `None` without mapped images.
+    pub(crate) pods_dir: Option<PathBuf>,
 }
 
 impl ClusterShared {
@@ -178,6 +188,7 @@ impl ClusterShared {
         clock: Arc<SimClock>,
         config: SimConfig,
         shutdown: CancellationToken,
+        pods_dir: Option<PathBuf>,
     ) -> ClusterShared {
         ClusterShared {
             name,
@@ -194,6 +205,7 @@ impl ClusterShared {
             requests: Mutex::new(HashMap::new()),
             scalers: Scalers::default(),
             load_balancers: crate::services::published::LoadBalancers::default(),
+            pods_dir,
         }
     }
 
@@ -252,6 +264,42 @@ impl ClusterShared {
     }
 }
 
+/// Kubeconfig YAML for cluster `name` at `url` with a default `namespace`, authenticating
+/// with `token` (none: no credentials, which the simulator serves as admin).
+pub(crate) fn kubeconfig_yaml(
+    name: &str,
+    url: &str,
+    namespace: &str,
+    token: Option<&str>,
+) -> String {
+    kubeconfig_of(&[(name, url)], namespace, token)
+}
+
+/// Kubeconfig YAML with a cluster, a user and a context named after each of `clusters`
+/// (`(name, url)`), the first context current; see [`kubeconfig_yaml`].
+pub(crate) fn kubeconfig_of(
+    clusters: &[(&str, &str)],
+    namespace: &str,
+    token: Option<&str>,
+) -> String {
+    let user = match token {
+        Some(t) => format!("\n    token: {t}"),
+        None => " {}".to_string(),
+    };
+    let (mut cs, mut ctxs, mut users) = (String::new(), String::new(), String::new());
+    for (name, url) in clusters {
+        cs.push_str(&format!("- name: {name}\n  cluster:\n    server: {url}\n"));
+        ctxs.push_str(&format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: {namespace}\n"
+        ));
+        users.push_str(&format!("- name: {name}\n  user:{user}\n"));
+    }
+    let current = clusters.first().map_or("", |c| c.0);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n{cs}contexts:\n{ctxs}current-context: {current}\nusers:\n{users}preferences: {{}}\n"
+    )
+}
+
 /// Handle to one virtual cluster.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -282,11 +330,7 @@ impl Cluster {
 
     /// Kubeconfig YAML for this cluster (namespace `default`, no credentials).
     pub fn kubeconfig(&self) -> String {
-        let n = &self.inner.name;
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: {n}\n  cluster:\n    server: {}\ncontexts:\n- name: {n}\n  context:\n    cluster: {n}\n    user: {n}\n    namespace: default\ncurrent-context: {n}\nusers:\n- name: {n}\n  user: {{}}\npreferences: {{}}\n",
-            self.url()
-        )
+        kubeconfig_yaml(&self.inner.name, &self.url(), "default", None)
     }
 
     /// kube client configuration for this cluster (default namespace `default`).
@@ -323,8 +367,7 @@ impl Cluster {
 
     /// Kubeconfig YAML that authenticates with `token`.
     pub fn kubeconfig_with_token(&self, token: &str) -> String {
-        self.kubeconfig()
-            .replace("  user: {}\n", &format!("  user:\n    token: {token}\n"))
+        kubeconfig_yaml(&self.inner.name, &self.url(), "default", Some(token))
     }
 
     /// A kube client that authenticates with `token`.

@@ -3,7 +3,8 @@
 //! Each virtual cluster is an in-memory API server on its own loopback port
 //! (plain HTTP) with simulated controllers (scheduler, kubelet, ReplicaSet,
 //! Deployment, StatefulSet, Job, garbage collector, KEDA with its external-scaler gRPC calls).
-//! Pods get loopback IPs unique in the process (`pod_ips`). See `README.md`.
+//! Pods get loopback IPs unique in the process (`pod_ips`); pods of images mapped to local
+//! executables run as real processes (`processes`). See `README.md`.
 //!
 //! The pure building blocks (selectors, quantities, patches, server-side apply, RBAC,
 //! tables, JSONPath) do no I/O and are unit-tested against the Kubernetes API semantics
@@ -26,6 +27,7 @@ pub mod keda;
 pub mod openapi;
 pub mod patch;
 pub mod pod_ips;
+pub mod processes;
 pub mod protobuf;
 pub use kedge_core::quantity;
 pub mod rbac;

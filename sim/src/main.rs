@@ -140,6 +140,51 @@ struct Serve {
     /// emulates it: its namespace and CRDs, and its loop for ScaledObjects.
     #[arg(long, value_delimiter = ',')]
     keda: Vec<String>,
+    /// Run pods of image repository IMAGE (no tag) as real processes of the executable PATH
+    /// (repeatable; kedge's hub and agent images map to the kedge-hub and kedge-agent next
+    /// to kedge-sim by default).
+    #[arg(long = "run-image", value_name = "IMAGE=PATH", value_parser = run_image)]
+    run_images: Vec<(String, PathBuf)>,
+}
+
+/// kedge's own images → the binaries next to kedge-sim's executable, where they exist.
+fn default_run_images() -> kedge_sim::processes::ImageMap {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(PathBuf::from));
+    let mut map = kedge_sim::processes::ImageMap::new();
+    for (image, binary) in [
+        ("ghcr.io/kedge-dev/kedge-hub", "kedge-hub"),
+        ("ghcr.io/kedge-dev/kedge-agent", "kedge-agent"),
+    ] {
+        if let Some(path) = dir.as_ref().map(|d| d.join(binary))
+            && kedge_sim::processes::executable(&path)
+        {
+            map.insert(image.to_owned(), path);
+        }
+    }
+    map
+}
+
+/// `--run-image IMAGE=PATH`: a repository without tag and an executable file.
+fn run_image(text: &str) -> Result<(String, PathBuf), String> {
+    let (image, path) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not IMAGE=PATH"))?;
+    let repository = kedge_sim::processes::repository(image.trim());
+    if repository.is_empty() || repository != image.trim() {
+        return Err(format!(
+            "{image:?}: give the image repository without a tag or digest (pods of every tag run)"
+        ));
+    }
+    let path = PathBuf::from(path.trim());
+    if !path.exists() {
+        return Err(format!("{}: no such file", path.display()));
+    }
+    if !kedge_sim::processes::executable(&path) {
+        return Err(format!("{}: not an executable file", path.display()));
+    }
+    Ok((repository.to_owned(), path))
 }
 
 /// `--heartbeat`: what the hub accepts for `--heartbeat-interval`, checked before anything
@@ -181,6 +226,10 @@ async fn main() -> anyhow::Result<()> {
         job_pods_fail: args.job_pods_fail,
         speed: args.speed,
         port_base: args.port_base,
+        run_images: default_run_images()
+            .into_iter()
+            .chain(args.run_images)
+            .collect(),
         ..SimConfig::default()
     };
     if let Some(unknown) = args.keda.iter().find(|k| !args.clusters.contains(k)) {

@@ -1,7 +1,7 @@
 //! The running simulator: boots each virtual cluster (its store with nodes, HTTP server,
 //! controllers and external-scaler calls) and moves the shared clock.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,23 @@ use crate::cluster::{Cluster, ClusterShared, SimClock, SimConfig};
 use crate::error::Result;
 use crate::store::Store;
 
+/// Where process pods keep their files: `DIR/pods`, or without `DIR` a temporary directory
+/// (also returned second, to be removed at shutdown); `None` without mapped images.
+fn pods_root(config: &SimConfig, dir: Option<&Path>) -> (Option<PathBuf>, Option<PathBuf>) {
+    match (config.run_images.is_empty(), dir) {
+        (true, _) => (None, None),
+        (false, Some(d)) => (Some(d.join("pods")), None),
+        (false, None) => {
+            let t = std::env::temp_dir().join(format!(
+                "kedge-sim-pods-{}-{:08x}",
+                std::process::id(),
+                crate::util::random_u64() as u32
+            ));
+            (Some(t.clone()), Some(t))
+        }
+    }
+}
+
 /// A running simulator: many virtual clusters in one process.
 #[derive(Debug)]
 pub struct Sim {
@@ -18,6 +35,8 @@ pub struct Sim {
     clusters: Vec<Cluster>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// A temporary directory of process pods' files, removed at shutdown.
+    temp_pods: Option<PathBuf>,
 }
 
 impl Sim {
@@ -28,6 +47,7 @@ impl Sim {
         if let Some(d) = dir {
             tokio::fs::create_dir_all(d).await?;
         }
+        let (pods_root, temp_pods) = pods_root(&config, dir);
         let mut clusters = Vec::with_capacity(names.len());
         let mut tasks = Vec::with_capacity(names.len() * 2);
         for (i, name) in names.iter().enumerate() {
@@ -41,6 +61,7 @@ impl Sim {
             let now = clock.now_ms();
             let mut store = Store::new(config.history, config.watch_channel, now);
             crate::controllers::add_nodes(&mut store, &config, now);
+            let pods_dir = pods_root.as_ref().map(|r| r.join(name));
             let shared = Arc::new(ClusterShared::new(
                 name.clone(),
                 addr,
@@ -48,6 +69,7 @@ impl Sim {
                 clock.clone(),
                 config.clone(),
                 shutdown.clone(),
+                pods_dir.clone(),
             ));
             let router = crate::api::router(shared.clone());
             let stop = shutdown.clone();
@@ -61,6 +83,9 @@ impl Sim {
             tasks.push(tokio::spawn(crate::controllers::run(shared.clone())));
             tasks.push(tokio::spawn(crate::keda::grpc::run(shared.clone())));
             tasks.push(tokio::spawn(crate::services::run(shared.clone())));
+            if let Some(pods) = pods_dir {
+                tasks.push(tokio::spawn(crate::processes::run(shared.clone(), pods)));
+            }
             let kubeconfig = dir.map(|d| d.join(format!("{name}.kubeconfig")));
             let cluster = Cluster::new(shared, kubeconfig.clone());
             if let Some(path) = kubeconfig {
@@ -73,6 +98,7 @@ impl Sim {
             clusters,
             shutdown,
             tasks,
+            temp_pods,
         };
         if let Some(d) = dir {
             tokio::fs::write(d.join("kubeconfig"), sim.kubeconfig()).await?;
@@ -83,24 +109,13 @@ impl Sim {
     /// One kubeconfig for every cluster: a context per cluster, named after it, the first
     /// one current (`DIR/kubeconfig` when started with a directory).
     pub fn kubeconfig(&self) -> String {
-        let mut clusters = String::new();
-        let mut contexts = String::new();
-        let mut users = String::new();
-        for c in &self.clusters {
-            let n = c.name();
-            clusters.push_str(&format!(
-                "- name: {n}\n  cluster:\n    server: {}\n",
-                c.url()
-            ));
-            contexts.push_str(&format!(
-                "- name: {n}\n  context:\n    cluster: {n}\n    user: {n}\n    namespace: default\n"
-            ));
-            users.push_str(&format!("- name: {n}\n  user: {{}}\n"));
-        }
-        let current = self.clusters.first().map_or("", |c| c.name());
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n{clusters}contexts:\n{contexts}current-context: {current}\nusers:\n{users}preferences: {{}}\n"
-        )
+        let urls: Vec<(String, String)> = self
+            .clusters
+            .iter()
+            .map(|c| (c.name().to_owned(), c.url()))
+            .collect();
+        let pairs: Vec<(&str, &str)> = urls.iter().map(|(n, u)| (n.as_str(), u.as_str())).collect();
+        crate::cluster::kubeconfig_of(&pairs, "default", None)
     }
 
     /// Starts `n` clusters named `cluster-0` … `cluster-{n-1}` without kubeconfig files.
@@ -143,11 +158,14 @@ impl Sim {
         }
     }
 
-    /// Stops every server, watch and controller, and waits for them.
+    /// Stops every server, watch, controller and process, and waits for them.
     pub async fn shutdown(mut self) {
         self.shutdown.cancel();
         for t in std::mem::take(&mut self.tasks) {
             let _ = t.await;
+        }
+        if let Some(t) = self.temp_pods.take() {
+            let _ = tokio::fs::remove_dir_all(t).await;
         }
     }
 }
@@ -155,5 +173,8 @@ impl Sim {
 impl Drop for Sim {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        if let Some(t) = self.temp_pods.take() {
+            let _ = std::fs::remove_dir_all(t);
+        }
     }
 }

@@ -7,7 +7,6 @@
 //! waits for a DSO and a DSJ to spread work over them; then the test checks the outcome
 //! itself. A README edit that breaks any step fails here.
 
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -40,7 +39,8 @@ fn walkthrough(readme: &str) -> Result<String, String> {
 
 #[test]
 fn the_walkthrough_block_is_found_and_only_it() {
-    let text = format!("intro\n{MARKER}\n\n```sh\necho one\necho two\n```\nafter\n```sh\nno\n```\n");
+    let text =
+        format!("intro\n{MARKER}\n\n```sh\necho one\necho two\n```\nafter\n```sh\nno\n```\n");
     assert_eq!(walkthrough(&text).unwrap(), "echo one\necho two\n");
     assert!(walkthrough("no marker").is_err());
     assert!(walkthrough(&format!("{MARKER}\ntext\n```sh\nx\n```")).is_err());
@@ -68,9 +68,13 @@ struct Group(i32);
 impl Drop for Group {
     fn drop(&mut self) {
         // SIGTERM lets kedge-sim stop the processes it runs; SIGKILL whatever is left.
-        let _ = Command::new("kill").args(["-TERM", &format!("-{}", self.0)]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &format!("-{}", self.0)])
+            .status();
         std::thread::sleep(Duration::from_secs(2));
-        let _ = Command::new("kill").args(["-KILL", &format!("-{}", self.0)]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{}", self.0)])
+            .status();
     }
 }
 
@@ -128,36 +132,71 @@ fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
     };
     match status {
         Some(s) if s.success() => {}
-        Some(s) => panic!("the walkthrough failed ({s}) after {:?}\n{}", started.elapsed(), report()),
+        Some(s) => panic!(
+            "the walkthrough failed ({s}) after {:?}\n{}",
+            started.elapsed(),
+            report()
+        ),
         None => panic!("the walkthrough did not end within {LIMIT:?}\n{}", report()),
     }
-    eprintln!("the walkthrough ran in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "the walkthrough ran in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 
     // What the walkthrough promised, checked apart from its own waits.
     let kc = dir.join("kedge-try/kubeconfig");
     let members = kubectl(
         &kc,
-        &["--context", "mgmt", "get", "memberclusters", "-o", "jsonpath={.items[*].status.state}"],
+        &[
+            "--context",
+            "mgmt",
+            "get",
+            "memberclusters",
+            "-o",
+            "jsonpath={.items[*].status.state}",
+        ],
     );
     assert_eq!(members, "Ready Ready", "both members Ready\n{}", report());
     let hub_restarts = kubectl(
         &kc,
         &[
-            "--context", "mgmt", "-n", "kedge-system", "get", "pods", "-l",
-            "app.kubernetes.io/name=kedge-hub", "-o",
+            "--context",
+            "mgmt",
+            "-n",
+            "kedge-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=kedge-hub",
+            "-o",
             "jsonpath={.items[*].status.containerStatuses[0].restartCount}",
         ],
     );
     assert_eq!(hub_restarts, "0", "one hub process, never restarted");
     let mut jobs = 0;
     for m in ["edge-1", "edge-2"] {
-        let replicas = kubectl(&kc, &["--context", m, "get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]);
+        let replicas = kubectl(
+            &kc,
+            &[
+                "--context",
+                m,
+                "get",
+                "deploy",
+                "web",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ],
+        );
         assert_eq!(replicas, "2", "{m}'s share of the DSO's 4");
         let names = kubectl(&kc, &["--context", m, "get", "jobs", "-o", "name"]);
         assert!(!names.is_empty(), "{m} runs Jobs of the DSJ");
         jobs += names.lines().count();
     }
-    assert!(jobs >= 4, "the queue of 4 became at least 4 Jobs, got {jobs}");
+    assert!(
+        jobs >= 4,
+        "the queue of 4 became at least 4 Jobs, got {jobs}"
+    );
     drop(group);
     let _ = std::fs::remove_dir_all(&dir);
 }

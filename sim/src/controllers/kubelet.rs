@@ -50,11 +50,13 @@ fn transition_time(p: &Value, t: &str) -> Option<i64> {
         .and_then(parse_rfc3339)
 }
 
-/// The kubelet: starts bound pods after the start-up delay, ends Job pods.
+/// The kubelet: starts bound pods after the start-up delay, ends Job pods. Pods whose images
+/// run as processes are the process kubelet's ([`crate::processes`]).
 pub(super) fn kubelet(store: &mut Store, cfg: &SimConfig, now: i64, timers: &mut Timers) {
     let delay = cfg.pod_start_delay.as_millis() as i64;
     for p in snapshot(store, PODS) {
-        if deleting(&p) || terminal(&p) {
+        if deleting(&p) || terminal(&p) || crate::processes::programs(&p, &cfg.run_images).is_some()
+        {
             continue;
         }
         let Some(node) = get_path(&p, "spec.nodeName")
