@@ -16,7 +16,11 @@ use crate::store::Store;
 fn pods_root(config: &SimConfig, dir: Option<&Path>) -> (Option<PathBuf>, Option<PathBuf>) {
     match (config.run_images.is_empty(), dir) {
         (true, _) => (None, None),
-        (false, Some(d)) => (Some(d.join("pods")), None),
+        // Absolute: a process runs in its own directory and finds its files from there.
+        (false, Some(d)) => {
+            let pods = d.join("pods");
+            (Some(std::path::absolute(&pods).unwrap_or(pods)), None)
+        }
         (false, None) => {
             let t = std::env::temp_dir().join(format!(
                 "kedge-sim-pods-{}-{:08x}",
@@ -176,5 +180,31 @@ impl Drop for Sim {
         if let Some(t) = self.temp_pods.take() {
             let _ = std::fs::remove_dir_all(t);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_pods_keep_their_files_under_an_absolute_path() {
+        let mut config = SimConfig::default();
+        assert_eq!(
+            pods_root(&config, Some(Path::new("rel"))),
+            (None, None),
+            "no images mapped"
+        );
+        config
+            .run_images
+            .insert("example.com/x".into(), PathBuf::from("/bin/sh"));
+        let (pods, temp) = pods_root(&config, Some(Path::new("rel/dir")));
+        let pods = pods.expect("a pods directory");
+        assert!(pods.is_absolute(), "{}", pods.display());
+        assert!(pods.ends_with("rel/dir/pods"));
+        assert_eq!(temp, None, "the given directory is kept");
+        let (pods, temp) = pods_root(&config, None);
+        assert!(pods.is_some_and(|p| p.is_absolute()));
+        assert!(temp.is_some(), "a temp directory is removed at shutdown");
     }
 }
