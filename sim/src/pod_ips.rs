@@ -4,6 +4,11 @@
 //! Linux, so a test can bind a server on a simulated pod's IP and port and reach it there
 //! (an agent scraping its pods' metrics, say). For that no two live pods, in any cluster
 //! of any `Sim` in the process, may hold the same address.
+//!
+//! Other simulator processes on the same host (test binaries run side by side, a second
+//! `kedge-sim serve`) share the loopback too, and pods that run real processes listen on
+//! their IPs. So each process starts handing out addresses at a random place of the
+//! 16 M-address range: two processes meet only after thousands of pods each.
 
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
@@ -15,7 +20,8 @@ pub const FIRST: Ipv4Addr = Ipv4Addr::new(127, 1, 0, 1);
 pub const LAST: Ipv4Addr = Ipv4Addr::new(127, 254, 255, 254);
 
 /// The process-wide pool. Held only for a lookup or an insert: never across I/O.
-static POOL: LazyLock<Mutex<Pool>> = LazyLock::new(|| Mutex::new(Pool::new(FIRST, LAST)));
+static POOL: LazyLock<Mutex<Pool>> =
+    LazyLock::new(|| Mutex::new(Pool::new(FIRST, LAST).starting_at(crate::util::random_u64())));
 
 /// Addresses from a range, handed out in order: a released address is handed out again only
 /// after the pool has wrapped around, and never while it is in use. Host bytes `.0` and
@@ -39,6 +45,13 @@ impl Pool {
             next: first,
             used: HashSet::new(),
         }
+    }
+
+    /// The same pool, handing out its first address at `offset` (modulo the range's size).
+    pub fn starting_at(mut self, offset: u64) -> Pool {
+        let span = u64::from(self.last - self.first) + 1;
+        self.next = self.first + (offset % span) as u32;
+        self
     }
 
     /// The next free address, or `None` when every address of the range is in use.
@@ -147,6 +160,23 @@ mod tests {
         assert_eq!(b, Some(Ipv4Addr::new(10, 0, 0, 2)));
         assert_eq!(p.allocate(), None);
         assert_eq!(p.in_use(), 4);
+    }
+
+    #[test]
+    fn a_pool_can_start_anywhere_in_its_range_and_still_hands_out_all_of_it() {
+        let first = Ipv4Addr::new(10, 0, 0, 1);
+        let p = Pool::new(first, Ipv4Addr::new(10, 0, 0, 4));
+        let mut p = p.starting_at(6);
+        let got: Vec<_> = std::iter::from_fn(|| p.allocate()).collect();
+        assert_eq!(
+            got,
+            [
+                Ipv4Addr::new(10, 0, 0, 3),
+                Ipv4Addr::new(10, 0, 0, 4),
+                Ipv4Addr::new(10, 0, 0, 1),
+                Ipv4Addr::new(10, 0, 0, 2),
+            ]
+        );
     }
 
     #[test]

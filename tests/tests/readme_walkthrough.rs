@@ -62,20 +62,73 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// Ends everything the script started (its process group) when dropped.
+/// Ends everything the script started (its process group) when dropped: SIGTERM lets
+/// kedge-sim stop the processes it runs; SIGKILL only to a group still there 10 s later.
+/// The group is never signalled once it is gone, since its number may then be reused.
 struct Group(i32);
+
+impl Group {
+    fn signal(&self, sig: &str) -> bool {
+        Command::new("kill")
+            .args([sig, &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
 
 impl Drop for Group {
     fn drop(&mut self) {
-        // SIGTERM lets kedge-sim stop the processes it runs; SIGKILL whatever is left.
-        let _ = Command::new("kill")
-            .args(["-TERM", &format!("-{}", self.0)])
-            .status();
-        std::thread::sleep(Duration::from_secs(2));
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.0)])
-            .status();
+        if !self.signal("-TERM") {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            if !self.signal("-0") {
+                return;
+            }
+        }
+        self.signal("-KILL");
     }
+}
+
+/// Every pod of each cluster and the last lines of kedge's own pods' logs, for a failure.
+fn clusters_now(kubeconfig: &Path) -> String {
+    let run = |args: &[&str]| {
+        Command::new("/usr/bin/kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr)
+            })
+            .unwrap_or_default()
+    };
+    let mut out = String::new();
+    for (ctx, deploy) in [
+        ("mgmt", "kedge-hub"),
+        ("edge-1", "kedge-agent"),
+        ("edge-2", "kedge-agent"),
+    ] {
+        out += &format!(
+            "--- {ctx}: pods\n{}",
+            run(&["--context", ctx, "get", "pods", "-A", "-o", "wide"])
+        );
+        let logs = run(&[
+            "--context",
+            ctx,
+            "-n",
+            "kedge-system",
+            "logs",
+            &format!("deploy/{deploy}"),
+            "--tail=15",
+        ]);
+        out += &format!("--- {ctx}: {deploy} log\n{logs}");
+    }
+    out
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -125,9 +178,10 @@ fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
     };
     let report = || {
         format!(
-            "--- walkthrough output (last 60 lines):\n{}\n--- kedge-sim (last 20 lines):\n{}",
+            "--- walkthrough output (last 60 lines):\n{}\n--- kedge-sim (last 20 lines):\n{}\n{}",
             tail(&output, 60),
-            tail(&dir.join("kedge-try.log"), 20)
+            tail(&dir.join("kedge-try.log"), 20),
+            clusters_now(&dir.join("kedge-try/kubeconfig"))
         )
     };
     match status {
