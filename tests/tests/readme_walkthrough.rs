@@ -65,31 +65,32 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
 /// Ends everything the script started (its process group) when dropped: SIGTERM lets
 /// kedge-sim stop the processes it runs; SIGKILL only to a group still there 10 s later.
 /// The group is never signalled once it is gone, since its number may then be reused.
-struct Group(i32);
+/// Signals go through `kill(2)` itself: procps' `kill -TERM -PGID` parses the group as
+/// `-` and its first digit (it signalled process group 1, i.e. every process, here).
+struct Group(rustix::process::Pid);
 
 impl Group {
-    fn signal(&self, sig: &str) -> bool {
-        Command::new("kill")
-            .args([sig, &format!("-{}", self.0)])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+    fn signal(&self, sig: Option<rustix::process::Signal>) -> bool {
+        match sig {
+            Some(sig) => rustix::process::kill_process_group(self.0, sig).is_ok(),
+            None => rustix::process::test_kill_process_group(self.0).is_ok(),
+        }
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if !self.signal("-TERM") {
+        if !self.signal(Some(rustix::process::Signal::TERM)) {
             return;
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
-            if !self.signal("-0") {
+            if !self.signal(None) {
                 return;
             }
         }
-        self.signal("-KILL");
+        self.signal(Some(rustix::process::Signal::KILL));
     }
 }
 
@@ -165,7 +166,9 @@ fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
         .process_group(0)
         .spawn()
         .expect("run bash");
-    let group = Group(child.id() as i32);
+    let group = Group(
+        rustix::process::Pid::from_raw(child.id() as i32).expect("a child's pid is positive"),
+    );
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
