@@ -2,10 +2,14 @@
 //! marker `<!-- walkthrough -->` is written to a script and run by bash with `set -euo
 //! pipefail`, from a directory that looks like the repository root to it (`deploy/` and
 //! `target/` link to this tree's), with no `KUBECONFIG` and no `helm` on `PATH`, as on a
-//! fresh machine. It starts kedge-sim, installs the hub and the agents from kedge's own
-//! install (kedge-sim runs their images as real processes), enrolls two edge clusters, and
-//! waits for a DSO and a DSJ to spread work over them; then the test checks the outcome
-//! itself. A README edit that breaks any step fails here.
+//! fresh machine; a second run puts a `helm` on `PATH` (`scripts/helm_cli.py`: helm's
+//! command line on the real Helm engine), so the block's Helm branch runs too. Each starts
+//! kedge-sim, installs the hub and the agents (kedge-sim runs their images as real
+//! processes), enrolls two edge clusters, and waits for a DSO and a DSJ to spread work over
+//! them; then the test checks the outcome itself. A README edit that breaks a step fails
+//! here.
+
+mod support;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -139,10 +143,25 @@ fn tail(path: &Path, lines: usize) -> String {
 }
 
 #[test]
-fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
+fn the_readme_walkthrough_runs_verbatim_without_helm() {
+    run_walkthrough(false);
+}
+
+#[test]
+fn the_readme_walkthrough_runs_verbatim_with_helm() {
+    run_walkthrough(true);
+}
+
+/// Runs the walkthrough; `helm`: with a `helm` on `PATH` (`scripts/helm_cli.py`, helm's
+/// command line for `install` on the real Helm engine), so it takes its Helm branch.
+fn run_walkthrough(helm: bool) {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let block = walkthrough(&readme).expect("the walkthrough block");
-    let dir = std::env::temp_dir().join(format!("kedge-walkthrough-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "kedge-walkthrough-{}-{}",
+        if helm { "helm" } else { "kubectl" },
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for link in ["deploy", "target"] {
@@ -152,13 +171,30 @@ fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
     std::fs::write(&script, format!("set -euo pipefail\nset -x\n{block}")).unwrap();
     let output = dir.join("walkthrough.out");
     let log = std::fs::File::create(&output).unwrap();
-    // A fresh machine's PATH: no helm, no kubectl-kedge until the block adds it.
-    let path = "/usr/local/bin:/usr/bin:/bin";
+    // A fresh machine's PATH: no kubectl-kedge until the block adds it, and helm only when
+    // asked for.
+    let mut path = "/usr/local/bin:/usr/bin:/bin".to_owned();
+    if helm {
+        let bin = dir.join("helm-bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let wrapper = format!(
+            "#!/bin/sh\nexec '{}' '{}' \"$@\"\n",
+            support::helm::python().display(),
+            repo().join("scripts/helm_cli.py").display()
+        );
+        std::fs::write(bin.join("helm"), wrapper).unwrap();
+        std::fs::set_permissions(
+            bin.join("helm"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        path = format!("{}:{path}", bin.display());
+    }
     let mut child = Command::new("bash")
         .arg(&script)
         .current_dir(&dir)
         .env_clear()
-        .env("PATH", path)
+        .env("PATH", &path)
         .env("HOME", &dir)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -254,6 +290,33 @@ fn the_readme_walkthrough_runs_verbatim_on_simulated_clusters() {
         jobs >= 4,
         "the queue of 4 became at least 4 Jobs, got {jobs}"
     );
+    // Installed the way the branch says: Helm keeps a release Secret per install.
+    for (ctx, release) in [
+        ("mgmt", "kedge-hub"),
+        ("edge-1", "kedge-agent"),
+        ("edge-2", "kedge-agent"),
+    ] {
+        let secrets = kubectl(
+            &kc,
+            &[
+                "--context",
+                ctx,
+                "-n",
+                "kedge-system",
+                "get",
+                "secrets",
+                "-o",
+                "name",
+            ],
+        );
+        let helm_release = format!("secret/sh.helm.release.v1.{release}.v1");
+        assert_eq!(
+            secrets.lines().any(|l| l == helm_release),
+            helm,
+            "{ctx}: {helm_release} {} (helm on PATH: {helm})\n{secrets}",
+            if helm { "missing" } else { "present" }
+        );
+    }
     drop(group);
     let _ = std::fs::remove_dir_all(&dir);
 }
