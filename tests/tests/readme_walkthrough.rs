@@ -9,6 +9,8 @@
 //! them; then the test checks the outcome itself. A README edit that breaks a step fails
 //! here.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::os::unix::process::CommandExt;

@@ -8,6 +8,7 @@
 //! [`UDP_IDLE`] is forgotten.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -160,24 +161,23 @@ async fn udp(
         if stale && let Some(s) = sessions.remove(&client) {
             s.cancel.cancel();
         }
-        if !sessions.contains_key(&client) {
-            let Some(endpoint) = picker.pick(&current) else {
-                continue;
-            };
-            match open(&socket, client, endpoint, &cancel).await {
-                Ok(s) => {
-                    sessions.insert(client, s);
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, %endpoint, "load balancer upstream failed");
+        let session = match sessions.entry(client) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => {
+                let Some(endpoint) = picker.pick(&current) else {
                     continue;
+                };
+                match open(&socket, client, endpoint, &cancel).await {
+                    Ok(s) => v.insert(s),
+                    Err(e) => {
+                        tracing::debug!(error = %e, %endpoint, "load balancer upstream failed");
+                        continue;
+                    }
                 }
             }
-        }
-        if let Some(s) = sessions.get_mut(&client) {
-            s.last = Instant::now();
-            let _ = s.upstream.send(&buf[..n]).await;
-        }
+        };
+        session.last = Instant::now();
+        let _ = session.upstream.send(&buf[..n]).await;
     }
     for s in sessions.into_values() {
         s.cancel.cancel();
