@@ -3,47 +3,20 @@
 mod sim_support;
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use sim_support::Serve;
 
-/// `kedge-sim serve ARGS --dir DIR` once it says it is ready.
-async fn serve(tag: &str, args: &[&str]) -> (tokio::process::Child, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("kedge-sim-cli-{tag}-{}", std::process::id()));
-    let mut child = tokio::process::Command::new(support::bin("kedge-sim"))
-        .arg("serve")
-        .args(args)
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn kedge-sim");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("kedge-sim ready") {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .unwrap_or(false);
-    assert!(ready, "no ready line");
-    (child, dir)
+/// `kedge-sim serve ARGS` once it says it is ready.
+async fn serve(args: &[&str]) -> Serve {
+    Serve::start(&support::bin("kedge-sim"), args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_writes_kubeconfigs_and_stops_on_sigterm() {
-    let (mut child, dir) = serve(
-        "kc",
-        &["--clusters", "east,west", "--nodes", "2", "--node-cpu", "4"],
-    )
-    .await;
+    let serve = serve(&["--clusters", "east,west", "--nodes", "2", "--node-cpu", "4"]).await;
+    let dir = serve.dir().to_path_buf();
     for name in ["east", "west"] {
         let kc = dir.join(format!("{name}.kubeconfig"));
         let out = sim_support::kubectl_ok(
@@ -79,19 +52,7 @@ async fn serve_writes_kubeconfigs_and_stops_on_sigterm() {
         sim_support::kubectl_ok(&dir.join("kubeconfig"), &["config", "current-context"]).await;
     assert_eq!(current.trim(), "east", "the first cluster is current");
 
-    let pid = child.id().expect("pid");
-    let status = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .await
-        .expect("kill");
-    assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("wait");
-    assert!(exit.success(), "{exit:?}");
-    let _ = std::fs::remove_dir_all(&dir);
+    serve.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,18 +116,16 @@ async fn jsonpath(kc: &Path, args: &[&str], path: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_installs_keda_where_asked_and_load_balancers_forward_to_ready_pods() {
-    let (_child, dir) = serve(
-        "lb",
-        &[
-            "--clusters",
-            "mgmt,edge",
-            "--keda",
-            "mgmt",
-            "--pod-start-delay-ms",
-            "100",
-        ],
-    )
+    let serve = serve(&[
+        "--clusters",
+        "mgmt,edge",
+        "--keda",
+        "mgmt",
+        "--pod-start-delay-ms",
+        "100",
+    ])
     .await;
+    let dir = serve.dir().to_path_buf();
     let kc = dir.join("kubeconfig");
     // KEDA's namespace and CRDs in mgmt only.
     for (ctx, has) in [("mgmt", true), ("edge", false)] {
@@ -310,5 +269,4 @@ spec:
     )
     .await;
     assert_eq!(again, lb_ip);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -672,6 +672,16 @@ async fn discovery_documents() {
         .expect("scale subresource");
     assert_eq!(scale["group"], "autoscaling");
     assert!(res.iter().any(|r| r["name"] == "deployments/status"));
+    // Pods' log subresource, as kube-apiserver lists it: `get` only.
+    let (_, v) = raw.get("/api/v1").await;
+    let res = v["resources"].as_array().cloned().unwrap_or_default();
+    let log = res
+        .iter()
+        .find(|r| r["name"] == "pods/log")
+        .expect("pods/log subresource");
+    assert_eq!(log["kind"], "Pod");
+    assert_eq!(log["verbs"], json!(["get"]));
+    assert!(!res.iter().any(|r| r["name"] == "configmaps/log"));
     let (_, v) = raw.get("/version").await;
     assert_eq!(v["major"], "1");
     sim.shutdown().await;

@@ -8,102 +8,21 @@
 mod sim_support;
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use sim_support::{kubectl, kubectl_ok};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use sim_support::{Serve, kubectl, kubectl_ok};
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// The test image, mapped to /bin/sh.
 const SH: &str = "test.kedge.dev/sh";
 
-/// A `kedge-sim serve` process and its directory, both gone when dropped.
-struct Serve {
-    child: tokio::process::Child,
-    dir: PathBuf,
-}
-
-impl Serve {
-    async fn start(clusters: &str, extra: &[&str]) -> Serve {
-        let dir = std::env::temp_dir().join(format!(
-            "kedge-sim-processes-{}-{}",
-            std::process::id(),
-            kedge_sim::util::random_u64() % 1_000_000
-        ));
-        let mut child = tokio::process::Command::new(support::bin("kedge-sim"))
-            .args([
-                "serve",
-                "--clusters",
-                clusters,
-                "--pod-start-delay-ms",
-                "100",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn kedge-sim");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let ready = tokio::time::timeout(Duration::from_secs(20), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("kedge-sim ready") {
-                    return true;
-                }
-            }
-            false
-        })
-        .await
-        .unwrap_or(false);
-        assert!(ready, "no ready line from kedge-sim serve");
-        Serve { child, dir }
-    }
-
-    fn kubeconfig(&self, cluster: &str) -> PathBuf {
-        self.dir.join(format!("{cluster}.kubeconfig"))
-    }
-
-    /// SIGTERM, and the exit.
-    async fn stop(mut self) {
-        let pid = self.child.id().expect("pid");
-        let _ = sigterm(pid).await;
-        let exit = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
-            .await
-            .expect("kedge-sim exits after SIGTERM")
-            .expect("wait");
-        assert!(exit.success(), "{exit:?}");
-    }
-}
-
-impl Drop for Serve {
-    /// A failed test still stops kedge-sim with SIGTERM, so that it stops its processes (a
-    /// SIGKILL would leave them running).
-    fn drop(&mut self) {
-        if let (Ok(None), Some(pid)) = (self.child.try_wait(), self.child.id()) {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-            let start = std::time::Instant::now();
-            while matches!(self.child.try_wait(), Ok(None))
-                && start.elapsed() < Duration::from_secs(10)
-            {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-async fn sigterm(pid: u32) -> std::io::Result<std::process::ExitStatus> {
-    tokio::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .await
+/// `kedge-sim serve --clusters CLUSTERS` with fast pods and `extra` flags.
+async fn serve(clusters: &str, extra: &[&str]) -> Serve {
+    let mut args = vec!["--clusters", clusters, "--pod-start-delay-ms", "100"];
+    args.extend_from_slice(extra);
+    Serve::start(&support::bin("kedge-sim"), &args).await
 }
 
 async fn apply(kc: &Path, yaml: &str) {
@@ -206,7 +125,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mapped_image_runs_with_its_env_and_secret_logs_and_stops_when_deleted() {
-    let serve = Serve::start("east", &["--run-image", &run_image_sh()]).await;
+    let serve = serve("east", &["--run-image", &run_image_sh()]).await;
     let kc = serve.kubeconfig("east");
     apply(&kc, PRINTER).await;
     let pod = wait_pod(&kc, "printer", "Ready", |p| {
@@ -349,7 +268,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exits_restart_with_back_off_or_end_the_pod_and_a_missing_secret_waits() {
-    let serve = Serve::start("west", &["--run-image", &run_image_sh()]).await;
+    let serve = serve("west", &["--run-image", &run_image_sh()]).await;
     let kc = serve.kubeconfig("west");
     apply(&kc, CRASHER).await;
     let crashed = wait_pod(&kc, "crasher", "CrashLoopBackOff after a restart", |p| {
@@ -442,7 +361,7 @@ async fn install_keda(kc: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_kedge_install_hub_runs_the_real_hub_that_rollout_status_waits_for() {
-    let serve = Serve::start("hub", &[]).await;
+    let serve = serve("hub", &[]).await;
     let kc = serve.kubeconfig("hub");
     install_keda(&kc).await;
     let manifests = tokio::process::Command::new(support::bin("kubectl-kedge"))

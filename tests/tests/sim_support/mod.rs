@@ -7,6 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use kedge_sim::{Sim, SimConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Output of one kubectl run.
 #[derive(Debug)]
@@ -91,5 +92,89 @@ where
             "condition not met within {secs}s"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `kedge-sim serve` process and its directory, both gone when dropped.
+pub struct Serve {
+    child: tokio::process::Child,
+    dir: PathBuf,
+}
+
+impl Serve {
+    /// Runs `KEDGE_SIM serve ARGS --dir DIR` (a fresh temp directory) until it says it is
+    /// ready.
+    pub async fn start(kedge_sim: &Path, args: &[&str]) -> Serve {
+        let dir = std::env::temp_dir().join(format!(
+            "kedge-sim-serve-{}-{}",
+            std::process::id(),
+            kedge_sim::util::random_u64() % 1_000_000
+        ));
+        let mut child = tokio::process::Command::new(kedge_sim)
+            .arg("serve")
+            .args(args)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn kedge-sim");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(20), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("kedge-sim ready") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        assert!(ready, "no ready line from kedge-sim serve");
+        Serve { child, dir }
+    }
+
+    /// Where it writes its kubeconfigs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `DIR/CLUSTER.kubeconfig`.
+    pub fn kubeconfig(&self, cluster: &str) -> PathBuf {
+        self.dir.join(format!("{cluster}.kubeconfig"))
+    }
+
+    /// SIGTERM; asserts that it exits with success within 15 s.
+    pub async fn stop(mut self) {
+        let pid = self.child.id().expect("pid");
+        let _ = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+        let exit = tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("kedge-sim exits after SIGTERM")
+            .expect("wait");
+        assert!(exit.success(), "{exit:?}");
+    }
+}
+
+impl Drop for Serve {
+    /// A failed test still stops kedge-sim with SIGTERM, so that it stops its processes (a
+    /// SIGKILL would leave them running).
+    fn drop(&mut self) {
+        if let (Ok(None), Some(pid)) = (self.child.try_wait(), self.child.id()) {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+            let start = std::time::Instant::now();
+            while matches!(self.child.try_wait(), Ok(None))
+                && start.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
