@@ -238,5 +238,43 @@ async fn on_an_enrolled_fleet_every_member_column_is_filled() {
             "{listed}"
         );
     }
+
+    // `--context` picks the hub cluster from a kubeconfig whose current context is a member,
+    // as `kubectl --context` does.
+    let all = dir.path().join("kubeconfig");
+    let use_member = std::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(&all)
+        .args(["config", "use-context", "member-1"])
+        .output()
+        .unwrap();
+    assert!(use_member.status.success());
+    let in_all = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(bin("kubectl-kedge"));
+        command.args(args).env("KUBECONFIG", &all);
+        command
+    };
+    let out = in_all(&["mc", "list-members"]).output().await.unwrap();
+    assert!(
+        !out.status.success(),
+        "a member cluster has no MemberClusters to list"
+    );
+    let out = in_all(&["mc", "list-members", "--context", "hub"])
+        .output()
+        .await
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cells(&listed).len(), 2, "{listed}");
+    let out = in_all(&["mc", "list-members", "--context", "nope"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("\"nope\""), "{err}");
     fleet.shutdown().await;
 }

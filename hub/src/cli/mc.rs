@@ -32,6 +32,10 @@ pub struct HubCluster {
     /// in-cluster.
     #[arg(long, global = true)]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context of the hub cluster (as `kubectl --context`); default: the
+    /// current context.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
     /// The namespace the hub runs in (where bootstrap tokens are kept).
     #[arg(
         long,
@@ -61,7 +65,8 @@ pub enum McCommand {
     #[command(after_help = "Examples:
   kubectl kedge mc list-members
   kubectl kedge mc list-members -o wide
-  kubectl kedge mc --kubeconfig hub.kubeconfig list-members -o json")]
+  kubectl kedge mc --kubeconfig hub.kubeconfig list-members -o json
+  kubectl kedge mc list-members --context mgmt")]
     ListMembers(ListArgs),
     /// Delete a member: the hub closes its session within a second and refuses its
     /// certificate from then on.
@@ -88,12 +93,15 @@ pub struct DeleteArgs {
 
 /// Runs an `mc` subcommand.
 pub async fn run(args: &McArgs, out: &mut impl std::io::Write) -> Result<()> {
-    let client = kedge_net::kube_client::client(args.hub.kubeconfig.as_deref())
-        .await
-        .map_err(|e| Error::HubCluster {
-            what: "connecting to the hub cluster".into(),
-            message: e.to_string(),
-        })?;
+    let client = kedge_net::kube_client::client_in(
+        args.hub.kubeconfig.as_deref(),
+        args.hub.context.as_deref(),
+    )
+    .await
+    .map_err(|e| Error::HubCluster {
+        what: "connecting to the hub cluster".into(),
+        message: e.to_string(),
+    })?;
     match &args.command {
         McCommand::ListMembers(list) => {
             let members = Api::<MemberCluster>::all(client)
