@@ -122,6 +122,8 @@ pub struct ServerCertConfig {
     pub names: Vec<String>,
     /// Lifetime of each server certificate; renewed at two thirds of it.
     pub lifetime: Duration,
+    /// The QUIC transport of the hub's sessions.
+    pub transport: TransportTuning,
 }
 
 /// Issues a server certificate from `ca` at `now`; returns the TLS material (trusting `ca`
@@ -159,7 +161,7 @@ pub async fn renew_server_cert(
         }
         let renewed = server_material(&ca, &config, OffsetDateTime::now_utc()).and_then(
             |(material, validity)| {
-                let server = tls::enrolling_server_config(material, TransportTuning::default())?;
+                let server = tls::enrolling_server_config(material, config.transport)?;
                 Ok((server, validity))
             },
         );
@@ -227,6 +229,7 @@ mod tests {
         let config = ServerCertConfig {
             names: vec!["kedge-hub.ns.svc".into(), "10.0.0.7".into()],
             lifetime: Duration::from_secs(3600),
+            transport: TransportTuning::default(),
         };
         let (material, validity) = server_material(&ca, &config, t).unwrap();
         let (_, cert) = x509_parser::parse_x509_certificate(material.chain[0].as_ref()).unwrap();

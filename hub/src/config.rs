@@ -320,7 +320,13 @@ impl HubArgs {
         crate::ca::ServerCertConfig {
             names,
             lifetime: self.server_cert_lifetime,
+            transport: self.transport(),
         }
+    }
+
+    /// The QUIC transport of the hub's sessions, from the heartbeat rule.
+    pub fn transport(&self) -> kedge_net::tls::TransportTuning {
+        kedge_net::tls::TransportTuning::hub(self.liveness().deadline())
     }
 
     /// Server limits; an error naming the flags when the reserve leaves strangers nothing.

@@ -13,6 +13,7 @@ mod error;
 pub mod fleet;
 pub mod install;
 pub mod lease;
+pub mod link;
 pub mod metrics;
 pub mod ops_access;
 pub mod podmetrics;
@@ -29,7 +30,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use kedge_net::ops::{self, Readiness};
-use kedge_net::tls::{self, TlsMaterial, TransportTuning};
+use kedge_net::tls::{self, TlsMaterial};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -260,7 +261,7 @@ struct HubCa {
 /// The QUIC server configuration: from files, or issued from the hub CA in its Secret
 /// (created on first start), with enrollment.
 async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>)> {
-    let tuning = TransportTuning::default();
+    let tuning = args.transport();
     match args.tls_source()? {
         config::TlsSource::Files { cert, key, ca } => {
             let material = TlsMaterial::from_files(&cert, &key, &ca)?;

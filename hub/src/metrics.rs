@@ -79,6 +79,22 @@ pub struct PodMetricMemberLabel {
     pub of: String,
 }
 
+/// A `member` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabel {
+    /// Member name.
+    pub member: String,
+}
+
+/// Labels of a member's traffic counters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberDirectionLabel {
+    /// Member name.
+    pub member: String,
+    /// `sent` (hub to agent) or `received` (agent to hub).
+    pub direction: String,
+}
+
 /// How long reconciliations take, by controller: 0.5 ms to 16 s in powers of two.
 #[derive(Debug, Clone)]
 struct ReconcileSeconds(Family<ControllerLabel, Histogram, fn() -> Histogram>);
@@ -126,6 +142,11 @@ pub struct HubMetrics {
     pod_metric_average: Family<PodMetricLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pod_metric_members: Family<PodMetricMemberLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pod_metric_samples: Family<ReasonLabel, Counter>,
+    member_link_bytes: Family<MemberDirectionLabel, Counter>,
+    member_link_packets: Family<MemberDirectionLabel, Counter>,
+    member_link_rtt: Family<MemberLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    member_sessions: Family<MemberLabel, Counter>,
+    member_migrations: Family<MemberLabel, Counter>,
 }
 
 fn reason(reason: &str) -> ReasonLabel {
@@ -208,6 +229,31 @@ impl HubMetrics {
             "pod_metric_samples",
             "Pod-metrics samples from agents: `accepted`, or `unsolicited` (for a trigger the member was not given)",
             self.pod_metric_samples.clone(),
+        );
+        r.register(
+            "member_link_bytes",
+            "UDP payload bytes of each member's sessions (IP and UDP headers not counted), by direction: `sent` to the agent, `received` from it",
+            self.member_link_bytes.clone(),
+        );
+        r.register(
+            "member_link_packets",
+            "UDP datagrams of each member's sessions, by direction",
+            self.member_link_packets.clone(),
+        );
+        r.register(
+            "member_link_rtt_seconds",
+            "Smoothed round-trip time of each member's live session, as of its last heartbeat",
+            self.member_link_rtt.clone(),
+        );
+        r.register(
+            "member_sessions",
+            "Sessions each member established (one QUIC and TLS handshake each)",
+            self.member_sessions.clone(),
+        );
+        r.register(
+            "member_migrations",
+            "Address changes of members' live sessions (NAT rebinding) carried over by QUIC connection migration, without a new handshake",
+            self.member_migrations.clone(),
         );
         r.register(
             "reconciles",
@@ -405,6 +451,52 @@ impl HubMetrics {
 
     pub(crate) fn heartbeat(&self) {
         self.heartbeats.inc();
+    }
+
+    /// A session of `member` was established.
+    pub(crate) fn member_session(&self, member: &str) {
+        self.member_sessions
+            .get_or_create(&MemberLabel {
+                member: member.to_owned(),
+            })
+            .inc();
+    }
+
+    /// `member`'s session carried `delta` more and has round-trip time `rtt`.
+    pub(crate) fn member_link(
+        &self,
+        member: &str,
+        delta: &crate::link::LinkDelta,
+        rtt: std::time::Duration,
+    ) {
+        let label = |direction: &str| MemberDirectionLabel {
+            member: member.to_owned(),
+            direction: direction.to_owned(),
+        };
+        for (direction, bytes, packets) in [
+            ("sent", delta.bytes_sent, delta.packets_sent),
+            ("received", delta.bytes_received, delta.packets_received),
+        ] {
+            let label = label(direction);
+            self.member_link_bytes.get_or_create(&label).inc_by(bytes);
+            self.member_link_packets
+                .get_or_create(&label)
+                .inc_by(packets);
+        }
+        self.member_link_rtt
+            .get_or_create(&MemberLabel {
+                member: member.to_owned(),
+            })
+            .set(rtt.as_secs_f64());
+    }
+
+    /// `member`'s live session moved to a new address.
+    pub(crate) fn member_migrated(&self, member: &str) {
+        self.member_migrations
+            .get_or_create(&MemberLabel {
+                member: member.to_owned(),
+            })
+            .inc();
     }
 
     pub(crate) fn set_leader(&self, leader: bool) {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::link::{LinkSample, LinkTraffic};
 use crate::metrics::HubMetrics;
 
 /// Connection state of a member as the hub sees it.
@@ -53,6 +54,8 @@ pub struct NewSession {
     pub cert_not_after_unix: i64,
     /// The enrollment the certificate is bound to (`PeerIdentity::enrollment_uid`).
     pub enrollment_uid: Option<String>,
+    /// The connection's figures once established: what the handshake cost.
+    pub link: LinkSample,
 }
 
 /// One member as shown by `/v1/sessions` and `kubectl kedge sessions`.
@@ -87,6 +90,9 @@ pub struct MemberSession {
     /// refused because the other held a live session.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub duplicate_from: String,
+    /// What the current or last session's connection carried.
+    #[serde(default)]
+    pub link: LinkTraffic,
 }
 
 /// Replacements of a live, heartbeating session from elsewhere within [`CONTEST_WINDOW`]
@@ -126,9 +132,17 @@ pub struct Liveness {
 }
 
 impl Liveness {
-    /// How long a member may stay silent.
+    /// How long a member may stay silent on a perfect link.
     pub fn deadline(&self) -> Duration {
         self.interval.saturating_mul(self.tolerance.max(1))
+    }
+
+    /// How long a member whose link has round-trip time `rtt` may stay silent: the
+    /// tolerance plus what QUIC takes to recover a heartbeat lost three times in a row
+    /// ([`kedge_net::tls::loss_recovery`]), so that a slow, lossy link is not a dead one.
+    pub fn deadline_at(&self, rtt: Duration) -> Duration {
+        self.deadline()
+            .saturating_add(kedge_net::tls::loss_recovery(rtt))
     }
 }
 
@@ -212,7 +226,14 @@ impl SessionRegistry {
             cert_not_after_unix: new.cert_not_after_unix,
             sessions,
             duplicate_from: String::new(),
+            link: LinkTraffic::established(&new.link, unix_ms(wall)),
         };
+        self.metrics.member_session(&new.member);
+        self.metrics.member_link(
+            &new.member,
+            &LinkTraffic::default().record(&new.link, 0),
+            new.link.rtt,
+        );
         entries.insert(
             new.member,
             Entry {
@@ -246,6 +267,37 @@ impl SessionRegistry {
             view.state = SessionState::Connected;
             view.reason.clear();
             self.recount(&entries);
+        }
+    }
+
+    /// Records a reading of `session_id`'s connection (at a heartbeat, or as it ends); ignored
+    /// when that session is no longer current. An address other than the session's is a
+    /// migration: the agent's NAT rebound or it moved, and the session carried on.
+    pub fn link_observed(
+        &self,
+        member: &str,
+        session_id: &str,
+        sample: &LinkSample,
+        wall: SystemTime,
+    ) {
+        let mut entries = self.lock();
+        let Some(entry) = entries
+            .get_mut(member)
+            .filter(|e| e.view.session_id == session_id)
+        else {
+            return;
+        };
+        let view = Arc::make_mut(&mut entry.view);
+        let delta = view.link.record(sample, unix_ms(wall));
+        self.metrics.member_link(member, &delta, sample.rtt);
+        if let Some(remote) = sample.remote
+            && remote.to_string() != view.remote_addr
+        {
+            tracing::info!(member, from = %view.remote_addr, to = %remote,
+                "the agent's address changed; the session migrated with it");
+            view.remote_addr = remote.to_string();
+            view.link.migrations += 1;
+            self.metrics.member_migrated(member);
         }
     }
 
@@ -349,21 +401,27 @@ impl SessionRegistry {
         ))
     }
 
-    /// Marks members whose heartbeats are overdue as `Unreachable`; returns their names.
+    /// Marks members whose heartbeats are overdue (for their link's round-trip time, see
+    /// [`Liveness::deadline_at`]) as `Unreachable`; returns their names.
     pub fn sweep(&self, now: Instant) -> Vec<String> {
-        let deadline = self.liveness.deadline();
         let mut entries = self.lock();
         let mut newly = Vec::new();
         for (member, entry) in entries.iter_mut() {
             let silent = now.saturating_duration_since(entry.last_heartbeat);
+            let rtt = entry.view.link.rtt();
+            let deadline = self.liveness.deadline_at(rtt);
             if entry.view.state == SessionState::Connected && silent > deadline {
                 let view = Arc::make_mut(&mut entry.view);
                 view.state = SessionState::Unreachable;
                 view.reason = format!(
-                    "no heartbeat for {} (tolerance {} x {})",
+                    "no heartbeat for {} (tolerance {} x {}, plus {} for loss recovery at {} round trip)",
                     humantime::format_duration(round_ms(silent)),
                     self.liveness.tolerance,
                     humantime::format_duration(self.liveness.interval),
+                    humantime::format_duration(round_ms(
+                        deadline.saturating_sub(self.liveness.deadline())
+                    )),
+                    humantime::format_duration(round_ms(rtt)),
                 );
                 newly.push(member.clone());
             }
@@ -426,6 +484,7 @@ mod tests {
             protocol_version: 1,
             cert_not_after_unix: 0,
             enrollment_uid: None,
+            link: LinkSample::default(),
         }
     }
 
@@ -437,9 +496,10 @@ mod tests {
         r.register(session("a", "s1"), t0, wall);
         assert!(r.sweep(t0 + Duration::from_millis(2_900)).is_empty());
         r.heartbeat("a", "s1", t0 + Duration::from_secs(2), wall);
-        assert!(r.sweep(t0 + Duration::from_millis(4_900)).is_empty());
+        // 3 s of tolerance and 175 ms of loss recovery on a link without delay.
+        assert!(r.sweep(t0 + Duration::from_millis(5_150)).is_empty());
         assert_eq!(
-            r.sweep(t0 + Duration::from_millis(5_100)),
+            r.sweep(t0 + Duration::from_millis(5_200)),
             vec!["a".to_string()]
         );
         let a = r.get("a").unwrap();
@@ -494,6 +554,81 @@ mod tests {
         assert!(r.live_members().is_empty());
         assert!(!r.revoke("b", "again"));
         assert!(!r.revoke("nobody", "x"));
+    }
+
+    #[test]
+    fn a_slow_lossy_link_gets_time_for_loss_recovery_and_says_so() {
+        let r = registry();
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let far = LinkSample {
+            rtt: Duration::from_millis(600),
+            ..LinkSample::default()
+        };
+        r.register(
+            NewSession {
+                link: far,
+                ..session("edge", "s1")
+            },
+            t0,
+            wall,
+        );
+        // 3 s of tolerance plus 7 probe timeouts of 1.225 s: 11.575 s.
+        assert!(r.sweep(t0 + Duration::from_millis(11_500)).is_empty());
+        assert_eq!(r.sweep(t0 + Duration::from_millis(11_600)), vec!["edge"]);
+        let reason = r.get("edge").unwrap().reason;
+        assert!(
+            reason.contains("plus 8s 575ms for loss recovery at 600ms round trip"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn link_readings_count_traffic_and_migrations_of_the_current_session_only() {
+        let r = registry();
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let handshake = LinkSample {
+            remote: Some("127.0.0.1:5000".parse().unwrap()),
+            bytes_sent: 4_000,
+            bytes_received: 3_000,
+            ..LinkSample::default()
+        };
+        r.register(
+            NewSession {
+                link: handshake,
+                ..session("a", "s1")
+            },
+            t0,
+            wall,
+        );
+        let later = LinkSample {
+            bytes_sent: 4_100,
+            bytes_received: 3_050,
+            ..handshake
+        };
+        r.link_observed("a", "s1", &later, wall);
+        let a = r.get("a").unwrap();
+        assert_eq!(
+            (a.link.handshake_bytes, a.link.bytes_sent, a.link.migrations),
+            (7_000, 4_100, 0)
+        );
+        // The NAT rebound: same session, new address.
+        let moved = LinkSample {
+            remote: Some("127.0.0.1:6000".parse().unwrap()),
+            bytes_sent: 4_200,
+            ..later
+        };
+        r.link_observed("a", "s1", &moved, wall);
+        let a = r.get("a").unwrap();
+        assert_eq!(
+            (a.remote_addr.as_str(), a.link.migrations, a.sessions),
+            ("127.0.0.1:6000", 1, 1)
+        );
+        // A replaced session's late reading changes nothing.
+        r.register(session("a", "s2"), t0, wall);
+        r.link_observed("a", "s1", &moved, wall);
+        assert_eq!(r.get("a").unwrap().link.migrations, 0);
     }
 
     fn from(member: &str, id: &str, addr: &str) -> NewSession {

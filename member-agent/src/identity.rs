@@ -317,6 +317,11 @@ pub(crate) struct ManagedIdentity {
     current: Mutex<Identity>,
     ca_pem: String,
     store: IdentityStore,
+    /// The client configuration of the current certificate (keyed by its PEM), kept across
+    /// dials: its TLS session store lets a reconnect resume the last session instead of a
+    /// full handshake. A new certificate gets a new configuration, so a session resumed
+    /// never presents a certificate the agent no longer holds.
+    config: Mutex<Option<(String, quinn::ClientConfig)>>,
 }
 
 impl ManagedIdentity {
@@ -325,6 +330,7 @@ impl ManagedIdentity {
             current: Mutex::new(identity),
             ca_pem,
             store,
+            config: Mutex::new(None),
         })
     }
 
@@ -339,15 +345,20 @@ impl ManagedIdentity {
         self.lock().clone()
     }
 
-    /// A client configuration presenting the current certificate.
+    /// A client configuration presenting the current certificate: the same one (and TLS
+    /// session store) for as long as the certificate stays.
     pub(crate) fn client_config(&self) -> Result<quinn::ClientConfig> {
         let identity = self.current();
+        let mut cached = self.config.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((cert, config)) = cached.as_ref()
+            && *cert == identity.cert_pem
+        {
+            return Ok(config.clone());
+        }
         let material = TlsMaterial::from_pem(&identity.cert_pem, &identity.key_pem, &self.ca_pem)?;
-        Ok(tls::client_config(
-            material,
-            TransportTuning::default(),
-            kedge_protocol::ALPN,
-        )?)
+        let config = tls::client_config(material, TransportTuning::agent(), kedge_protocol::ALPN)?;
+        *cached = Some((identity.cert_pem, config.clone()));
+        Ok(config)
     }
 
     /// A new key pair and its CSR for renewal: (key PEM, CSR DER).

@@ -263,7 +263,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
         (Some(cert), Some(key)) => {
             let material = TlsMaterial::from_files(cert, key, &args.tls_ca)?;
             let config =
-                tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN)?;
+                tls::client_config(material, TransportTuning::agent(), kedge_protocol::ALPN)?;
             (Some(config), None, None)
         }
         _ => match obtain_identity(&args, executor.client().clone(), &hubs, &shutdown).await? {

@@ -446,8 +446,18 @@ fn due_for(identity: &ManagedIdentity) -> Instant {
 /// The longest the agent waits before renewing, whatever the certificate says.
 const MAX_RENEWAL_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// Sends a heartbeat every `interval` and closes the connection when `tolerance` intervals
-/// pass without an answer. Returns why it stopped.
+/// How long the hub may leave heartbeats unanswered on a connection with round-trip time
+/// `rtt`: `tolerance` intervals, plus QUIC's recovery of a packet lost three times in a row
+/// once each way (the heartbeat, then its answer), so that a slow, lossy link is not taken for
+/// a lost hub.
+fn answer_deadline(interval: Duration, tolerance: u32, rtt: Duration) -> Duration {
+    interval
+        .saturating_mul(tolerance)
+        .saturating_add(kedge_net::tls::loss_recovery(rtt).saturating_mul(2))
+}
+
+/// Sends a heartbeat every `interval` and closes the connection when the hub answers none
+/// within [`answer_deadline`]. Returns why it stopped.
 async fn heartbeat_loop(
     mut stream: Stream,
     interval: Duration,
@@ -455,7 +465,6 @@ async fn heartbeat_loop(
     connection: Connection,
     metrics: AgentMetrics,
 ) -> String {
-    let deadline = interval.saturating_mul(tolerance);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_answer = Instant::now();
@@ -464,6 +473,7 @@ async fn heartbeat_loop(
     loop {
         tokio::select! {
             _ = tick.tick() => {
+                let deadline = answer_deadline(interval, tolerance, connection.rtt());
                 if last_answer.elapsed() > deadline {
                     let reason = format!("hub answered no heartbeat for {deadline:?}");
                     connection.close(VarInt::from_u32(close_code::HEARTBEAT_TIMEOUT), reason.as_bytes());
@@ -540,6 +550,23 @@ mod tests {
                 .checked_add(heartbeat_interval(u64::MAX) * 100)
                 .is_some()
         );
+    }
+
+    #[test]
+    fn a_slow_link_gives_the_hub_time_to_recover_lost_heartbeats_both_ways() {
+        let s = Duration::from_secs;
+        // Loopback: the tolerance and 2 x 175 ms of acknowledgement delay.
+        assert_eq!(
+            answer_deadline(s(1), 3, Duration::ZERO),
+            Duration::from_millis(3_350)
+        );
+        // 600 ms round trip: 2 x 7 probe timeouts of 1.225 s.
+        assert_eq!(
+            answer_deadline(s(1), 3, Duration::from_millis(600)),
+            Duration::from_millis(20_150)
+        );
+        // Absurd values saturate instead of overflowing.
+        assert_eq!(answer_deadline(Duration::MAX, 100, s(1)), Duration::MAX);
     }
 
     #[test]

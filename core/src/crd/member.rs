@@ -104,9 +104,51 @@ pub struct MemberClusterStatus {
     /// Allocatable and allocated resources the agent reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<MemberCapacity>,
+    /// What the current or last session's connection carried, as the hub counts it
+    /// (refreshed with `lastHeartbeatTime`; `/metrics` has it live).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<MemberLink>,
     /// Ready, … (see [`super::conditions`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The agent's link as the hub's end of its QUIC connection sees it: UDP payload bytes and
+/// datagrams both ways (IP and UDP headers not counted), since the session started.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberLink {
+    /// When the session started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_start: Option<Time>,
+    /// When these figures were taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_time: Option<Time>,
+    /// Smoothed round-trip time, milliseconds.
+    #[serde(default)]
+    pub rtt_milliseconds: u64,
+    /// Bytes the hub sent to the agent.
+    #[serde(default)]
+    pub bytes_sent: u64,
+    /// Bytes the hub received from the agent.
+    #[serde(default)]
+    pub bytes_received: u64,
+    /// Datagrams the hub sent.
+    #[serde(default)]
+    pub packets_sent: u64,
+    /// Datagrams the hub received.
+    #[serde(default)]
+    pub packets_received: u64,
+    /// Packets the hub declared lost (and resent what they carried).
+    #[serde(default)]
+    pub lost_packets: u64,
+    /// Bytes both ways until the session was established (the TLS handshake and `Hello`).
+    #[serde(default)]
+    pub handshake_bytes: u64,
+    /// Times the agent's address changed under the live session (NAT rebinding, a new
+    /// network), each followed by QUIC connection migration instead of a new handshake.
+    #[serde(default)]
+    pub migrations: u64,
 }
 
 /// Resources of a member cluster, summed over its schedulable nodes.

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::Secret;
 use kedge_core::crd::MemberCluster;
 use kedge_core::crd::conditions::CONDITION_READY;
-use kedge_core::crd::member::MemberCapacity;
+use kedge_core::crd::member::{MemberCapacity, MemberLink};
 use kube::api::{Api, DeleteParams, ListParams};
 
 use super::{Error, Result, sessions, table};
@@ -193,7 +193,7 @@ pub fn render_members(members: &[MemberCluster], now: SystemTime, wide: bool) ->
         "GRANTS",
     ];
     if wide {
-        header.extend(["NODES", "MESSAGE"]);
+        header.extend(["RTT", "SENT", "RECEIVED", "B/S", "NODES", "MESSAGE"]);
     }
     let mut rows = vec![header.into_iter().map(String::from).collect()];
     rows.extend(members.iter().map(|m| member_row(m, now, wide)));
@@ -245,6 +245,7 @@ fn member_row(m: &MemberCluster, now: SystemTime, wide: bool) -> Vec<String> {
         },
     ];
     if wide {
+        row.extend(link_cells(status.link.as_ref()));
         row.push(dash(
             capacity
                 .and_then(|c| c.allocatable.get("nodes"))
@@ -253,6 +254,48 @@ fn member_row(m: &MemberCluster, now: SystemTime, wide: bool) -> Vec<String> {
         row.push(message(m));
     }
     row
+}
+
+/// RTT, SENT, RECEIVED and B/S of the session's link: bytes the hub sent and received, and
+/// what the session costs a second both ways together after its handshake (what a metered
+/// link pays while kedge idles or works).
+fn link_cells(link: Option<&MemberLink>) -> [String; 4] {
+    let Some(link) = link else {
+        return ["-".into(), "-".into(), "-".into(), "-".into()];
+    };
+    let seconds = match (&link.session_start, &link.observed_time) {
+        (Some(start), Some(seen)) => {
+            (seen.0.as_millisecond() - start.0.as_millisecond()) as f64 / 1000.0
+        }
+        _ => 0.0,
+    };
+    let after_handshake =
+        (link.bytes_sent + link.bytes_received).saturating_sub(link.handshake_bytes);
+    [
+        format!("{}ms", link.rtt_milliseconds),
+        bytes(link.bytes_sent),
+        bytes(link.bytes_received),
+        if seconds >= 1.0 {
+            format!("{:.1}", after_handshake as f64 / seconds)
+        } else {
+            "-".into()
+        },
+    ]
+}
+
+/// Bytes as `B`, `KiB`, `MiB` or `GiB` with one decimal.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
 }
 
 /// `requested/allocatable` of `resource`, each shown by `show`; `-` when not reported.
@@ -435,7 +478,37 @@ mod tests {
         );
         assert!(row.contains(" 3 "), "{wide}");
         assert!(row.contains("session 7 from 10.0.0.7:4433"), "{wide}");
+        assert!(header.contains("RTT") && header.contains("B/S"), "{wide}");
         assert!(row.contains("NAMESPACES: not recorded"), "{wide}");
+    }
+
+    #[test]
+    fn wide_shows_what_the_link_carried_and_costs_after_its_handshake() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut m = MemberCluster::new("edge-1", MemberClusterSpec::default());
+        m.status = Some(MemberClusterStatus {
+            state: Some("Ready".into()),
+            link: Some(MemberLink {
+                session_start: Some(kedge_core::time::from_unix_ms(1_000_000)),
+                observed_time: Some(kedge_core::time::from_unix_ms(1_100_000)),
+                rtt_milliseconds: 612,
+                bytes_sent: 5_000,
+                bytes_received: 3 * 1024 * 1024,
+                handshake_bytes: 1_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let wide = render_members(&[m], now, true);
+        let row = wide.lines().nth(1).unwrap();
+        // (5,000 + 3,145,728 - 1,000) bytes over 100 s.
+        for cell in ["612ms", "4.9KiB", "3.0MiB", "31497.3"] {
+            assert!(row.contains(cell), "{cell}: {wide}");
+        }
+        assert_eq!(bytes(0), "0B");
+        assert_eq!(bytes(1023), "1023B");
+        assert_eq!(bytes(5 << 30), "5.0GiB");
+        assert_eq!(link_cells(None), ["-", "-", "-", "-"].map(String::from));
     }
 
     #[test]

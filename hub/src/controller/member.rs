@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kedge_core::crd::conditions::{
     CONDITION_READY, MemberPhase, REASON_CONNECTED, REASON_NOT_CONNECTED, condition,
 };
-use kedge_core::crd::member::MemberCapacity;
+use kedge_core::crd::member::{MemberCapacity, MemberLink};
 use kedge_core::crd::{GROUP, MemberCluster, MemberClusterStatus, VERSION};
 use kedge_core::time::from_unix_ms;
 use kedge_protocol::ClusterCapacity;
@@ -140,6 +140,7 @@ pub fn status(
             session.cert_not_after_unix.saturating_mul(1000),
         )),
         capacity: snapshot.capacity.as_ref().map(capacity),
+        link: Some(link(session)),
         conditions: vec![if connected {
             ready_condition(
                 true,
@@ -156,13 +157,30 @@ pub fn status(
     })
 }
 
+/// The session's link figures as the status shows them.
+fn link(session: &crate::registry::MemberSession) -> MemberLink {
+    let traffic = &session.link;
+    MemberLink {
+        session_start: Some(from_unix_ms(session.connected_since_unix_ms)),
+        observed_time: (traffic.sampled_unix_ms > 0).then(|| from_unix_ms(traffic.sampled_unix_ms)),
+        rtt_milliseconds: traffic.rtt_us / 1000,
+        bytes_sent: traffic.bytes_sent,
+        bytes_received: traffic.bytes_received,
+        packets_sent: traffic.packets_sent,
+        packets_received: traffic.packets_received,
+        lost_packets: traffic.lost_packets,
+        handshake_bytes: traffic.handshake_bytes,
+        migrations: traffic.migrations,
+    }
+}
+
 /// What writing `wanted` over `current` would bring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Worth {
     /// Nothing: it is written, or only a heartbeat time younger than [`HEARTBEAT_REFRESH`]
-    /// moved.
+    /// moved (and the link figures that move with every heartbeat).
     Nothing,
-    /// Only the heartbeat time, written [`HEARTBEAT_REFRESH`] ago or more.
+    /// Only the heartbeat time (and link figures), written [`HEARTBEAT_REFRESH`] ago or more.
     Heartbeat,
     /// Something else changed.
     Change,
@@ -179,6 +197,13 @@ pub fn worth_writing(current: Option<&MemberClusterStatus>, wanted: &MemberClust
     }
     let mut same_beat = wanted.clone();
     same_beat.last_heartbeat_time = current.last_heartbeat_time.clone();
+    // Traffic counters and the round trip move with every heartbeat, as its time does; a
+    // new session (its start) is a change.
+    if let (Some(link), Some(written)) = (same_beat.link.as_mut(), current.link.as_ref())
+        && link.session_start == written.session_start
+    {
+        *link = written.clone();
+    }
     if &same_beat != current {
         return Worth::Change;
     }
@@ -390,6 +415,7 @@ mod tests {
                 cert_not_after_unix: 86_400,
                 sessions: 1,
                 duplicate_from: String::new(),
+                link: crate::link::LinkTraffic::default(),
             })),
             workloads: Default::default(),
             capacity: Some(ClusterCapacity {
@@ -468,8 +494,26 @@ mod tests {
             worth_writing(Some(&written), &status(later, Some(&written)).unwrap())
         };
         assert_eq!(worth(&later), Worth::Nothing);
+        // Traffic moves with every heartbeat: no write of its own either.
+        if let Some(session) = later.session.as_mut() {
+            let link = &mut std::sync::Arc::make_mut(session).link;
+            link.bytes_received += 60;
+            link.rtt_us = 612_000;
+        }
+        assert_eq!(worth(&later), Worth::Nothing);
         beat(&mut later, 5_000 + 30_000);
         assert_eq!(worth(&later), Worth::Heartbeat);
+        let refreshed = status(&later, Some(&written)).unwrap().link.unwrap();
+        assert_eq!(
+            (refreshed.bytes_received, refreshed.rtt_milliseconds),
+            (60, 612)
+        );
+        // A new session is a change.
+        beat(&mut later, 5_000 + 1_000);
+        if let Some(session) = later.session.as_mut() {
+            std::sync::Arc::make_mut(session).connected_since_unix_ms += 1_000;
+        }
+        assert_eq!(worth(&later), Worth::Change);
         // Anything else that changes is written at once, the heartbeat with it.
         beat(&mut later, 5_000 + 1_000);
         later.capacity.as_mut().unwrap().requested_cpu_millis += 100;

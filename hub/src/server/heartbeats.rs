@@ -12,6 +12,7 @@ use tracing::{Instrument, warn};
 use super::Control;
 use super::session::Session;
 use super::streams::{send_within, stalled, stream_failed};
+use crate::link::LinkSample;
 
 impl Session<'_> {
     /// Serves the session's heartbeat stream in a task of its own: each heartbeat is marked
@@ -35,12 +36,10 @@ impl Session<'_> {
                     match stream.recv().await {
                         Ok(Some(AgentMessage::Heartbeat(beat))) => {
                             metrics.heartbeat();
-                            registry.heartbeat(
-                                &member,
-                                &session_id,
-                                Instant::now(),
-                                SystemTime::now(),
-                            );
+                            let wall = SystemTime::now();
+                            registry.heartbeat(&member, &session_id, Instant::now(), wall);
+                            let link = LinkSample::of(&connection);
+                            registry.link_observed(&member, &session_id, &link, wall);
                             let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: beat.seq });
                             match send_within(&mut stream, &ack, send_timeout).await {
                                 Ok(()) => {}

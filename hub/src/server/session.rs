@@ -24,6 +24,7 @@ use super::rate::RateLimit;
 use super::streams::{clean_error, closed_reason, send_within, stalled, stream_failed};
 use super::{Control, ServerContext};
 use crate::budget::HandshakePermit;
+use crate::link::LinkSample;
 use crate::registry::NewSession;
 
 /// One member's connection, from its verified certificate on.
@@ -137,6 +138,8 @@ impl Session<'_> {
                 .await
             }
         };
+        let last = LinkSample::of(&self.connection);
+        (self.ctx.registry).link_observed(member, &session_id, &last, SystemTime::now());
         self.ctx.registry.disconnected(member, &session_id, &reason);
         self.ctx.budget.remember(self.remote.ip(), Instant::now());
         self.ctx.fleet.notify(member);
@@ -155,6 +158,7 @@ impl Session<'_> {
                 protocol_version: hello.protocol_version,
                 cert_not_after_unix: self.identity.not_after_unix,
                 enrollment_uid: self.identity.enrollment_uid.clone(),
+                link: LinkSample::of(&self.connection),
             },
             Instant::now(),
             SystemTime::now(),
