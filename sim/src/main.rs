@@ -46,6 +46,12 @@ struct Up {
     /// Heartbeat interval the hub asks agents for.
     #[arg(long, default_value = "1s", value_parser = heartbeat)]
     heartbeat: String,
+    /// Put a link emulator between MEMBER's agent and the hub (repeatable, one per member).
+    /// SPEC is comma-separated KEY=VALUE: rtt=600ms, jitter=50ms, loss=5 (percent, each
+    /// direction), rate=64kbit (k/M/G, bit or bps), blackout=30s/120s (down 30 s of every
+    /// 120 s), rebind=20s (the address the hub sees changes, as a NAT rebinding), seed=N.
+    #[arg(long = "link", value_name = "MEMBER:SPEC", value_parser = link)]
+    links: Vec<(String, kedge_sim::link::LinkSpec)>,
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
@@ -62,6 +68,11 @@ async fn up(args: Up) -> anyhow::Result<()> {
         kedge_sim::fleet::FleetConfig::new(usize::from(args.members), args.dir.clone())?;
     config.heartbeat = args.heartbeat;
     config.agent_namespaces = args.agent_namespaces;
+    for (member, spec) in args.links {
+        if config.links.insert(member.clone(), spec).is_some() {
+            anyhow::bail!("--link {member}: given twice; one link per member");
+        }
+    }
     let fleet = kedge_sim::fleet::Fleet::up(config).await?;
     println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
     for member in fleet.members() {
@@ -76,6 +87,16 @@ async fn up(args: Up) -> anyhow::Result<()> {
         fleet.ops_url(),
         fleet.dir().join("logs").display()
     );
+    for member in fleet.members() {
+        if let Some(link) = fleet.link(&member) {
+            println!(
+                "{member} link:       {} via {} (seed {})",
+                link.spec(),
+                link.local_addr(),
+                link.seed()
+            );
+        }
+    }
     println!(
         "fleet file:         {} (all of the above as KEY=VALUE lines)",
         fleet.facts().env_file().display()
@@ -187,6 +208,19 @@ fn run_image(text: &str) -> Result<(String, PathBuf), String> {
     Ok((repository.to_owned(), path))
 }
 
+/// `--link MEMBER:SPEC`: split at the first ':', the SPEC's errors as its parser words them.
+fn link(text: &str) -> Result<(String, kedge_sim::link::LinkSpec), String> {
+    let (member, spec) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not MEMBER:SPEC (e.g. member-1:rtt=600ms,loss=5)"))?;
+    let member = member.trim();
+    if member.is_empty() {
+        return Err(format!("{text:?}: no MEMBER before ':'"));
+    }
+    let spec = spec.parse().map_err(|e| format!("{member}: {e}"))?;
+    Ok((member.to_owned(), spec))
+}
+
 /// `--heartbeat`: what the hub accepts for `--heartbeat-interval`, checked before anything
 /// starts.
 fn heartbeat(text: &str) -> Result<String, String> {
@@ -264,4 +298,29 @@ async fn main() -> anyhow::Result<()> {
     }
     sim.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_flag_is_member_colon_spec() {
+        let (member, spec) = link("member-2:rtt=600ms,loss=5").expect("valid");
+        assert_eq!(member, "member-2");
+        assert_eq!(spec.to_string(), "rtt=600ms,loss=5");
+        let errors = [
+            ("member-2", "\"member-2\" is not MEMBER:SPEC"),
+            (":rtt=1s", "no MEMBER before ':'"),
+            (
+                "member-2:loss=200",
+                "member-2: loss=200: the loss is a percent from 0 to 100",
+            ),
+            ("member-2:rtt=1s:2s", "member-2: rtt=1s:2s: not a duration"),
+        ];
+        for (text, want) in errors {
+            let got = link(text).expect_err(text);
+            assert!(got.contains(want), "{text}: {got}");
+        }
+    }
 }

@@ -159,7 +159,7 @@ fn rate(text: &str) -> Result<u64, String> {
     let mut bits = whole.checked_mul(scale).ok_or_else(allowed)?;
     let mut place = scale;
     for digit in fraction.chars().filter_map(|c| c.to_digit(10)) {
-        if u64::from(digit) * place % 10 != 0 {
+        if !(u64::from(digit) * place).is_multiple_of(10) {
             return Err(allowed());
         }
         place /= 10;
@@ -187,11 +187,11 @@ fn format_duration(d: Duration) -> String {
     let nanos = d.as_nanos();
     if nanos == 0 {
         "0s".to_owned()
-    } else if nanos % 1_000_000_000 == 0 {
+    } else if nanos.is_multiple_of(1_000_000_000) {
         format!("{}s", nanos / 1_000_000_000)
-    } else if nanos % 1_000_000 == 0 {
+    } else if nanos.is_multiple_of(1_000_000) {
         format!("{}ms", nanos / 1_000_000)
-    } else if nanos % 1_000 == 0 {
+    } else if nanos.is_multiple_of(1_000) {
         format!("{}us", nanos / 1_000)
     } else {
         format!("{nanos}ns")
@@ -200,9 +200,9 @@ fn format_duration(d: Duration) -> String {
 
 fn format_rate(bits: u64) -> String {
     match bits {
-        b if b % 1_000_000_000 == 0 => format!("{}Gbit", b / 1_000_000_000),
-        b if b % 1_000_000 == 0 => format!("{}Mbit", b / 1_000_000),
-        b if b % 1_000 == 0 => format!("{}kbit", b / 1_000),
+        b if b.is_multiple_of(1_000_000_000) => format!("{}Gbit", b / 1_000_000_000),
+        b if b.is_multiple_of(1_000_000) => format!("{}Mbit", b / 1_000_000),
+        b if b.is_multiple_of(1_000) => format!("{}kbit", b / 1_000),
         b => format!("{b}bit"),
     }
 }
