@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::shaper::{Shaper, Verdict, direction_seeds};
-use super::spec::LinkSpec;
+use super::spec::{LinkSpec, MIN_REBIND};
 
 /// Most datagrams on their way (delayed) per direction; more count as a full queue.
 pub const MAX_IN_FLIGHT: usize = 4096;
@@ -246,7 +246,7 @@ impl Shared {
     /// Serves a new client: a datagram from another address (a restarted agent) replaces
     /// the session, with a fresh upstream socket as a NAT gives a new flow a new mapping.
     fn open_session(self: &Arc<Self>, client: SocketAddr) -> io::Result<()> {
-        let (upstream, reader) = self.connect_upstream(loopback(self.hub))?;
+        let (upstream, reader) = self.connect_upstream(source_ip(self.hub))?;
         let old = lock(&self.session).replace(Session {
             client,
             upstream,
@@ -271,11 +271,11 @@ impl Shared {
             IpAddr::V4(v4) if v4.is_loopback() => {
                 IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (n % 253) as u8))
             }
-            _ => loopback(self.hub),
+            _ => source_ip(self.hub),
         };
         let (upstream, reader) = self
             .connect_upstream(ip)
-            .or_else(|_| self.connect_upstream(loopback(self.hub)))?;
+            .or_else(|_| self.connect_upstream(source_ip(self.hub)))?;
         session.reader.cancel();
         session.upstream = upstream;
         session.reader = reader;
@@ -290,6 +290,15 @@ fn loopback(addr: SocketAddr) -> IpAddr {
         Ipv4Addr::LOCALHOST.into()
     } else {
         Ipv6Addr::LOCALHOST.into()
+    }
+}
+
+/// The address upstream sockets bind: loopback towards a hub on loopback, else any.
+fn source_ip(hub: SocketAddr) -> IpAddr {
+    match hub.ip() {
+        ip if ip.is_loopback() => ip,
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
     }
 }
 
@@ -509,6 +518,8 @@ async fn rebind_on_schedule(shared: Arc<Shared>, mut plan: watch::Receiver<Rebin
     loop {
         let RebindPlan { every, anchor } = *plan.borrow_and_update();
         let next = every.and_then(|every| {
+            // A spec built in code is not checked as a parsed one is.
+            let every = every.max(MIN_REBIND);
             let since = Instant::now().saturating_duration_since(anchor);
             let k = since.as_nanos() / every.as_nanos().max(1) + 1;
             let offset = u64::try_from(every.as_nanos() * k).ok()?;

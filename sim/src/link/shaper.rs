@@ -72,7 +72,7 @@ impl Shaper {
 fn one_way_delay(spec: &LinkSpec, draw: f64) -> Duration {
     let half = spec.rtt / 2;
     let offset = spec.jitter.mul_f64(draw);
-    (half + offset).saturating_sub(spec.jitter / 2)
+    half.saturating_add(offset).saturating_sub(spec.jitter / 2)
 }
 
 /// splitmix64: small, fast and well distributed; not for cryptography.
@@ -223,6 +223,30 @@ mod tests {
         let up = Duration::from_millis(3100);
         for _ in 0..50 {
             assert_eq!(a.admit(&s, up, 10), b.admit(&s, up, 10));
+        }
+    }
+
+    #[test]
+    fn absurd_specs_built_in_code_do_not_panic() {
+        let s = LinkSpec {
+            rtt: Duration::MAX,
+            jitter: Duration::MAX,
+            rate: Some(1),
+            blackout: Some(Blackout {
+                down: Duration::from_secs(5),
+                period: Duration::ZERO,
+            }),
+            ..LinkSpec::default()
+        };
+        let mut shaper = Shaper::new(1);
+        assert_eq!(shaper.admit(&s, Duration::MAX, 1), Verdict::BlackedOut);
+        let s = LinkSpec {
+            blackout: None,
+            ..s
+        };
+        for now in [Duration::ZERO, Duration::MAX] {
+            assert_eq!(shaper.admit(&s, now, usize::MAX), Verdict::QueueFull);
+            assert!(matches!(shaper.admit(&s, now, 1), Verdict::Deliver(_)));
         }
     }
 

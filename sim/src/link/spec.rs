@@ -47,7 +47,7 @@ impl Blackout {
     pub fn is_down(&self, since: Duration) -> bool {
         let period = self.period.as_nanos();
         let phase = since.as_nanos() % period.max(1);
-        phase >= period - self.down.as_nanos()
+        phase >= period.saturating_sub(self.down.as_nanos())
     }
 }
 
