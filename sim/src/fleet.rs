@@ -158,11 +158,7 @@ impl Fleet {
             scaler_port,
         };
         fleet.wait_for_hub_ca(Duration::from_secs(30)).await?;
-        let hub_quic = SocketAddr::from(([127, 0, 0, 1], quic_port));
-        for (member, spec) in &fleet.config.links {
-            let link = LinkEmulator::start(spec.clone(), hub_quic).await?;
-            fleet.links.insert(member.clone(), link);
-        }
+        fleet.start_links().await?;
         std::fs::create_dir_all(fleet.config.dir.join("agents"))?;
         for member in &members {
             fleet.setup_member(member).await?;
@@ -176,6 +172,16 @@ impl Fleet {
         let facts = fleet.facts().absolute()?;
         std::fs::write(facts.env_file(), facts.to_env())?;
         Ok(fleet)
+    }
+
+    /// Starts a link emulator towards the hub for each member given a spec.
+    async fn start_links(&mut self) -> Result<()> {
+        let hub = SocketAddr::from(([127, 0, 0, 1], self.quic_port));
+        for (member, spec) in &self.config.links {
+            let link = LinkEmulator::start(spec.clone(), hub).await?;
+            self.links.insert(member.clone(), link);
+        }
+        Ok(())
     }
 
     /// Waits until the hub has created its CA Secret (on its first start).

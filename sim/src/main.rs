@@ -63,16 +63,39 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The `--link` flags as member → spec, refusing a member given twice.
+fn one_link_per_member(
+    links: Vec<(String, kedge_sim::link::LinkSpec)>,
+) -> anyhow::Result<std::collections::BTreeMap<String, kedge_sim::link::LinkSpec>> {
+    let mut by_member = std::collections::BTreeMap::new();
+    for (member, spec) in links {
+        if by_member.insert(member.clone(), spec).is_some() {
+            anyhow::bail!("--link {member}: given twice; one link per member");
+        }
+    }
+    Ok(by_member)
+}
+
+/// One line per emulated link: member, spec, the emulator's address and the seed in use.
+fn print_links(fleet: &kedge_sim::fleet::Fleet) {
+    for member in fleet.members() {
+        if let Some(link) = fleet.link(&member) {
+            println!(
+                "{member} link:       {} via {} (seed {})",
+                link.spec(),
+                link.local_addr(),
+                link.seed()
+            );
+        }
+    }
+}
+
 async fn up(args: Up) -> anyhow::Result<()> {
     let mut config =
         kedge_sim::fleet::FleetConfig::new(usize::from(args.members), args.dir.clone())?;
     config.heartbeat = args.heartbeat;
     config.agent_namespaces = args.agent_namespaces;
-    for (member, spec) in args.links {
-        if config.links.insert(member.clone(), spec).is_some() {
-            anyhow::bail!("--link {member}: given twice; one link per member");
-        }
-    }
+    config.links = one_link_per_member(args.links)?;
     let fleet = kedge_sim::fleet::Fleet::up(config).await?;
     println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
     for member in fleet.members() {
@@ -87,16 +110,7 @@ async fn up(args: Up) -> anyhow::Result<()> {
         fleet.ops_url(),
         fleet.dir().join("logs").display()
     );
-    for member in fleet.members() {
-        if let Some(link) = fleet.link(&member) {
-            println!(
-                "{member} link:       {} via {} (seed {})",
-                link.spec(),
-                link.local_addr(),
-                link.seed()
-            );
-        }
-    }
+    print_links(&fleet);
     println!(
         "fleet file:         {} (all of the above as KEY=VALUE lines)",
         fleet.facts().env_file().display()
@@ -322,5 +336,14 @@ mod tests {
             let got = link(text).expect_err(text);
             assert!(got.contains(want), "{text}: {got}");
         }
+        let twice = vec![
+            link("member-1:rtt=1s").expect("valid"),
+            link("member-1:rtt=2s").expect("valid"),
+        ];
+        let err = one_link_per_member(twice).expect_err("member-1 twice");
+        assert_eq!(
+            err.to_string(),
+            "--link member-1: given twice; one link per member"
+        );
     }
 }
