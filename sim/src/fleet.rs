@@ -3,9 +3,11 @@
 //! `kedge-hub` keeping its CA in a Secret, the agents' namespaces created in every cluster,
 //! each member enrolled with the real `kubectl kedge mc setup-member` (its install applied
 //! to the member cluster), and one real `kedge-agent` per member run as that install's Deployment runs it: with the Secret's
-//! bootstrap token and a token of its least-privilege ServiceAccount.
+//! bootstrap token and a token of its least-privilege ServiceAccount. A member given a
+//! [`LinkSpec`] reaches the hub through a [`LinkEmulator`] (`kedge-sim up --link`).
 
-use std::net::{TcpListener, UdpSocket};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -21,6 +23,7 @@ use kube::api::PostParams;
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
+use crate::link::{LinkEmulator, LinkSpec};
 use crate::{Error, Result, Sim, SimConfig};
 
 /// Name of the hub's simulated cluster.
@@ -43,6 +46,8 @@ pub struct FleetConfig {
     pub agent_namespaces: Vec<String>,
     /// Extra flags for every agent (e.g. shorter report intervals in tests).
     pub agent_args: Vec<String>,
+    /// Members whose agent reaches the hub through a link emulator, and its spec.
+    pub links: BTreeMap<String, LinkSpec>,
 }
 
 impl FleetConfig {
@@ -62,6 +67,7 @@ impl FleetConfig {
             sim: SimConfig::default(),
             agent_namespaces: vec!["default".into()],
             agent_args: Vec::new(),
+            links: BTreeMap::new(),
         })
     }
 }
@@ -73,6 +79,8 @@ pub struct Fleet {
     pub sim: Sim,
     hub: Child,
     agents: Vec<(String, Option<Child>)>,
+    /// The link emulators in front of members' agents, alive as long as the fleet.
+    links: BTreeMap<String, LinkEmulator>,
     config: FleetConfig,
     quic_port: u16,
     ops_port: u16,
@@ -107,6 +115,7 @@ impl Fleet {
         let members: Vec<String> = (1..=config.members)
             .map(|i| format!("member-{i}"))
             .collect();
+        check_links(&config.links, &members)?;
         for binary in ["kedge-hub", "kedge-agent", "kubectl-kedge"] {
             if !config.bin_dir.join(binary).exists() {
                 return Err(Error::Fleet(format!(
@@ -142,12 +151,14 @@ impl Fleet {
             sim,
             hub,
             agents: Vec::new(),
+            links: BTreeMap::new(),
             config,
             quic_port,
             ops_port,
             scaler_port,
         };
         fleet.wait_for_hub_ca(Duration::from_secs(30)).await?;
+        fleet.start_links().await?;
         std::fs::create_dir_all(fleet.config.dir.join("agents"))?;
         for member in &members {
             fleet.setup_member(member).await?;
@@ -161,6 +172,16 @@ impl Fleet {
         let facts = fleet.facts().absolute()?;
         std::fs::write(facts.env_file(), facts.to_env())?;
         Ok(fleet)
+    }
+
+    /// Starts a link emulator towards the hub for each member given a spec.
+    async fn start_links(&mut self) -> Result<()> {
+        let hub = SocketAddr::from(([127, 0, 0, 1], self.quic_port));
+        for (member, spec) in &self.config.links {
+            let link = LinkEmulator::start(spec.clone(), hub).await?;
+            self.links.insert(member.clone(), link);
+        }
+        Ok(())
     }
 
     /// Waits until the hub has created its CA Secret (on its first start).
@@ -250,9 +271,14 @@ impl Fleet {
     fn spawn_agent(&self, member: &str) -> Result<Child> {
         let dir = self.agent_dir(member);
         let path = |file: &str| dir.join(file).display().to_string();
+        // Through its link emulator, if it has one; setup-member named the hub itself.
+        let hub = self
+            .links
+            .get(member)
+            .map_or_else(|| self.hub_addr(), |l| l.local_addr().to_string());
         let args = vec![
             "--hub".into(),
-            self.hub_addr(),
+            hub,
             "--hub-server-name".into(),
             "localhost".into(),
             "--tls-ca".into(),
@@ -310,6 +336,11 @@ impl Fleet {
     /// The address of the hub's KEDA external scaler (gRPC with mutual TLS).
     pub fn scaler_addr(&self) -> String {
         format!("127.0.0.1:{}", self.scaler_port)
+    }
+
+    /// The link emulator between `member`'s agent and the hub, if it was given one.
+    pub fn link(&self, member: &str) -> Option<&LinkEmulator> {
+        self.links.get(member)
     }
 
     /// The hub's QUIC address.
@@ -388,10 +419,24 @@ impl Fleet {
                 stop(child).await;
             }
         }
+        for link in self.links.values() {
+            link.shutdown();
+        }
         stop(&mut self.hub).await;
         self.sim.shutdown().await;
         // Nothing it names answers any more.
         let _ = remove_if_present(&self.config.dir.join(FLEET_ENV));
+    }
+}
+
+/// Every member named in `links` is one of `members`.
+fn check_links(links: &BTreeMap<String, LinkSpec>, members: &[String]) -> Result<()> {
+    match links.keys().find(|m| !members.contains(m)) {
+        Some(unknown) => Err(Error::Fleet(format!(
+            "a link for {unknown}, which is not a member (the members are {})",
+            members.join(", ")
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -642,6 +687,25 @@ mod tests {
              SCALER_ADDR=127.0.0.1:41002\n\
              LOGS_DIR=/home/me/kedge/.kedge-fleet/logs\n\
              KEDGE_BIN_DIR=/home/me/kedge/target/debug\n"
+        );
+    }
+
+    #[test]
+    fn links_name_members_of_the_fleet() {
+        let members = vec!["member-1".to_owned(), "member-2".to_owned()];
+        let mut links = BTreeMap::new();
+        assert!(check_links(&links, &members).is_ok());
+        links.insert("member-2".to_owned(), LinkSpec::default());
+        assert!(check_links(&links, &members).is_ok());
+        links.insert("member-3".to_owned(), LinkSpec::default());
+        let err = check_links(&links, &members).expect_err("member-3 is unknown");
+        assert_eq!(
+            err.to_string(),
+            Error::Fleet(
+                "a link for member-3, which is not a member (the members are member-1, member-2)"
+                    .into()
+            )
+            .to_string()
         );
     }
 

@@ -8,7 +8,8 @@
 //!
 //! The pure building blocks (selectors, quantities, patches, server-side apply, RBAC,
 //! tables, JSONPath) do no I/O and are unit-tested against the Kubernetes API semantics
-//! they reproduce; `relay` is a UDP fault-injection relay for the agent-to-hub path.
+//! they reproduce; `link` emulates the network between an agent and the hub (delay, jitter,
+//! loss, rate, blackouts, NAT rebinding) over real UDP.
 
 pub mod api;
 pub mod auth;
@@ -24,6 +25,7 @@ pub mod fleet;
 mod http;
 pub mod jsonpath;
 pub mod keda;
+pub mod link;
 pub mod openapi;
 pub mod patch;
 pub mod pod_ips;
@@ -31,7 +33,6 @@ pub mod processes;
 pub mod protobuf;
 pub use kedge_core::quantity;
 pub mod rbac;
-pub mod relay;
 pub mod resources;
 pub mod schema;
 pub mod selector;

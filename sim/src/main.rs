@@ -46,6 +46,12 @@ struct Up {
     /// Heartbeat interval the hub asks agents for.
     #[arg(long, default_value = "1s", value_parser = heartbeat)]
     heartbeat: String,
+    /// Put a link emulator between MEMBER's agent and the hub (repeatable, one per member).
+    /// SPEC is comma-separated KEY=VALUE: rtt=600ms, jitter=50ms, loss=5 (percent, each
+    /// direction), rate=64kbit (k/M/G, bit or bps), blackout=30s/120s (down 30 s of every
+    /// 120 s), rebind=20s (the address the hub sees changes, as a NAT rebinding), seed=N.
+    #[arg(long = "link", value_name = "MEMBER:SPEC", value_parser = link)]
+    links: Vec<(String, kedge_sim::link::LinkSpec)>,
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
@@ -57,11 +63,39 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The `--link` flags as member → spec, refusing a member given twice.
+fn one_link_per_member(
+    links: Vec<(String, kedge_sim::link::LinkSpec)>,
+) -> anyhow::Result<std::collections::BTreeMap<String, kedge_sim::link::LinkSpec>> {
+    let mut by_member = std::collections::BTreeMap::new();
+    for (member, spec) in links {
+        if by_member.insert(member.clone(), spec).is_some() {
+            anyhow::bail!("--link {member}: given twice; one link per member");
+        }
+    }
+    Ok(by_member)
+}
+
+/// One line per emulated link: member, spec, the emulator's address and the seed in use.
+fn print_links(fleet: &kedge_sim::fleet::Fleet) {
+    for member in fleet.members() {
+        if let Some(link) = fleet.link(&member) {
+            println!(
+                "{member} link:       {} via {} (seed {})",
+                link.spec(),
+                link.local_addr(),
+                link.seed()
+            );
+        }
+    }
+}
+
 async fn up(args: Up) -> anyhow::Result<()> {
     let mut config =
         kedge_sim::fleet::FleetConfig::new(usize::from(args.members), args.dir.clone())?;
     config.heartbeat = args.heartbeat;
     config.agent_namespaces = args.agent_namespaces;
+    config.links = one_link_per_member(args.links)?;
     let fleet = kedge_sim::fleet::Fleet::up(config).await?;
     println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
     for member in fleet.members() {
@@ -76,6 +110,7 @@ async fn up(args: Up) -> anyhow::Result<()> {
         fleet.ops_url(),
         fleet.dir().join("logs").display()
     );
+    print_links(&fleet);
     println!(
         "fleet file:         {} (all of the above as KEY=VALUE lines)",
         fleet.facts().env_file().display()
@@ -187,6 +222,19 @@ fn run_image(text: &str) -> Result<(String, PathBuf), String> {
     Ok((repository.to_owned(), path))
 }
 
+/// `--link MEMBER:SPEC`: split at the first ':', the SPEC's errors as its parser words them.
+fn link(text: &str) -> Result<(String, kedge_sim::link::LinkSpec), String> {
+    let (member, spec) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not MEMBER:SPEC (e.g. member-1:rtt=600ms,loss=5)"))?;
+    let member = member.trim();
+    if member.is_empty() {
+        return Err(format!("{text:?}: no MEMBER before ':'"));
+    }
+    let spec = spec.parse().map_err(|e| format!("{member}: {e}"))?;
+    Ok((member.to_owned(), spec))
+}
+
 /// `--heartbeat`: what the hub accepts for `--heartbeat-interval`, checked before anything
 /// starts.
 fn heartbeat(text: &str) -> Result<String, String> {
@@ -264,4 +312,38 @@ async fn main() -> anyhow::Result<()> {
     }
     sim.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_flag_is_member_colon_spec() {
+        let (member, spec) = link("member-2:rtt=600ms,loss=5").expect("valid");
+        assert_eq!(member, "member-2");
+        assert_eq!(spec.to_string(), "rtt=600ms,loss=5");
+        let errors = [
+            ("member-2", "\"member-2\" is not MEMBER:SPEC"),
+            (":rtt=1s", "no MEMBER before ':'"),
+            (
+                "member-2:loss=200",
+                "member-2: loss=200: the loss is a percent from 0 to 100",
+            ),
+            ("member-2:rtt=1s:2s", "member-2: rtt=1s:2s: not a duration"),
+        ];
+        for (text, want) in errors {
+            let got = link(text).expect_err(text);
+            assert!(got.contains(want), "{text}: {got}");
+        }
+        let twice = vec![
+            link("member-1:rtt=1s").expect("valid"),
+            link("member-1:rtt=2s").expect("valid"),
+        ];
+        let err = one_link_per_member(twice).expect_err("member-1 twice");
+        assert_eq!(
+            err.to_string(),
+            "--link member-1: given twice; one link per member"
+        );
+    }
 }

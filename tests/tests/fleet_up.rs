@@ -16,6 +16,7 @@ use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
 use kedge_sim::demo::{DSJ_NAME, INFERENCE_DSO_NAME, install_example};
 use kedge_sim::engines::{self, Demand};
 use kedge_sim::fleet::{Fleet, FleetConfig, HUB_CLUSTER};
+use kedge_sim::link::LinkSpec;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -515,4 +516,56 @@ fn log_tails(dir: &std::path::Path) -> String {
         ));
     }
     out
+}
+
+/// `FleetConfig::links` (`kedge-sim up --link`): a member's agent reaches the hub through a
+/// link emulator, and its session lives on across NAT rebindings (QUIC migration on the
+/// hub); a link for a member the fleet does not have is refused before anything starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_behind_a_link_emulator_keeps_its_session_across_rebinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = FleetConfig::new(2, dir.path().to_owned()).unwrap();
+    if config.bin_dir.ends_with("deps") {
+        config.bin_dir.pop();
+    }
+    config.links.insert("member-3".into(), LinkSpec::default());
+    let refused = Fleet::up(config.clone()).await.expect_err("no member-3");
+    assert!(
+        refused.to_string().contains(
+            "a link for member-3, which is not a member (the members are member-1, member-2)"
+        ),
+        "{refused}"
+    );
+    config.links.clear();
+    let spec: LinkSpec = "rtt=40ms,rebind=500ms,seed=1".parse().unwrap();
+    config.links.insert("member-1".into(), spec.clone());
+    let fleet = Fleet::up(config).await.expect("fleet up");
+    let link = fleet.link("member-1").expect("member-1's link");
+    assert!(fleet.link("member-2").is_none());
+    assert_eq!(link.spec(), spec);
+    let session = |sessions: Vec<serde_json::Value>| {
+        sessions
+            .into_iter()
+            .find(|s| s["member"] == "member-1")
+            .map(|s| (s["state"].clone(), s["sessionId"].clone()))
+    };
+    let first = session(fleet.sessions().await.unwrap()).expect("member-1's session");
+    assert_eq!(first.0, "Connected");
+    wait_for(Duration::from_secs(30), "three rebinds", || async {
+        (link.stats().rebinds >= 3).then_some(())
+    })
+    .await;
+    // Heartbeats after the last rebind reached the hub from the new address.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        session(fleet.sessions().await.unwrap()),
+        Some(first),
+        "the same session, still connected"
+    );
+    let stats = link.stats();
+    assert!(
+        stats.to_hub.packets > 0 && stats.to_agent.packets > 0,
+        "{stats:?}"
+    );
+    fleet.shutdown().await;
 }

@@ -2,13 +2,13 @@
 //! (the network between them cut, both processes running) says in its `Hello` which revision
 //! it holds; when that is the member's current, acknowledged desired state, the hub sends
 //! nothing again, and later changes still reach it. The real hub and agent on kedge-sim, the
-//! session through a UDP relay that the test partitions.
+//! session through kedge-sim's link emulator, which the test partitions.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use kedge_sim::relay::UdpRelay;
+use kedge_sim::link::{LinkEmulator, LinkSpec};
 use support::dso::*;
 use support::*;
 
@@ -27,14 +27,14 @@ async fn an_agent_back_on_the_same_hub_is_not_sent_what_it_holds() {
     let (_dir, fleet) = start(&["member-1"]).await;
     deployment(&fleet.sim, "member-1", "nginx", 1).await;
     let _hub = fleet.start_hub("hub.log");
-    let relay = UdpRelay::start("127.0.0.1:0".parse().unwrap(), fleet.ports.quic_addr())
+    let link = LinkEmulator::start(LinkSpec::default(), fleet.ports.quic_addr())
         .await
         .unwrap();
-    let through_relay = HubPorts {
-        quic: relay.local_addr().port(),
+    let through_link = HubPorts {
+        quic: link.local_addr().port(),
         ops: fleet.ports.ops,
     };
-    let agent = fleet.start_agent_to("member-1", &[through_relay], "member-1.log");
+    let agent = fleet.start_agent_to("member-1", &[through_link], "member-1.log");
     let connected = wait_for_states(fleet.ports, &["member-1"], "Connected", LIMIT).await;
     let first = state_of(&connected, "member-1").unwrap()["sessionId"].clone();
 
@@ -61,7 +61,7 @@ async fn an_agent_back_on_the_same_hub_is_not_sent_what_it_holds() {
     assert_eq!(resyncs(fleet.ports, "in_sync").await, 0);
 
     // Cut the network until the agent gives its session up, then mend it.
-    relay.set_partitioned(true);
+    link.set_partitioned(true);
     wait_for(LIMIT, "the agent to drop its session", || async {
         agent
             .log_text()
@@ -69,7 +69,7 @@ async fn an_agent_back_on_the_same_hub_is_not_sent_what_it_holds() {
             .then_some(())
     })
     .await;
-    relay.set_partitioned(false);
+    link.set_partitioned(false);
     let second = wait_for(LIMIT, "a new session", || async {
         let sessions = sessions(fleet.ports).await?;
         let s = state_of(&sessions, "member-1")?;
