@@ -29,6 +29,8 @@ pub struct AgentMetrics {
     pub(crate) heartbeat_rtt_ms: Gauge,
     pod_scrapes: Family<OutcomeLabel, Counter>,
     pod_scrape_seconds: Histogram,
+    desired_states: Counter,
+    desired_revision: Gauge,
 }
 
 impl Default for AgentMetrics {
@@ -40,6 +42,8 @@ impl Default for AgentMetrics {
             pod_scrapes: Family::default(),
             // 1 ms to 16 s: loopback answers to pods at their timeout.
             pod_scrape_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            desired_states: Counter::default(),
+            desired_revision: Gauge::default(),
         }
     }
 }
@@ -74,6 +78,23 @@ impl AgentMetrics {
             "How long one pod's metrics request took (connect, TLS and response)",
             self.pod_scrape_seconds.clone(),
         );
+        r.register(
+            "desired_states",
+            "Desired states received from the hub (each replaces the last whole: after an outage, one brings the latest)",
+            self.desired_states.clone(),
+        );
+        r.register(
+            "desired_revision",
+            "Revision of the last desired state received from the hub",
+            self.desired_revision.clone(),
+        );
+    }
+
+    /// Counts a desired state of `revision` received.
+    pub(crate) fn desired_state(&self, revision: u64) {
+        self.desired_states.inc();
+        self.desired_revision
+            .set(i64::try_from(revision).unwrap_or(i64::MAX));
     }
 
     /// Counts one scrape outcome; `took` is how long a pod's request took, if one was made.

@@ -302,6 +302,7 @@ async fn serve(
                     debug!(revision = state.revision, workloads = state.workloads.len(),
                         create_jobs = state.create_jobs.len(), delete_jobs = state.delete_jobs.len(),
                         "desired state received");
+                    params.metrics.desired_state(state.revision);
                     link.desired.send_replace(Some(std::sync::Arc::new(state)));
                 }
                 Ok(Some(HubMessage::Renewed(answer))) => renewal.answered(answer).await,

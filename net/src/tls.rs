@@ -8,7 +8,7 @@ use std::time::Duration;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ServerSessionMemoryCache, WebPkiClientVerifier};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -296,6 +296,10 @@ fn transport(tuning: TransportTuning, side: Side) -> Arc<quinn::TransportConfig>
     Arc::new(transport)
 }
 
+/// TLS sessions the hub keeps to resume (about 1 KiB each, the agent's certificate with
+/// its secrets): the agents that reconnected most recently; older ones do a full handshake.
+pub const RESUMABLE_SESSIONS: usize = 4096;
+
 /// Most connection attempts quinn holds before the hub decides on them (quinn's default is
 /// 65,536). The hub decides on each at once (Retry, refuse or accept), so this is only a
 /// backstop against a burst arriving faster than the accept loop runs.
@@ -398,31 +402,21 @@ fn hub_server_config(
             .push(kedge_protocol::ENROLL_ALPN.to_vec());
     }
     tls.max_early_data_size = 0;
-    // Reconnects resume the last TLS session (no certificates cross again: fewer bytes on a
-    // metered link). Stateless tickets hold nothing per member in the hub; one a session is
-    // enough, as an agent dials one connection at a time. A resumed session keeps the
-    // identity of its first handshake, which the hub checks again at `Hello` as it does for
-    // any session (enrollment, revocation, expiry).
-    tls.ticketer = session_ticketer()?;
+    // Reconnects resume the last TLS session: no certificate is signed or verified again.
+    // Bytes stay about the same (QUIC pads every datagram of the client's Initial packets, and
+    // the server's first flight, to 1,200 bytes, which kedge's ECDSA certificates fit in), so
+    // the session tickets are the hub's stateful kind, 32 bytes each: an encrypted stateless
+    // ticket would carry the agent's certificate to it and back with every connection. One
+    // ticket a session, as an agent dials one connection at a time. A resumed session keeps
+    // the identity of its first handshake, which the hub checks again at `Hello` as it does
+    // for any session (enrollment, revocation, expiry).
+    tls.session_storage = ServerSessionMemoryCache::new(RESUMABLE_SESSIONS);
     tls.send_tls13_tickets = 1;
     let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(quic));
     config.transport_config(transport(tuning, Side::Server));
     limit_incoming(&mut config);
     Ok(config)
-}
-
-/// The process's session-ticket encrypter, shared by every server configuration (a renewed
-/// server certificate keeps honouring the tickets issued before). rustls rotates its key
-/// every 6 hours; tickets die with the process.
-fn session_ticketer() -> Result<Arc<dyn rustls::server::ProducesTickets>> {
-    static TICKETER: std::sync::OnceLock<Arc<dyn rustls::server::ProducesTickets>> =
-        std::sync::OnceLock::new();
-    if let Some(ticketer) = TICKETER.get() {
-        return Ok(ticketer.clone());
-    }
-    let ticketer = rustls::crypto::ring::Ticketer::new()?;
-    Ok(TICKETER.get_or_init(|| ticketer).clone())
 }
 
 /// Client configuration of an enrollment connection: verifies the hub against `trusted`,

@@ -567,5 +567,30 @@ async fn a_member_behind_a_link_emulator_keeps_its_session_across_rebinds() {
         stats.to_hub.packets > 0 && stats.to_agent.packets > 0,
         "{stats:?}"
     );
+    // One handshake: every rebind was a QUIC migration the hub counted, not a new session.
+    let sessions = fleet.sessions().await.unwrap();
+    let s = sessions.iter().find(|s| s["member"] == "member-1").unwrap();
+    assert_eq!(s["sessions"], 1, "{s}");
+    let migrations = s["link"]["migrations"].as_u64().unwrap();
+    assert!(migrations >= 3, "{s}");
+    let metrics = support::ops_get(
+        support::HubPorts {
+            quic: 0,
+            ops: fleet.ops_url().rsplit(':').next().unwrap().parse().unwrap(),
+        },
+        "/metrics",
+    )
+    .await
+    .unwrap();
+    let value = |name: &str| -> u64 {
+        let key = format!("{name}{{member=\"member-1\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in /metrics"))
+    };
+    assert_eq!(value("kedge_hub_member_sessions_total"), 1);
+    assert!(value("kedge_hub_member_migrations_total") >= 3);
     fleet.shutdown().await;
 }
