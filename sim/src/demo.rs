@@ -1,10 +1,10 @@
 //! The live demo of `kedge-sim up` (without `--headless`): the example DSO and DSJ on a
 //! three-member fleet, a scripted metric and queue, one member cut off and returning, and a
 //! terminal view of how replicas and Jobs move. member-3 reaches the hub through a link
-//! emulator ([`with_demo_link`]) that the bad-link scene degrades. Its inference scene: simulated vLLM engines
-//! ([`crate::engines`]) share a scripted queue of waiting requests, and the DSO `vllm`
-//! scales them on what they say (a `kedge-pod-metrics` trigger). The script is in
-//! [`tour`], what the view draws in [`view`]; this module does the I/O.
+//! emulator ([`with_demo_link`]) that the bad-link scene degrades. Its inference scene:
+//! simulated vLLM engines ([`crate::engines`]) share a scripted queue of waiting requests,
+//! and the DSO `vllm` scales them on what they say (a `kedge-pod-metrics` trigger). The
+//! script is in [`tour`], what the view draws in [`view`]; this module does the I/O.
 
 mod tour;
 mod view;
@@ -54,11 +54,7 @@ const QUEUE_CONFIGMAP: (&str, &str) = ("work-queue", "length");
 /// The demo's fleet: [`LINKED_MEMBER`], if the fleet has it, reaches the hub through a link
 /// emulator, a perfect one unless `--link` gave it a spec, so a scene can degrade it.
 pub fn with_demo_link(mut config: FleetConfig) -> FleetConfig {
-    let members = 1..=config.members;
-    if members
-        .map(|i| format!("member-{i}"))
-        .any(|m| m == LINKED_MEMBER)
-    {
+    if (1..=config.members).any(|i| format!("member-{i}") == LINKED_MEMBER) {
         config.links.entry(LINKED_MEMBER.to_owned()).or_default();
     }
     config

@@ -104,10 +104,12 @@ pub fn render_links(
     before: &[LinkSample],
     emulated: &BTreeMap<String, String>,
 ) -> String {
-    let mut out = format!(
-        "links as the hub measures them (traffic both ways, last {TRAFFIC_WINDOW} s)\n{:<10} {:>7} {:>10} {:>5}  {}\n",
+    let mut out =
+        format!("links as the hub measures them (traffic both ways, last {TRAFFIC_WINDOW} s)\n");
+    out.push_str(&format!(
+        "{:<10} {:>7} {:>10} {:>5}  {}\n",
         "MEMBER", "RTT", "TRAFFIC", "LOST", "LINK"
-    );
+    ));
     for link in now {
         let before = before.iter().find(|b| b.member == link.member);
         let (rtt, traffic) = if link.connected {
