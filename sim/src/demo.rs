@@ -1,14 +1,15 @@
 //! The live demo of `kedge-sim up` (without `--headless`): the example DSO and DSJ on a
 //! three-member fleet, a scripted metric and queue, one member cut off and returning, and a
-//! terminal view of how replicas and Jobs move. Its inference scene: simulated vLLM engines
-//! ([`crate::engines`]) share a scripted queue of waiting requests, and the DSO `vllm`
-//! scales them on what they say (a `kedge-pod-metrics` trigger). The script is in
-//! [`tour`], what the view draws in [`view`]; this module does the I/O.
+//! terminal view of how replicas and Jobs move. member-3 reaches the hub through a link
+//! emulator ([`with_demo_link`]) that the bad-link scene degrades. Its inference scene:
+//! simulated vLLM engines ([`crate::engines`]) share a scripted queue of waiting requests,
+//! and the DSO `vllm` scales them on what they say (a `kedge-pod-metrics` trigger). The
+//! script is in [`tour`], what the view draws in [`view`]; this module does the I/O.
 
 mod tour;
 mod view;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -25,11 +26,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::tour::{Action, TOUR_LENGTH};
 pub use self::view::{
-    Screen, Snapshot, engines, next_commands, render, render_dsj, render_dso, render_header,
-    render_inference, render_short_header,
+    LinkSample, Screen, Snapshot, engines, link_samples, next_commands, render, render_dsj,
+    render_dso, render_header, render_inference, render_links, render_short_header,
 };
 use crate::engines::Demand;
-use crate::fleet::{Fleet, HUB_CLUSTER};
+use crate::fleet::{Fleet, FleetConfig, HUB_CLUSTER};
+use crate::link::LinkSpec;
 use crate::{Error, Result};
 
 const DSO_YAML: &str = include_str!("../../deploy/examples/fleet/dso-nginx.yaml");
@@ -44,8 +46,19 @@ const FIELD_MANAGER: &str = "kedge-demo";
 pub const DSO_NAME: &str = "nginx";
 /// Name of the example DSJ (`dsj-queue.yaml`).
 pub const DSJ_NAME: &str = "queue-worker";
+/// The member whose link the bad-link scene degrades (the one the cut-off scene freezes).
+pub const LINKED_MEMBER: &str = "member-3";
 const METRIC_CONFIGMAP: (&str, &str) = ("mock-metric", "metric-value");
 const QUEUE_CONFIGMAP: (&str, &str) = ("work-queue", "length");
+
+/// The demo's fleet: [`LINKED_MEMBER`], if the fleet has it, reaches the hub through a link
+/// emulator, a perfect one unless `--link` gave it a spec, so a scene can degrade it.
+pub fn with_demo_link(mut config: FleetConfig) -> FleetConfig {
+    if (1..=config.members).any(|i| format!("member-{i}") == LINKED_MEMBER) {
+        config.links.entry(LINKED_MEMBER.to_owned()).or_default();
+    }
+    config
+}
 
 fn documents(yaml: &str) -> Result<Vec<Value>> {
     serde_yaml::Deserializer::from_str(yaml)
@@ -172,21 +185,41 @@ pub async fn live_view(fleet: &Fleet, stop: impl std::future::Future<Output = ()
     outcome
 }
 
-async fn run(fleet: &Fleet, hub: &kube::Client, demand: &Demand, action: Action) -> Result<()> {
+/// Sets [`LINKED_MEMBER`]'s link emulator, if it has one, to `spec`.
+fn set_link(fleet: &Fleet, spec: LinkSpec) {
+    if let Some(link) = fleet.link(LINKED_MEMBER) {
+        link.set_spec(spec);
+    }
+}
+
+/// What the script changes, and the link spec [`Action::GoodLink`] restores.
+struct Stage<'a> {
+    fleet: &'a Fleet,
+    hub: kube::Client,
+    demand: &'a Demand,
+    good_link: LinkSpec,
+}
+
+async fn run(stage: &Stage<'_>, action: Action) -> Result<()> {
+    let (fleet, hub) = (stage.fleet, &stage.hub);
     match action {
         Action::Metric(v) => set_value(hub, METRIC_CONFIGMAP, v).await?,
         Action::Queue(v) => set_value(hub, QUEUE_CONFIGMAP, v).await?,
         Action::Member2Full(full) => set_full(fleet, "member-2", full).await?,
-        Action::CutOff => signal(fleet.agent_pid("member-3"), "STOP").await,
-        Action::Reconnect => signal(fleet.agent_pid("member-3"), "CONT").await,
-        Action::Demand(v) => demand.set(v),
+        Action::CutOff => signal(fleet.agent_pid(LINKED_MEMBER), "STOP").await,
+        Action::Reconnect => signal(fleet.agent_pid(LINKED_MEMBER), "CONT").await,
+        Action::Demand(v) => stage.demand.set(v),
+        Action::BadLink => set_link(fleet, tour::bad_link()),
+        Action::GoodLink => set_link(fleet, stage.good_link.clone()),
         Action::Note(_) => {}
     }
     Ok(())
 }
 
-/// Reads what one frame shows, once.
-async fn snapshot(hub: &kube::Client, demand: &Demand) -> Snapshot {
+/// Reads what one frame shows, once; `links` holds the latest reads of the hub's sessions,
+/// oldest first.
+async fn snapshot(stage: &Stage<'_>, links: &VecDeque<Vec<LinkSample>>) -> Snapshot {
+    let (hub, demand) = (&stage.hub, stage.demand);
     let dsos: Api<DistributedScaledObject> = Api::namespaced(hub.clone(), "default");
     let dsjs: Api<DistributedScaledJob> = Api::namespaced(hub.clone(), "default");
     Snapshot {
@@ -194,6 +227,28 @@ async fn snapshot(hub: &kube::Client, demand: &Demand) -> Snapshot {
         dsj: dsjs.get_opt(DSJ_NAME).await.ok().flatten(),
         inference: dsos.get_opt(INFERENCE_DSO_NAME).await.ok().flatten(),
         demand: demand.get(),
+        links: links.back().cloned().unwrap_or_default(),
+        links_before: links.front().cloned().unwrap_or_default(),
+        emulated: emulated(stage.fleet),
+    }
+}
+
+/// Each member behind a link emulator, with the spec in force.
+fn emulated(fleet: &Fleet) -> BTreeMap<String, String> {
+    let members = fleet.members().into_iter();
+    members
+        .filter_map(|m| Some((m.clone(), fleet.link(&m)?.spec().to_string())))
+        .collect()
+}
+
+/// Adds the hub's latest report of the links to the last [`view::TRAFFIC_WINDOW`] reads.
+async fn sample_links(fleet: &Fleet, links: &mut VecDeque<Vec<LinkSample>>) {
+    // No answer this second: the view keeps the last one.
+    if let Ok(sessions) = fleet.sessions().await {
+        links.push_back(link_samples(&sessions));
+        if links.len() > view::TRAFFIC_WINDOW + 1 {
+            links.pop_front();
+        }
     }
 }
 
@@ -228,7 +283,16 @@ async fn script(
     demand: &Demand,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
-    let hub = cluster_client(fleet, HUB_CLUSTER)?;
+    let stage = Stage {
+        fleet,
+        hub: cluster_client(fleet, HUB_CLUSTER)?,
+        demand,
+        good_link: fleet
+            .link(LINKED_MEMBER)
+            .map(|l| l.spec())
+            .unwrap_or_default(),
+    };
+    let mut links = VecDeque::new();
     let cwd = std::env::current_dir()?;
     let facts = fleet.facts().relative_to(&cwd);
     let start = Instant::now();
@@ -247,11 +311,12 @@ async fn script(
         }
         let due = tour::due(done, t - round_start);
         for step in due {
-            run(fleet, &hub, demand, step.action).await?;
+            run(&stage, step.action).await?;
         }
         done += due.len();
+        sample_links(fleet, &mut links).await;
         // One read after the steps: their log lines and the view show the same counts.
-        let snapshot = snapshot(&hub, demand).await;
+        let snapshot = snapshot(&stage, &links).await;
         for step in due {
             push_log(&mut log, tour::log_line(t, step, snapshot.engines()));
         }
@@ -265,8 +330,32 @@ async fn script(
             _ = resized.recv() => screen = terminal().await,
         }
     }
-    // Never leave an agent frozen or a member full behind.
-    signal(fleet.agent_pid("member-3"), "CONT").await;
+    // Never leave an agent frozen, a link bad or a member full behind.
+    signal(fleet.agent_pid(LINKED_MEMBER), "CONT").await;
+    set_link(fleet, stage.good_link);
     set_full(fleet, "member-2", false).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_puts_member_3_behind_a_link_it_keeps_a_given_spec_of() {
+        let config = |members| FleetConfig::new(members, "/tmp/fleet".into()).unwrap();
+        let links = |c: FleetConfig| with_demo_link(c).links;
+        assert_eq!(
+            links(config(3)),
+            BTreeMap::from([(LINKED_MEMBER.to_owned(), LinkSpec::default())])
+        );
+        assert!(links(config(2)).is_empty(), "no member-3, no link");
+        let mut given = config(4);
+        let slow = tour::bad_link();
+        given.links.insert("member-3".into(), slow.clone());
+        given.links.insert("member-1".into(), slow.clone());
+        let given = links(given);
+        assert_eq!(given.len(), 2);
+        assert_eq!(given["member-3"], slow, "--link member-3 wins");
+    }
 }

@@ -96,6 +96,9 @@ async fn up(args: Up) -> anyhow::Result<()> {
     config.heartbeat = args.heartbeat;
     config.agent_namespaces = args.agent_namespaces;
     config.links = one_link_per_member(args.links)?;
+    if !args.headless {
+        config = kedge_sim::demo::with_demo_link(config);
+    }
     let fleet = kedge_sim::fleet::Fleet::up(config).await?;
     println!("hub kubeconfig:     {}", fleet.kubeconfig("hub").display());
     for member in fleet.members() {

@@ -450,7 +450,7 @@ async fn the_live_view_header_names_the_fleet_and_its_commands_work() {
     ] {
         assert!(first.contains(fact), "the header lacks {fact}:\n{first}");
     }
-    assert!(first.contains("scene 1/4: "), "{first}");
+    assert!(first.contains("scene 1/5: "), "{first}");
     assert!(first.contains(" · the tour restarts in "), "{first}");
 
     // The commands the header offers, run as printed.

@@ -1,5 +1,9 @@
-//! The demo's script: timed steps in four scenes, repeated every [`TOUR_LENGTH`] seconds,
+//! The demo's script: timed steps in five scenes, repeated every [`TOUR_LENGTH`] seconds,
 //! and what the view says about where the tour is. Pure: time is a parameter.
+
+use std::time::Duration;
+
+use crate::link::LinkSpec;
 
 /// One scripted change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +20,10 @@ pub(super) enum Action {
     Reconnect,
     /// Requests waiting across the inference fleet.
     Demand(u32),
+    /// member-3's link emulator set to [`bad_link`].
+    BadLink,
+    /// member-3's link emulator back to the spec it started with.
+    GoodLink,
     /// Nothing to do: the text says what the view shows by now; the label is for "next:".
     Note(&'static str),
 }
@@ -31,6 +39,8 @@ impl Action {
             Action::CutOff => "member-3 cut off".into(),
             Action::Reconnect => "member-3 back".into(),
             Action::Demand(v) => format!("{v} requests waiting"),
+            Action::BadLink => "member-3's link goes bad".into(),
+            Action::GoodLink => "member-3's link restored".into(),
             Action::Note(label) => label.into(),
         }
     }
@@ -56,7 +66,7 @@ const ENGINES: &str = "{engines}";
 /// The DSO and DSJ steps on one timeline; each text says what was seen to happen on the
 /// local fleet. The DSJ's Jobs run 15 s each, so every queue of 10 is back to 0 before its
 /// Jobs finish (a queue that stays at 10 would get 10 new Jobs each time they do).
-pub(super) const SCRIPT: [Step; 19] = [
+pub(super) const SCRIPT: [Step; 23] = [
     step(
         0,
         Action::Metric(5),
@@ -132,10 +142,42 @@ pub(super) const SCRIPT: [Step; 19] = [
         Action::Member2Full(false),
         "member-2 has room again (its soft taint lasts 1 min)",
     ),
+    step(
+        110,
+        Action::BadLink,
+        "member-3's link goes bad (600 ms RTT ±50, 5 % loss, 64 kbit/s): its RTT climbs",
+    ),
+    step(
+        115,
+        Action::Metric(40),
+        "metric 40 → 8 replicas, 2:2:4; member-3, over the bad link, gets its 4 a second later",
+    ),
+    step(
+        125,
+        Action::Note("still Ready"),
+        "member-3 stays Ready: heartbeats cross the bad link, no false Unreachable",
+    ),
+    step(
+        138,
+        Action::GoodLink,
+        "member-3's link is perfect again: its smoothed RTT falls back over some 20 s",
+    ),
 ];
 
+/// The link of the bad-link scene (issue 32's example): `rtt=600ms,jitter=50ms,loss=5,
+/// rate=64kbit`.
+pub(super) fn bad_link() -> LinkSpec {
+    LinkSpec {
+        rtt: Duration::from_millis(600),
+        jitter: Duration::from_millis(50),
+        loss: 5.0,
+        rate: Some(64_000),
+        ..LinkSpec::default()
+    }
+}
+
 /// Seconds from a round's start to the next: the tour then starts over.
-pub(super) const TOUR_LENGTH: u64 = 115;
+pub(super) const TOUR_LENGTH: u64 = 145;
 
 /// A part of the tour: from `start` until the next scene starts.
 #[derive(Debug)]
@@ -146,7 +188,7 @@ struct Scene {
     shows: &'static str,
 }
 
-const SCENES: [Scene; 4] = [
+const SCENES: [Scene; 5] = [
     Scene {
         start: 0,
         name: "spread by weight",
@@ -166,6 +208,11 @@ const SCENES: [Scene; 4] = [
         start: 95,
         name: "scaling down",
         shows: "fewer replicas and engines; member-2 has room again",
+    },
+    Scene {
+        start: 110,
+        name: "a bad link",
+        shows: "member-3 at 600 ms, 5 % loss: later, still Ready",
     },
 ];
 
@@ -242,24 +289,24 @@ mod tests {
         assert_eq!(due(0, 0).len(), 1);
         assert_eq!(due(1, 0).len(), 0);
         assert_eq!(due(1, 3).len(), 2, "demand 30 and queue 10");
-        assert_eq!(due(3, 114).len(), SCRIPT.len() - 3);
-        assert!(due(SCRIPT.len(), 114).is_empty());
+        assert_eq!(due(3, 144).len(), SCRIPT.len() - 3);
+        assert!(due(SCRIPT.len(), 144).is_empty());
     }
 
     #[test]
     fn the_countdown_names_the_scene_the_next_step_and_the_restart() {
         assert_eq!(
             render_tour(5),
-            "scene 1/4: spread by weight - replicas, Jobs split 2:3:5; engines follow demand\n\
-             step 3/19 · next: metric 20 in 7 s · the tour restarts in 110 s\n"
+            "scene 1/5: spread by weight - replicas, Jobs split 2:3:5; engines follow demand\n\
+             step 3/23 · next: metric 20 in 7 s · the tour restarts in 140 s\n"
         );
         let cut_off = render_tour(52);
         assert!(
-            cut_off.starts_with("scene 2/4: a member cut off - "),
+            cut_off.starts_with("scene 2/5: a member cut off - "),
             "{cut_off}"
         );
         assert!(
-            cut_off.ends_with("step 9/19 · next: queue 0 in 4 s · the tour restarts in 63 s\n"),
+            cut_off.ends_with("step 9/23 · next: queue 0 in 4 s · the tour restarts in 93 s\n"),
             "{cut_off}"
         );
         assert!(
@@ -267,11 +314,61 @@ mod tests {
             "{}",
             render_tour(57)
         );
-        let last = render_tour(110);
-        assert!(last.starts_with("scene 4/4: scaling down - "), "{last}");
+        let down = render_tour(108);
+        assert!(down.starts_with("scene 4/5: scaling down - "), "{down}");
         assert!(
-            last.ends_with("step 19/19 · the tour restarts in 5 s\n"),
-            "{last}"
+            down.ends_with(
+                "step 19/23 · next: member-3's link goes bad in 2 s · the tour restarts in 37 s\n"
+            ),
+            "{down}"
+        );
+        assert!(
+            render_tour(120)
+                .ends_with("step 21/23 · next: still Ready in 5 s · the tour restarts in 25 s\n"),
+            "{}",
+            render_tour(120)
+        );
+        let last = render_tour(140);
+        assert_eq!(
+            last,
+            "scene 5/5: a bad link - member-3 at 600 ms, 5 % loss: later, still Ready\n\
+             step 23/23 · the tour restarts in 5 s\n"
+        );
+    }
+
+    #[test]
+    fn the_bad_link_scene_changes_the_metric_between_degrading_and_restoring_member_3() {
+        assert_eq!(
+            bad_link().to_string(),
+            "rtt=600ms,jitter=50ms,loss=5,rate=64kbit"
+        );
+        let at = |action: Action| {
+            SCRIPT
+                .iter()
+                .find(|s| s.action == action)
+                .map(|s| s.at)
+                .unwrap_or_else(|| panic!("no {action:?} step"))
+        };
+        let (bad, good) = (at(Action::BadLink), at(Action::GoodLink));
+        let scene = SCENES.last().map_or(0, |s| s.start);
+        assert_eq!(bad, scene, "the last scene starts with the bad link");
+        assert!(
+            (25..=30).contains(&(good - bad)),
+            "bad for {} s",
+            good - bad
+        );
+        assert!(
+            SCRIPT
+                .iter()
+                .any(|s| matches!(s.action, Action::Metric(_)) && bad < s.at && s.at < good),
+            "a metric change while the link is bad"
+        );
+        assert!(good < TOUR_LENGTH);
+        assert_eq!(Action::BadLink.label(), "member-3's link goes bad");
+        assert_eq!(Action::GoodLink.label(), "member-3's link restored");
+        assert_eq!(
+            log_line(138, &SCRIPT[22], 4),
+            "[138s] member-3's link is perfect again: its smoothed RTT falls back over some 20 s"
         );
     }
 

@@ -1,9 +1,11 @@
 //! What the live view draws: pure functions from what was read to the lines on screen.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject};
 use kube::ResourceExt;
+use serde_json::Value;
 
 use super::tour::render_tour;
 use super::{DSJ_NAME, DSO_NAME, INFERENCE_DSO_NAME};
@@ -21,6 +23,112 @@ pub struct Snapshot {
     pub inference: Option<DistributedScaledObject>,
     /// The requests waiting across the inference fleet.
     pub demand: u32,
+    /// Each member's link as the hub reported it at this read.
+    pub links: Vec<LinkSample>,
+    /// The same a few reads earlier: traffic is the difference.
+    pub links_before: Vec<LinkSample>,
+    /// Members behind a link emulator, and its spec now.
+    pub emulated: BTreeMap<String, String>,
+}
+
+/// One member's link at one read of the hub's `/v1/sessions`; counters are the current
+/// session's, so they start over when the member reconnects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkSample {
+    /// The member.
+    pub member: String,
+    /// Whether its session is up (`Connected`).
+    pub connected: bool,
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u64,
+    /// UDP payload bytes both ways.
+    pub bytes: u64,
+    /// Packets the hub declared lost.
+    pub lost: u64,
+    /// When the hub read these figures, Unix milliseconds.
+    pub sampled_unix_ms: i64,
+}
+
+/// The links in a `/v1/sessions` answer; entries without a member are skipped.
+pub fn link_samples(sessions: &[Value]) -> Vec<LinkSample> {
+    sessions
+        .iter()
+        .filter_map(|s| {
+            let link = &s["link"];
+            let n = |key: &str| link[key].as_u64().unwrap_or(0);
+            Some(LinkSample {
+                member: s["member"].as_str()?.to_owned(),
+                connected: s["state"] == "Connected",
+                rtt_us: n("rttUs"),
+                bytes: n("bytesSent") + n("bytesReceived"),
+                lost: n("lostPackets"),
+                sampled_unix_ms: link["sampledUnixMs"].as_i64().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// Bytes per second from `before` to `now`, if both are of the same session and time passed.
+fn rate(now: &LinkSample, before: Option<&LinkSample>) -> Option<u64> {
+    let before = before?;
+    let ms = u64::try_from(now.sampled_unix_ms - before.sampled_unix_ms).ok()?;
+    let bytes = now.bytes.checked_sub(before.bytes)?;
+    (ms > 0).then(|| bytes * 1000 / ms)
+}
+
+/// "<1 ms", "612 ms".
+fn rtt_text(rtt_us: u64) -> String {
+    if rtt_us < 1000 {
+        "<1 ms".into()
+    } else {
+        format!("{} ms", (rtt_us + 500) / 1000)
+    }
+}
+
+/// "950 B/s", "3.4 kB/s".
+fn rate_text(bytes_per_s: u64) -> String {
+    if bytes_per_s < 1000 {
+        format!("{bytes_per_s} B/s")
+    } else {
+        format!("{:.1} kB/s", bytes_per_s as f64 / 1000.0)
+    }
+}
+
+/// Reads of `/v1/sessions` (one a second) the traffic column spans.
+pub(super) const TRAFFIC_WINDOW: usize = 5;
+
+/// The links' section: per member the round trip, the traffic both ways between the two
+/// reads, the packets lost in this session, and the emulator's spec if it has one.
+pub fn render_links(
+    now: &[LinkSample],
+    before: &[LinkSample],
+    emulated: &BTreeMap<String, String>,
+) -> String {
+    let mut out =
+        format!("links as the hub measures them (traffic both ways, last {TRAFFIC_WINDOW} s)\n");
+    out.push_str(&format!(
+        "{:<10} {:>7} {:>10} {:>5}  {}\n",
+        "MEMBER", "RTT", "TRAFFIC", "LOST", "LINK"
+    ));
+    for link in now {
+        let before = before.iter().find(|b| b.member == link.member);
+        let (rtt, traffic) = if link.connected {
+            let traffic = rate(link, before).map_or_else(|| "-".into(), rate_text);
+            (rtt_text(link.rtt_us), traffic)
+        } else {
+            ("-".into(), "-".into())
+        };
+        let spec = match emulated.get(&link.member).map(String::as_str) {
+            None => "direct",
+            Some("rtt=0s") => "emulated, perfect",
+            Some(spec) => spec,
+        };
+        out.push_str(&format!(
+            "{:<10} {rtt:>7} {traffic:>10} {:>5}  {spec}\n",
+            link.member, link.lost
+        ));
+    }
+    out
 }
 
 impl Snapshot {
@@ -73,6 +181,15 @@ fn render_body(snapshot: &Snapshot, round_t: u64) -> String {
     out.push('\n');
     out.push_str(&render_dso(snapshot.dso.as_ref()));
     out.push('\n');
+    if !snapshot.links.is_empty() {
+        let links = &snapshot.links;
+        out.push_str(&render_links(
+            links,
+            &snapshot.links_before,
+            &snapshot.emulated,
+        ));
+        out.push('\n');
+    }
     out.push_str(&render_dsj(snapshot.dsj.as_ref()));
     out.push('\n');
     out.push_str(&render_inference(
@@ -455,7 +572,7 @@ mod tests {
         };
         let text = render(&facts(), &snapshot, &log, (7, 7), None);
         assert!(text.starts_with("kedge fleet demo  t=7s"), "{text}");
-        let tour = text.find("scene 1/4").unwrap_or(usize::MAX);
+        let tour = text.find("scene 1/5").unwrap_or(usize::MAX);
         let dso = text.find("DistributedScaledObject").unwrap_or(usize::MAX);
         let dsj = text.find("dsj/queue-worker").unwrap_or(usize::MAX);
         let log = text.find("[  3s] queue 10").unwrap_or(usize::MAX);
@@ -644,10 +761,109 @@ mod tests {
             short.starts_with(&render_short_header(&facts(), 9)),
             "{short}"
         );
-        assert!(short.contains("scene 1/4"), "{short}");
+        assert!(short.contains("scene 1/5"), "{short}");
         assert!(short.ends_with("[  8s] step 8\n"), "{short}");
         assert_eq!(lines(&short), rows - 1, "{short}");
         assert_eq!(fit("a\nb\n", &log, Some(Screen { rows: 0, cols: 80 })), "");
+    }
+
+    fn sample(member: &str, bytes: u64, sampled_unix_ms: i64) -> LinkSample {
+        LinkSample {
+            member: member.into(),
+            connected: true,
+            rtt_us: 612_400,
+            bytes,
+            lost: 7,
+            sampled_unix_ms,
+        }
+    }
+
+    #[test]
+    fn link_samples_read_the_sessions_the_hub_reports() {
+        let sessions: Vec<Value> = serde_json::from_str(
+            r#"[{"member": "member-1", "state": "Connected", "sessions": 1,
+                 "link": {"bytesSent": 900, "bytesReceived": 100, "packetsSent": 9,
+                          "packetsReceived": 3, "lostPackets": 2, "rttUs": 412,
+                          "handshakeBytes": 5000, "migrations": 0, "sampledUnixMs": 1000}},
+                {"member": "member-2", "state": "Disconnected"},
+                {"state": "Connected"}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            link_samples(&sessions),
+            [
+                LinkSample {
+                    member: "member-1".into(),
+                    connected: true,
+                    rtt_us: 412,
+                    bytes: 1000,
+                    lost: 2,
+                    sampled_unix_ms: 1000,
+                },
+                LinkSample {
+                    member: "member-2".into(),
+                    ..LinkSample::default()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_links_section_shows_rtt_traffic_lost_and_the_emulated_spec() {
+        let now = vec![
+            LinkSample {
+                rtt_us: 300,
+                ..sample("member-1", 9_000, 6_000)
+            },
+            sample("member-2", 1_500, 6_000),
+            sample("member-3", 20_000, 6_000),
+            LinkSample {
+                connected: false,
+                ..sample("member-4", 0, 6_000)
+            },
+        ];
+        // member-2 reconnected since (its counters started over): no rate.
+        let before = vec![
+            sample("member-1", 4_000, 1_000),
+            sample("member-2", 2_000, 1_000),
+            sample("member-3", 3_000, 1_000),
+        ];
+        let emulated = BTreeMap::from([
+            ("member-1".to_owned(), "rtt=0s".to_owned()),
+            (
+                "member-3".to_owned(),
+                "rtt=600ms,jitter=50ms,loss=5,rate=64kbit".to_owned(),
+            ),
+        ]);
+        let text = render_links(&now, &before, &emulated);
+        assert_eq!(
+            text,
+            "links as the hub measures them (traffic both ways, last 5 s)\n\
+             MEMBER         RTT    TRAFFIC  LOST  LINK\n\
+             member-1     <1 ms   1.0 kB/s     7  emulated, perfect\n\
+             member-2    612 ms          -     7  direct\n\
+             member-3    612 ms   3.4 kB/s     7  rtt=600ms,jitter=50ms,loss=5,rate=64kbit\n\
+             member-4         -          -     7  direct\n"
+        );
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert_eq!(rate_text(950), "950 B/s");
+        assert_eq!(rate(&now[0], Some(&now[0])), None, "no time passed");
+        assert_eq!(rate(&now[0], None), None);
+    }
+
+    #[test]
+    fn the_links_sit_below_the_dso_when_the_hub_reported_them() {
+        let snapshot = Snapshot {
+            links: vec![sample("member-1", 0, 0)],
+            ..Snapshot::default()
+        };
+        let text = render(&facts(), &snapshot, &[], (3, 3), None);
+        let dso = text.find("DistributedScaledObject").unwrap_or(usize::MAX);
+        let links = text.find("links as the hub").unwrap_or(usize::MAX);
+        let dsj = text.find("DistributedScaledJob").unwrap_or(usize::MAX);
+        assert!(dso < links && links < dsj, "{text}");
+        let none = render(&facts(), &Snapshot::default(), &[], (3, 3), None);
+        assert!(!none.contains("links as the hub"), "{none}");
     }
 
     #[test]
