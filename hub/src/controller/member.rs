@@ -51,6 +51,31 @@ pub struct MemberContext {
     started: tokio::time::Instant,
     /// How long after the start MemberClusters of absent agents keep their state.
     startup_grace: Duration,
+    /// When the hub cluster's MemberCluster CRD was found without `status.link` (a CRD older
+    /// than this hub: Helm does not upgrade CRDs): statuses go without it until
+    /// [`LINK_RETRY`] later.
+    link_refused: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+/// How long after the CRD refused `status.link` the hub tries it again (an operator may have
+/// applied the current CRDs meanwhile).
+const LINK_RETRY: Duration = Duration::from_secs(600);
+
+/// Whether a pass writes `status.link`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkMode {
+    /// Every status carries it.
+    Write,
+    /// The CRD refused it: no status carries it.
+    Omit,
+    /// The CRD refused it a while ago: the first write of the pass tries it again.
+    Probe,
+}
+
+/// Whether `error` is the API server refusing `status.link` as a field its schema lacks.
+fn refuses_link(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status)
+        if status.message.contains(".status.link") && status.message.contains("not declared in schema"))
 }
 
 impl MemberContext {
@@ -68,7 +93,51 @@ impl MemberContext {
             shared,
             started: tokio::time::Instant::now(),
             startup_grace,
+            link_refused: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether statuses carry `status.link`: yes, unless the CRD refused it; once
+    /// [`LINK_RETRY`] passed since, one write tries it again.
+    fn link_mode(&self) -> LinkMode {
+        let refused = self
+            .link_refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *refused {
+            None => LinkMode::Write,
+            Some(at) if at.elapsed() >= LINK_RETRY => LinkMode::Probe,
+            Some(_) => LinkMode::Omit,
+        }
+    }
+
+    /// Records that the CRD took `status.link` (the current CRDs were applied).
+    fn link_accepted(&self) {
+        let mut refused = self
+            .link_refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if refused.take().is_some() {
+            tracing::info!(
+                "the MemberCluster CRD now has status.link; writing the link figures again"
+            );
+        }
+    }
+
+    /// Records that the CRD refused `status.link`, with a warning the first time.
+    fn link_refused(&self) {
+        let mut refused = self
+            .link_refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if refused.is_none() {
+            warn!(
+                "the MemberCluster CRD in the hub cluster has no status.link (it is older than this hub; \
+                   Helm does not upgrade CRDs): statuses are written without the link figures, which \
+                   /metrics and /v1/sessions still show. Apply the current CRDs: kubectl kedge crds | kubectl apply -f -"
+            );
+        }
+        *refused = Some(tokio::time::Instant::now());
     }
 
     /// Whether the hub started so recently that agents may not have reconnected yet.
@@ -309,6 +378,7 @@ async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, beats: usize) -
         .map(|m| (m.metadata.name.clone().unwrap_or_default(), m))
         .collect();
     let snapshots = ctx.shared.fleet.members();
+    let link_mode = ctx.link_mode();
     let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
     for snapshot in &snapshots {
         let old = registered
@@ -327,6 +397,15 @@ async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, beats: usize) -
         // Right after a hub start, agents are still finding the new hub.
         if !wanted.contains_key(name) && !name.is_empty() && !ctx.starting() {
             wanted.insert(name.clone(), absent_status(member.status.as_ref()));
+        }
+    }
+    // Without `status.link` in the CRD, statuses are compared and written without it.
+    let mut links = BTreeMap::new();
+    if link_mode != LinkMode::Write {
+        for (name, status) in &mut wanted {
+            if let Some(link) = status.link.take() {
+                links.insert(name.clone(), link);
+            }
         }
     }
     let mut writes = Vec::new();
@@ -350,25 +429,44 @@ async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, beats: usize) -
             .take(beats)
             .map(|(_, name, status)| (name, status)),
     );
+    if link_mode == LinkMode::Probe
+        && let Some((name, status)) = writes.first_mut()
+    {
+        status.link = links.remove(name.as_str());
+    }
     let writes = writes.into_iter().map(Ok);
     let api = &api;
     let written = futures::stream::iter(writes).try_for_each_concurrent(
         WRITES_IN_FLIGHT,
-        |(name, status)| async move {
-            let patch = json!({
-                "apiVersion": format!("{GROUP}/{VERSION}"),
-                "kind": "MemberCluster",
-                "status": status,
-            });
-            bounded(
-                "apply MemberCluster status",
-                api.patch_status(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                ),
-            )
-            .await?;
+        |(name, mut status)| async move {
+            let apply = |status: &MemberClusterStatus| {
+                let patch = json!({
+                    "apiVersion": format!("{GROUP}/{VERSION}"),
+                    "kind": "MemberCluster",
+                    "status": status,
+                });
+                let name = name.clone();
+                async move {
+                    let params = PatchParams::apply(FIELD_MANAGER).force();
+                    api.patch_status(&name, &params, &Patch::Apply(&patch))
+                        .await
+                }
+            };
+            let first = bounded("apply MemberCluster status", apply(&status)).await;
+            match first {
+                // An older CRD: the rest of the status still goes.
+                Err(crate::Error::Kube(e)) if status.link.is_some() && refuses_link(&e) => {
+                    ctx.link_refused();
+                    status.link = None;
+                    bounded("apply MemberCluster status", apply(&status)).await?;
+                }
+                other => {
+                    other?;
+                    if status.link.is_some() {
+                        ctx.link_accepted();
+                    }
+                }
+            }
             ctx.shared.metrics.status_written(CONTROLLER);
             Ok(())
         },
@@ -518,6 +616,38 @@ mod tests {
         beat(&mut later, 5_000 + 1_000);
         later.capacity.as_mut().unwrap().requested_cpu_millis += 100;
         assert_eq!(worth(&later), Worth::Change);
+    }
+
+    #[test]
+    fn an_older_crd_refusing_the_link_is_told_from_other_errors() {
+        let api = |code: u16, message: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure(message, "InternalError")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let refused = api(
+            500,
+            "failed to create typed patch object (/edge-1; kedge.dev/v1alpha1, Kind=MemberCluster): \
+             .status.link: field not declared in schema",
+        );
+        assert!(refuses_link(&refused));
+        let other_field = api(500, ".status.other: field not declared in schema");
+        assert!(!refuses_link(&other_field));
+        assert!(!refuses_link(&api(409, "conflict on .status.link")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_link_is_left_out_then_tried_again_on_one_write() {
+        let ctx = MemberContext::new(Shared::for_tests());
+        assert_eq!(ctx.link_mode(), LinkMode::Write);
+        ctx.link_refused();
+        assert_eq!(ctx.link_mode(), LinkMode::Omit);
+        tokio::time::advance(LINK_RETRY).await;
+        assert_eq!(ctx.link_mode(), LinkMode::Probe);
+        ctx.link_accepted();
+        assert_eq!(ctx.link_mode(), LinkMode::Write);
     }
 
     #[test]
