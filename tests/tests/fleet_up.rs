@@ -39,12 +39,13 @@ async fn headless_fleet_comes_up_connected_and_stops_cleanly() {
         ])
         .arg(dir.path())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("up.stderr")).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
+    let started = std::time::Instant::now();
     let ready = tokio::time::timeout(Duration::from_secs(90), async {
         while let Some(line) = lines.next_line().await.unwrap() {
             let done = line.contains("fleet ready");
@@ -57,7 +58,13 @@ async fn headless_fleet_comes_up_connected_and_stops_cleanly() {
     })
     .await
     .unwrap_or(false);
-    assert!(ready, "no `fleet ready` line; output so far: {seen:#?}");
+    assert!(
+        ready,
+        "no `fleet ready` line after {:?}; output so far: {seen:#?}; stderr: {}; hub log: {}",
+        started.elapsed(),
+        std::fs::read_to_string(dir.path().join("up.stderr")).unwrap_or_default(),
+        std::fs::read_to_string(dir.path().join("logs/hub.log")).unwrap_or_default()
+    );
     let ops = seen
         .iter()
         .find_map(|l| l.split_whitespace().skip_while(|w| *w != "ops").nth(1))
