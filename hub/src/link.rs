@@ -82,6 +82,18 @@ pub struct LinkDelta {
     pub packets_received: u64,
 }
 
+impl From<&LinkSample> for LinkDelta {
+    /// What the first reading of a session adds: everything it counted.
+    fn from(sample: &LinkSample) -> Self {
+        Self {
+            bytes_sent: sample.bytes_sent,
+            bytes_received: sample.bytes_received,
+            packets_sent: sample.packets_sent,
+            packets_received: sample.packets_received,
+        }
+    }
+}
+
 impl LinkTraffic {
     /// The figures of a session established with `handshake` read.
     pub fn established(handshake: &LinkSample, at_unix_ms: i64) -> Self {
@@ -138,6 +150,13 @@ mod tests {
         let mut t = LinkTraffic::established(&sample(3_000, 2_000, 1), 10);
         assert_eq!(t.handshake_bytes, 5_000);
         assert_eq!((t.bytes_sent, t.bytes_received), (3_000, 2_000));
+        // The first reading adds all it counted.
+        let first = LinkDelta::from(&sample(3_000, 2_000, 1));
+        assert_eq!(
+            first,
+            LinkTraffic::default().record(&sample(3_000, 2_000, 1), 0)
+        );
+        assert_eq!((first.bytes_sent, first.packets_received), (3_000, 20));
         let d = t.record(&sample(3_100, 2_300, 600), 20);
         assert_eq!((d.bytes_sent, d.bytes_received), (100, 300));
         assert_eq!((d.packets_sent, d.packets_received), (1, 3));

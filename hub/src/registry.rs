@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::link::{LinkSample, LinkTraffic};
+use crate::link::{LinkDelta, LinkSample, LinkTraffic};
 use crate::metrics::HubMetrics;
 
 /// Connection state of a member as the hub sees it.
@@ -229,11 +229,7 @@ impl SessionRegistry {
             link: LinkTraffic::established(&new.link, unix_ms(wall)),
         };
         self.metrics.member_session(&new.member);
-        self.metrics.member_link(
-            &new.member,
-            &LinkTraffic::default().record(&new.link, 0),
-            new.link.rtt,
-        );
+        (self.metrics).member_link(&new.member, &LinkDelta::from(&new.link), new.link.rtt);
         entries.insert(
             new.member,
             Entry {
