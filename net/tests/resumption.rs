@@ -56,6 +56,15 @@ async fn connect_once(endpoint: &quinn::Endpoint, server: &quinn::Endpoint) -> u
     s_send.write_all(b"y").await.unwrap();
     recv.read_exact(&mut byte).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // The hub identifies the member by the client certificate, resumed or not.
+    let identity = accepted
+        .peer_identity()
+        .and_then(|any| {
+            any.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .expect("the server sees the client's certificate");
+    assert_eq!(identity.len(), 1, "the member certificate");
     let stats = client.stats();
     client.close(0u32.into(), b"done");
     accepted.closed().await;

@@ -30,6 +30,10 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use support::{HubPorts, ops_get, wait_for};
 
+/// One three-member fleet at a time: two at once, beside the suite's other binaries, load a
+/// 2-core machine enough to slow other tests' agents to their limits.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The bad link of the issue: a congested cellular modem.
 const BAD_LINK: &str = "rtt=600ms,jitter=50ms,loss=5,rate=64kbit,seed=32";
 /// The member behind it; member-1 and member-2 are on perfect links.
@@ -176,6 +180,7 @@ async fn install(fleet: &Fleet, grace: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_link_gets_commands_in_time_stays_connected_and_gets_jobs_once() {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let fleet = fleet_with_edge_link(dir.path()).await;
     let states = watch_session(&fleet, EDGE);
@@ -366,6 +371,7 @@ async fn back(fleet: &Fleet, sessions: u64, total: i32) -> (Value, Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outages_fail_static_move_the_share_only_after_the_grace_period_and_resume_with_the_latest_state()
  {
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = FleetConfig::new(3, dir.path().to_owned()).unwrap();
     if config.bin_dir.ends_with("deps") {
