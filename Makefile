@@ -2,7 +2,7 @@
 CARGO ?= cargo
 
 .PHONY: chaos-dsj
-.PHONY: demo test helm-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet e2e-fleet charts
+.PHONY: demo test helm-env browser-env build fmt-check lint footprint crds bench-latency bench-dsj-latency bench-fleet e2e-fleet charts
 
 ## The main job: a local simulated fleet with a live view (kedge-sim up). The debug build is
 ## the one `make test` makes, so after either the other starts without building again.
@@ -17,7 +17,7 @@ demo:
 
 ## The whole test suite (README's second command; .ci/run calls it): every test binary
 ## `cargo test --workspace` runs, three at a time (KEDGE_TEST_JOBS), logs in target/test-logs.
-test: fmt-check helm-env
+test: fmt-check helm-env browser-env
 	$(CARGO) build --workspace --bins
 	python3 scripts/run-tests.py
 
@@ -25,6 +25,11 @@ test: fmt-check helm-env
 ## reused when present (tests/tests/charts.rs).
 helm-env:
 	bash scripts/helm-env.sh >/dev/null
+
+## The browser tests' headless Chromium: Debian's `chromium` package, installed with apt
+## (as root, or through sudo) when /usr/bin/chromium is absent (tests/tests/browser/).
+browser-env:
+	bash scripts/browser-env.sh >/dev/null
 
 build:
 	$(CARGO) build --release --workspace --bins
