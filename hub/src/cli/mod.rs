@@ -53,7 +53,8 @@ impl NamespaceArgs {
   kubectl kedge mc setup-member edge-1 --namespaces shop --hub-address hub.example.com:7443 \\
     --member-kubeconfig edge-1.kubeconfig
   kubectl kedge mc list-members -o wide
-  kubectl kedge sessions"
+  kubectl kedge sessions
+  kubectl kedge dashboard --open"
 )]
 pub struct Cli {
     /// The subcommand.
@@ -98,6 +99,13 @@ pub enum Command {
   kubectl kedge install agent --hub-address hub.example.com:7443 --ca-file ca.crt \\
     --token-file token --namespaces shop | kubectl --kubeconfig edge-1.kubeconfig apply -f -")]
     Install(install::InstallArgs),
+    /// Serve a read-only web view of the fleet, its DSOs and DSJs on 127.0.0.1, read with
+    /// your kubeconfig and updated live.
+    #[command(after_help = "Examples:
+  kubectl kedge dashboard
+  kubectl kedge dashboard --context mgmt --open
+  kubectl kedge dashboard --namespace shop --port 0")]
+    Dashboard(crate::dashboard::DashboardArgs),
     /// Print what `install` made, for `kubectl delete -f -`; CRDs and the hub CA stay
     /// unless asked.
     #[command(after_help = "Examples:
@@ -173,6 +181,7 @@ pub async fn run(cli: Cli, out: &mut impl std::io::Write) -> Result<()> {
         Command::Mc(args) => mc::run(&args, out).await,
         Command::Install(args) => install::install(&args, out),
         Command::Uninstall(args) => install::uninstall(&args, out),
+        Command::Dashboard(args) => crate::dashboard::run(&args, out).await,
     }
 }
 
