@@ -48,6 +48,8 @@ pub struct FleetConfig {
     pub agent_args: Vec<String>,
     /// Members whose agent reaches the hub through a link emulator, and its spec.
     pub links: BTreeMap<String, LinkSpec>,
+    /// Also run `kubectl kedge dashboard` on the hub cluster (a free loopback port).
+    pub dashboard: bool,
 }
 
 impl FleetConfig {
@@ -68,6 +70,7 @@ impl FleetConfig {
             agent_namespaces: vec!["default".into()],
             agent_args: Vec::new(),
             links: BTreeMap::new(),
+            dashboard: false,
         })
     }
 }
@@ -81,6 +84,8 @@ pub struct Fleet {
     agents: Vec<(String, Option<Child>)>,
     /// The link emulators in front of members' agents, alive as long as the fleet.
     links: BTreeMap<String, LinkEmulator>,
+    /// `kubectl kedge dashboard` and its port, when asked for.
+    dashboard: Option<(Child, u16)>,
     config: FleetConfig,
     quic_port: u16,
     ops_port: u16,
@@ -152,6 +157,7 @@ impl Fleet {
             hub,
             agents: Vec::new(),
             links: BTreeMap::new(),
+            dashboard: None,
             config,
             quic_port,
             ops_port,
@@ -168,10 +174,43 @@ impl Fleet {
         fleet
             .wait_connected(&members, Duration::from_secs(60))
             .await?;
+        if fleet.config.dashboard {
+            fleet.start_dashboard(Duration::from_secs(30)).await?;
+        }
         // Written once the fleet is ready, so its presence means the facts are live.
         let facts = fleet.facts().absolute()?;
         std::fs::write(facts.env_file(), facts.to_env())?;
         Ok(fleet)
+    }
+
+    /// Starts `kubectl kedge dashboard` on the hub cluster, as a user would, and waits until
+    /// it listens.
+    async fn start_dashboard(&mut self, limit: Duration) -> Result<()> {
+        let port = free_tcp_port()?;
+        let args = [
+            "dashboard".to_owned(),
+            "--kubeconfig".to_owned(),
+            self.kubeconfig(HUB_CLUSTER).display().to_string(),
+            "--port".to_owned(),
+            port.to_string(),
+        ];
+        let log = self.config.dir.join("logs/dashboard.log");
+        let child = spawn(&self.config.bin_dir.join("kubectl-kedge"), &args, &log)?;
+        self.dashboard = Some((child, port));
+        let start = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if start.elapsed() > limit {
+                return Err(Error::Fleet(format!(
+                    "kubectl kedge dashboard did not listen on port {port} within {limit:?}; see {}",
+                    log.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 
     /// Starts a link emulator towards the hub for each member given a spec.
@@ -320,6 +359,10 @@ impl Fleet {
             ops_url: self.ops_url(),
             hub_addr: self.hub_addr(),
             scaler_addr: self.scaler_addr(),
+            dashboard_url: self
+                .dashboard
+                .as_ref()
+                .map(|(_, port)| format!("http://127.0.0.1:{port}/")),
         }
     }
 
@@ -414,6 +457,9 @@ impl Fleet {
 
     /// Stops every process (SIGTERM, then kill after 5 s) and the simulated clusters.
     pub async fn shutdown(mut self) {
+        if let Some((child, _)) = self.dashboard.as_mut() {
+            stop(child).await;
+        }
         for (_, agent) in &mut self.agents {
             if let Some(child) = agent.as_mut() {
                 stop(child).await;
@@ -470,6 +516,8 @@ pub struct FleetFacts {
     pub hub_addr: String,
     /// The hub's KEDA external scaler.
     pub scaler_addr: String,
+    /// `kubectl kedge dashboard`, when the fleet runs one.
+    pub dashboard_url: Option<String>,
 }
 
 impl FleetFacts {
@@ -533,6 +581,9 @@ impl FleetFacts {
             ("LOGS_DIR".to_owned(), path(self.logs())),
             ("KEDGE_BIN_DIR".to_owned(), path(self.bin_dir.clone())),
         ]);
+        if let Some(url) = &self.dashboard_url {
+            pairs.push(("DASHBOARD_URL".to_owned(), url.clone()));
+        }
         let mut out = String::from(
             "# kedge-sim up: the running fleet (removed when it stops).\n\
              # In a shell: set -a; . THIS_FILE; set +a\n",
@@ -668,6 +719,7 @@ mod tests {
             ops_url: "http://127.0.0.1:41000".into(),
             hub_addr: "127.0.0.1:41001".into(),
             scaler_addr: "127.0.0.1:41002".into(),
+            dashboard_url: Some("http://127.0.0.1:41003/".into()),
         }
     }
 
@@ -686,7 +738,8 @@ mod tests {
              HUB_ADDR=127.0.0.1:41001\n\
              SCALER_ADDR=127.0.0.1:41002\n\
              LOGS_DIR=/home/me/kedge/.kedge-fleet/logs\n\
-             KEDGE_BIN_DIR=/home/me/kedge/target/debug\n"
+             KEDGE_BIN_DIR=/home/me/kedge/target/debug\n\
+             DASHBOARD_URL=http://127.0.0.1:41003/\n"
         );
     }
 

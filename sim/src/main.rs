@@ -52,6 +52,10 @@ struct Up {
     /// 120 s), rebind=20s (the address the hub sees changes, as a NAT rebinding), seed=N.
     #[arg(long = "link", value_name = "MEMBER:SPEC", value_parser = link)]
     links: Vec<(String, kedge_sim::link::LinkSpec)>,
+    /// Also serve `kubectl kedge dashboard` on a free loopback port (its URL is printed and
+    /// in DIR/fleet.env as DASHBOARD_URL); default: with the live view, not --headless.
+    #[arg(long, value_name = "BOOL")]
+    dashboard: Option<bool>,
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
@@ -96,6 +100,7 @@ async fn up(args: Up) -> anyhow::Result<()> {
     config.heartbeat = args.heartbeat;
     config.agent_namespaces = args.agent_namespaces;
     config.links = one_link_per_member(args.links)?;
+    config.dashboard = args.dashboard.unwrap_or(!args.headless);
     if !args.headless {
         config = kedge_sim::demo::with_demo_link(config);
     }
@@ -114,6 +119,9 @@ async fn up(args: Up) -> anyhow::Result<()> {
         fleet.dir().join("logs").display()
     );
     print_links(&fleet);
+    if let Some(url) = &fleet.facts().dashboard_url {
+        println!("dashboard:          {url} (kubectl kedge dashboard, read-only)");
+    }
     println!(
         "fleet file:         {} (all of the above as KEY=VALUE lines)",
         fleet.facts().env_file().display()

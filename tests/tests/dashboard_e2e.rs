@@ -318,5 +318,86 @@ async fn the_dashboard_shows_the_fleet_and_follows_it_in_a_real_browser() {
         agents.iter().take(2).all(Option::is_some),
         "member-1 and member-2 keep running"
     );
+
+    // --- A user who may read DSOs, DSJs and Events in `default` only: the dashboard shows
+    // what they may read and says what they may not.
+    let viewer_kubeconfig = viewer(&fleet).await;
+    let viewer_port = free_tcp_port();
+    let _viewer_dashboard = Proc::spawn(
+        &bin("kubectl-kedge"),
+        &[
+            "dashboard",
+            "--kubeconfig",
+            viewer_kubeconfig.to_str().unwrap(),
+            "--namespace",
+            "default",
+            "--port",
+            &viewer_port.to_string(),
+        ]
+        .map(String::from),
+        fleet.dir.join("viewer-dashboard.log"),
+    );
+    wait_for(LIMIT, "the viewer's dashboard listening", || async {
+        std::net::TcpStream::connect(("127.0.0.1", viewer_port))
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    let viewer_page = browser
+        .new_page(&format!("http://127.0.0.1:{viewer_port}/#/workloads"))
+        .await;
+    viewer_page
+        .wait_for(
+            "document.querySelector('#errors .error')?.textContent.includes('cannot read memberclusters.kedge.dev') && document.querySelectorAll('#dso-list a').length === 1",
+            PAGE,
+            "the viewer's page: the DSO, and why members are missing",
+        )
+        .await;
+    let banner = viewer_page
+        .eval("document.querySelector('#errors').textContent")
+        .await;
+    assert!(
+        banner.as_str().unwrap().contains("forbidden")
+            || banner.as_str().unwrap().contains("Forbidden"),
+        "{banner}"
+    );
+    viewer_page
+        .screenshot(&screenshots().join("viewer-workloads.png"))
+        .await;
+    assert_eq!(viewer_page.js_errors(), Vec::<String>::new());
     drop(dashboard);
+}
+
+/// A kubeconfig for ServiceAccount `default/viewer`, which may get, list and watch DSOs,
+/// DSJs and Events in `default`, and nothing else.
+async fn viewer(fleet: &Fleet) -> PathBuf {
+    let rbac = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: viewer, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: viewer, namespace: default}
+rules:
+- apiGroups: [kedge.dev]
+  resources: [distributedscaledobjects, distributedscaledjobs]
+  verbs: [get, list, watch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: viewer, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: viewer}
+subjects:
+- {kind: ServiceAccount, name: viewer, namespace: default}
+"#;
+    apply(fleet, rbac, "viewer.yaml").await;
+    let hub = fleet.sim.cluster("hub").unwrap();
+    let token = hub.service_account_token("default", "viewer");
+    let path = fleet.dir.join("viewer.kubeconfig");
+    std::fs::write(&path, hub.kubeconfig_with_token(&token)).unwrap();
+    path
 }

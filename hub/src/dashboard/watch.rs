@@ -126,9 +126,14 @@ pub fn describe(kind: Kind, error: &watcher::Error) -> String {
     };
     match status {
         Some(s) if s.code == 403 => format!(
-            "cannot read {}: {} (the dashboard reads with your kubeconfig; ask for get, list and watch on it, or limit the dashboard with --namespace)",
+            "cannot read {}: {} (the dashboard reads with your kubeconfig; ask for get, list and watch on it{})",
             kind.resource(),
-            s.message
+            s.message,
+            if kind == Kind::Member {
+                " (cluster-scoped); the workload pages work without it"
+            } else {
+                ", or limit the dashboard to a namespace you may read with --namespace"
+            }
         ),
         Some(s) if s.code == 404 => format!(
             "cannot read {}: the API does not serve it (are kedge's CRDs installed? `kubectl kedge crds | kubectl apply -f -`)",

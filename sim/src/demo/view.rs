@@ -270,12 +270,24 @@ pub fn render_short_header(facts: &FleetFacts, t: u64) -> String {
     format!(
         "kedge fleet demo  t={t}s  (Ctrl-C to stop; a taller terminal shows commands to try)\n\
          hub {}   ops {}   logs {}/\n\
-         members {members}   all in {}\n",
+         members {members}   all in {}\n{}",
         facts.kubeconfig(HUB_CLUSTER).display(),
         facts.ops_url,
         facts.logs().display(),
         facts.env_file().display(),
+        dashboard_line(facts),
     )
+}
+
+/// The dashboard's URL, when the fleet runs one (`kubectl kedge dashboard`).
+fn dashboard_line(facts: &FleetFacts) -> String {
+    facts
+        .dashboard_url
+        .as_ref()
+        .map(|url| {
+            format!("dashboard {url}   (open it in a browser: every scene shows there too)\n")
+        })
+        .unwrap_or_default()
 }
 
 /// Commands to try in another terminal while the fleet runs.
@@ -316,6 +328,7 @@ pub fn render_header(facts: &FleetFacts, t: u64) -> String {
         "all this  {} (KEY=VALUE, for another terminal)\n",
         path(&facts.env_file())
     ));
+    out.push_str(&dashboard_line(facts));
     for (i, command) in next_commands(facts).iter().enumerate() {
         let label = if i == 0 { "try" } else { "" };
         out.push_str(&format!("{label:<9} {command}\n"));
@@ -560,6 +573,7 @@ mod tests {
             ops_url: "http://127.0.0.1:41000".into(),
             hub_addr: "127.0.0.1:41001".into(),
             scaler_addr: "127.0.0.1:41002".into(),
+            dashboard_url: Some("http://127.0.0.1:41003/".into()),
         }
     }
 
@@ -590,6 +604,7 @@ mod tests {
             "http://127.0.0.1:41000",
             ".kedge-fleet/logs/",
             ".kedge-fleet/fleet.env",
+            "dashboard http://127.0.0.1:41003/",
         ] {
             assert!(text.contains(path), "no {path} in\n{text}");
         }
@@ -619,7 +634,8 @@ mod tests {
             render_short_header(&facts(), 3),
             "kedge fleet demo  t=3s  (Ctrl-C to stop; a taller terminal shows commands to try)\n\
              hub .kedge-fleet/hub.kubeconfig   ops http://127.0.0.1:41000   logs .kedge-fleet/logs/\n\
-             members .kedge-fleet/member-{1..3}.kubeconfig   all in .kedge-fleet/fleet.env\n"
+             members .kedge-fleet/member-{1..3}.kubeconfig   all in .kedge-fleet/fleet.env\n\
+             dashboard http://127.0.0.1:41003/   (open it in a browser: every scene shows there too)\n"
         );
     }
 
