@@ -5,6 +5,8 @@
 //! For each N it measures:
 //! - load: from opening the page to every member counted and the first rows drawn, and the
 //!   page's own time to parse and apply the snapshot;
+//! - render under churn: the same while the fleet heartbeats (each burst of changes re-sorts
+//!   and redraws);
 //! - render: the page's time to draw the fleet page (the 1 s clock tick redraws it), p50 and
 //!   max; sorting by a column, filtering, and scrolling to the middle (each until the next
 //!   frame is painted);
@@ -22,6 +24,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Its unit tests (`cargo test` runs them with the e2e tests) import what a bench does not use.
+#[allow(unused_imports)]
 #[path = "../tests/browser/mod.rs"]
 mod browser;
 mod common;
@@ -130,6 +134,8 @@ struct Row {
     apply_ms: f64,
     render_p50: f64,
     render_max: f64,
+    churn_render_p50: f64,
+    churn_render_max: f64,
     sort_ms: f64,
     filter_ms: f64,
     scroll_ms: f64,
@@ -245,7 +251,7 @@ async fn measure(browser: &Browser, n: usize, updates: usize, churn: u64) -> Row
     let stop = Arc::new(AtomicBool::new(false));
     let churner = {
         let stop = Arc::clone(&stop);
-        let hub = sim.cluster("hub").unwrap();
+        let hub = sim.cluster("hub").unwrap().clone();
         tokio::spawn(async move {
             let mut i = 0_usize;
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -273,6 +279,15 @@ async fn measure(browser: &Browser, n: usize, updates: usize, churn: u64) -> Row
         latencies.push(t.elapsed().as_secs_f64() * 1e3);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let mut churn_renders: Vec<f64> = page
+        .eval("window.kedge.renderTimes.slice(-50)")
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    let (churn_render_p50, _, churn_render_max) = percentiles(&mut churn_renders);
     stop.store(true, Ordering::Relaxed);
     churner.await.unwrap();
     let update = percentiles(&mut latencies);
@@ -291,6 +306,8 @@ async fn measure(browser: &Browser, n: usize, updates: usize, churn: u64) -> Row
         apply_ms,
         render_p50,
         render_max,
+        churn_render_p50,
+        churn_render_max,
         sort_ms,
         filter_ms,
         scroll_ms,
@@ -340,18 +357,20 @@ async fn main() {
         "\n{DSOS} DSOs, {DSJS} DSJs; {updates} status changes measured while the rest of the fleet writes {churn} statuses a second\n"
     );
     println!(
-        "| members | load ms | snapshot apply ms | render p50 ms | render max ms | sort ms | filter ms | scroll ms | update p50 ms | update p99 ms | update max ms | dashboard RSS MiB |"
+        "| members | load ms | snapshot apply ms | render p50 ms | render max ms | render under churn p50 ms | render under churn max ms | sort ms | filter ms | scroll ms | update p50 ms | update p99 ms | update max ms | dashboard RSS MiB |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut missed = Vec::new();
     for r in &rows {
         println!(
-            "| {} | {:.0} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
+            "| {} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |",
             r.members,
             r.load_ms,
             r.apply_ms,
             r.render_p50,
             r.render_max,
+            r.churn_render_p50,
+            r.churn_render_max,
             r.sort_ms,
             r.filter_ms,
             r.scroll_ms,
@@ -368,10 +387,11 @@ async fn main() {
                 UPDATE_TARGET.as_millis()
             ));
         }
-        if r.render_max > RENDER_TARGET_MS {
+        if r.render_max.max(r.churn_render_max) > RENDER_TARGET_MS {
             missed.push(format!(
                 "{} members: fleet page render {:.0} ms > {RENDER_TARGET_MS} ms",
-                r.members, r.render_max
+                r.members,
+                r.render_max.max(r.churn_render_max)
             ));
         }
     }

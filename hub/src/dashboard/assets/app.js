@@ -16,7 +16,7 @@
     history: new Map(), errors: {}, namespace: null, synced: false, skew: 0,
   };
   // What the browser tests and the bench read.
-  const probe = { state: S, renders: 0, deltas: 0, snapshots: 0, lastRenderMs: 0, lastApplyMs: 0, renderTimes: [], synced: false };
+  const probe = { state: S, renders: 0, deltas: 0, snapshots: 0, lastRenderMs: 0, lastApplyMs: 0, snapshotApplyMs: 0, renderTimes: [], synced: false };
   window.kedge = probe;
 
   const now = () => Date.now() + S.skew;
@@ -157,7 +157,12 @@
   }
   function connect() {
     const es = new EventSource('/api/stream');
-    es.addEventListener('snapshot', (e) => { applySnapshot(JSON.parse(e.data)); setConnection('live', 'live'); });
+    es.addEventListener('snapshot', (e) => {
+      const t0 = performance.now();
+      applySnapshot(JSON.parse(e.data));
+      probe.snapshotApplyMs = performance.now() - t0;
+      setConnection('live', 'live');
+    });
     es.addEventListener('delta', (e) => applyDelta(JSON.parse(e.data)));
     es.addEventListener('open', () => setConnection('live', 'live'));
     // EventSource reconnects by itself; the server sends a fresh snapshot then.
