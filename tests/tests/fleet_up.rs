@@ -454,9 +454,25 @@ async fn the_live_view_header_names_the_fleet_and_its_commands_work() {
         &env["OPS_URL"],
         &env["LOGS_DIR"],
         &dir.path().join("fleet.env").display().to_string(),
+        &env["DASHBOARD_URL"],
     ] {
         assert!(first.contains(fact), "the header lacks {fact}:\n{first}");
     }
+    // The dashboard it runs shows the demo's members and workloads.
+    let snapshot = dashboard_snapshot(&env["DASHBOARD_URL"]).await;
+    let keys = |kind: &str| -> Vec<String> {
+        snapshot["kinds"][kind]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v["key"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(keys("member"), ["member-1", "member-2"], "{snapshot}");
+    assert_eq!(keys("dso"), ["default/nginx", "default/vllm"], "{snapshot}");
+    assert_eq!(keys("dsj"), ["default/queue-worker"], "{snapshot}");
     assert!(first.contains("scene 1/5: "), "{first}");
     assert!(first.contains(" · the tour restarts in "), "{first}");
 
@@ -506,6 +522,24 @@ async fn the_live_view_header_names_the_fleet_and_its_commands_work() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "kedge-sim up exit status {status:?}");
+}
+
+/// `GET /api/snapshot` of the dashboard at `url` (`http://127.0.0.1:PORT/`), as JSON.
+async fn dashboard_snapshot(url: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let request =
+        format!("GET /api/snapshot HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 /// The last 30 lines of every log in `dir`, for a failure message.
