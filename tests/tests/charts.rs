@@ -587,14 +587,24 @@ fn hub_chart_crds_are_deploy_crds() {
         .iter()
         .filter_map(|c| c["spec"]["names"]["kind"].as_str())
         .collect();
+    // ClusterProfile (SIG-Multicluster's cluster inventory) too: Helm installs a CRD of
+    // crds/ only when absent, so one from OCM or KubeFleet stays as it is.
     assert_eq!(
         kinds,
         BTreeSet::from([
+            "ClusterProfile",
             "DistributedScaledJob",
             "DistributedScaledObject",
             "MemberCluster"
         ])
     );
+    let profiles = r
+        .crds
+        .iter()
+        .find(|c| c["spec"]["names"]["kind"] == "ClusterProfile")
+        .unwrap();
+    assert_eq!(profiles["spec"]["group"], "multicluster.x-k8s.io");
+    assert_eq!(profiles["spec"]["scope"], "Namespaced");
 }
 
 const CA: &str = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n";
@@ -1078,5 +1088,12 @@ fn kubectl_kedge_install_prints_what_the_charts_render() {
         with_crds
             .iter()
             .any(|o| o["metadata"]["name"] == "kedge-hub-ca")
+    );
+    // The ClusterProfile CRD is installed with the hub but never deleted by it: other cluster
+    // managers' profiles may live in it.
+    assert!(
+        !with_crds
+            .iter()
+            .any(|o| o["metadata"]["name"] == "clusterprofiles.multicluster.x-k8s.io")
     );
 }

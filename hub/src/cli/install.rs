@@ -272,7 +272,8 @@ pub enum UninstallCommand {
         /// The Lease of the hub's Role.
         #[arg(long, default_value = "kedge-hub")]
         lease_name: String,
-        /// Also the CRDs: deletes every DSO, DSJ and MemberCluster of the cluster.
+        /// Also the CRDs: deletes every DSO, DSJ and MemberCluster of the cluster. Not the
+        /// ClusterProfile CRD, which other cluster managers' profiles may share.
         #[arg(long)]
         include_crds: bool,
         /// Also the hub CA Secret: every member must be enrolled again.
@@ -302,8 +303,15 @@ fn write_objects(objects: &[Value], out: &mut impl std::io::Write) -> Result<()>
     Ok(())
 }
 
-fn crds() -> Result<Vec<Value>> {
-    Ok(kedge_core::crd::crds()
+/// The CRDs as objects: `shipped`, every CRD the hub chart carries (ClusterProfile too);
+/// otherwise kedge's own only.
+fn crds(shipped: bool) -> Result<Vec<Value>> {
+    let crds = if shipped {
+        kedge_core::crd::shipped_crds()
+    } else {
+        kedge_core::crd::crds()
+    };
+    Ok(crds
         .iter()
         .map(serde_json::to_value)
         .collect::<Result<_, _>>()?)
@@ -326,7 +334,7 @@ pub fn install(args: &InstallArgs, out: &mut impl std::io::Write) -> Result<()> 
                 d.tag
             )?;
             if !hub.skip_crds {
-                write_objects(&crds()?, out)?;
+                write_objects(&crds(true)?, out)?;
             }
             write_objects(&hub_manifests(&d), out)
         }
@@ -390,8 +398,9 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
             if *include_ca {
                 objects.push(secret(namespace, crate::ca::CA_SECRET));
             }
+            // Not the ClusterProfile CRD: it may hold other cluster managers' profiles.
             if *include_crds {
-                objects.extend(crds()?.iter().map(reference));
+                objects.extend(crds(false)?.iter().map(reference));
             }
             "management cluster"
         }
