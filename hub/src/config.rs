@@ -116,6 +116,14 @@ pub struct HubArgs {
     /// server alone.
     #[arg(long, env = "KEDGE_HUB_CONTROLLERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub controllers: bool,
+    /// Publish one SIG-Multicluster ClusterProfile (multicluster.x-k8s.io/v1alpha1) per
+    /// MemberCluster, for cluster-inventory readers (Headlamp, Argo CD, MultiKueue); see
+    /// docs/cluster-inventory.md. Without the ClusterProfile CRD the hub warns and retries.
+    #[arg(long, env = "KEDGE_HUB_CLUSTER_PROFILES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cluster_profiles: bool,
+    /// Namespace of the published ClusterProfiles; default: --namespace.
+    #[arg(long, env = "KEDGE_HUB_CLUSTER_PROFILE_NAMESPACE")]
+    pub cluster_profile_namespace: Option<String>,
     /// Name of the coordination.k8s.io/v1 Lease that elects the one active hub.
     #[arg(long, env = "KEDGE_HUB_LEASE_NAME", default_value = "kedge-hub")]
     pub lease_name: String,
@@ -231,6 +239,12 @@ impl HubArgs {
                 dsj: self.dsj_enabled,
                 scaler_address: self.scaler().ok().flatten().map(|s| s.address),
                 watch_failure_tolerance: self.watch_failure_tolerance,
+                cluster_profiles: self.cluster_profiles.then(|| {
+                    self.cluster_profile_namespace
+                        .clone()
+                        .filter(|ns| !ns.is_empty())
+                        .unwrap_or_else(|| self.namespace.clone())
+                }),
             })
     }
 
