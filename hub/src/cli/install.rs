@@ -65,6 +65,13 @@ pub struct HubArgs {
     /// Run the DistributedScaledJob controller (adds its RBAC).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub dsj_enabled: bool,
+    /// Publish a SIG-Multicluster ClusterProfile per member (adds RBAC for them in their
+    /// namespace; docs/cluster-inventory.md).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub cluster_profiles: bool,
+    /// Namespace of the ClusterProfiles (must exist); default: --namespace.
+    #[arg(long)]
+    pub cluster_profile_namespace: Option<String>,
     /// The hub image, without tag.
     #[arg(long, default_value = DEFAULT_HUB_IMAGE)]
     pub image: String,
@@ -145,6 +152,8 @@ impl HubArgs {
                     port: self.scaler_port,
                     ..ScalerInstall::default()
                 }),
+                cluster_profiles: self.cluster_profiles,
+                cluster_profile_namespace: self.cluster_profile_namespace.clone(),
             },
             dso_enabled: self.dso_enabled,
             image: self.image.clone(),
@@ -391,6 +400,10 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
                     dsj_enabled: true,
                     enrollment: true,
                     scaler: HubInstall::default().scaler,
+                    // The ClusterProfiles' Role as the default install puts it (in the hub's
+                    // namespace); the profiles themselves stay.
+                    cluster_profiles: true,
+                    cluster_profile_namespace: None,
                 },
                 ..HubDeployment::default()
             };
