@@ -339,7 +339,6 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use kedge_core::crd::cluster_profile::{CONDITION_CONTROL_PLANE_HEALTHY, PROPERTY_TAINTS};
-    use kedge_core::crd::dsj::TaintRecord;
     use kedge_core::crd::{MemberCluster, MemberClusterSpec, MemberClusterStatus};
 
     use super::*;
