@@ -221,88 +221,18 @@ pub fn profile(
         .and_then(|s| s.state.as_deref())
         .and_then(|s| s.parse::<MemberPhase>().ok())
         .unwrap_or(MemberPhase::Pending);
-    // A MemberCluster's state is one of these three; anything else counts as never connected.
-    let joined = matches!(phase, MemberPhase::Ready | MemberPhase::Unreachable);
-    let (healthy, reason, message) = match phase {
-        MemberPhase::Ready => (
-            "True",
-            REASON_AGENT_CONNECTED,
-            "the member's agent holds a live session with the hub".to_owned(),
-        ),
-        MemberPhase::Unreachable => (
-            "False",
-            REASON_AGENT_UNREACHABLE,
-            "the hub lost the member's agent session (control plane or link down)".to_owned(),
-        ),
-        _ => (
-            "Unknown",
-            REASON_AGENT_NEVER_CONNECTED,
-            "the member's agent has never connected".to_owned(),
-        ),
-    };
     let old = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
-    let conditions = vec![
-        condition(
-            old,
-            CONDITION_CONTROL_PLANE_HEALTHY,
-            healthy,
-            reason,
-            message,
-            now,
-        ),
-        if joined {
-            condition(
-                old,
-                CONDITION_JOINED,
-                "True",
-                REASON_AGENT_CONNECTED,
-                "the member's agent has connected to the hub".to_owned(),
-                now,
-            )
-        } else {
-            condition(
-                old,
-                CONDITION_JOINED,
-                "False",
-                REASON_AGENT_NEVER_CONNECTED,
-                "the member's agent has never connected".to_owned(),
-                now,
-            )
-        },
-    ];
     let mut values = vec![(PROPERTY_CLUSTER_MANAGER, CLUSTER_MANAGER.to_owned())];
     if let Some(agent) = status.and_then(|s| s.agent_version.clone()) {
         values.push((PROPERTY_AGENT_VERSION, agent));
     }
-    if !member.spec.namespaces.is_empty() {
-        values.push((PROPERTY_NAMESPACES, member.spec.namespaces.join(",")));
-    }
-    let taints = taints_value(taints, now);
-    if !taints.is_empty() {
-        values.push((PROPERTY_TAINTS, taints));
-    }
+    values.push((PROPERTY_NAMESPACES, member.spec.namespaces.join(",")));
+    values.push((PROPERTY_TAINTS, taints_value(taints, now)));
     let old_properties = previous
         .map(|p| p.properties.as_slice())
         .unwrap_or_default();
-    let properties = values
-        .into_iter()
-        .filter(|(_, value)| !value.is_empty())
-        .map(|(name, value)| {
-            let value = bounded_value(value);
-            let observed = old_properties
-                .iter()
-                .find(|p| p.name == name && p.value == value)
-                .and_then(|p| p.last_observed_time.clone())
-                .unwrap_or_else(|| crate::time::to_time(now));
-            Property {
-                name: name.to_owned(),
-                value,
-                last_observed_time: Some(observed),
-            }
-        })
-        .collect();
     ClusterProfile {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: Some(name.clone()),
@@ -317,16 +247,92 @@ pub fn profile(
             },
         },
         status: Some(ClusterProfileStatus {
-            conditions,
+            conditions: conditions(phase, old, now),
             version: ClusterVersion {
                 kubernetes: status
                     .and_then(|s| s.kubernetes_version.clone())
                     .unwrap_or_default(),
             },
-            properties,
+            properties: properties(values, old_properties, now),
             ..Default::default()
         }),
     }
+}
+
+/// `ControlPlaneHealthy` and `Joined` of a member in `phase` (a MemberCluster's state is
+/// `Ready`, `Unreachable` or `Pending`; anything else counts as never connected).
+fn conditions(phase: MemberPhase, old: &[Condition], now: SystemTime) -> Vec<Condition> {
+    let (healthy, reason, message) = match phase {
+        MemberPhase::Ready => (
+            "True",
+            REASON_AGENT_CONNECTED,
+            "the member's agent holds a live session with the hub",
+        ),
+        MemberPhase::Unreachable => (
+            "False",
+            REASON_AGENT_UNREACHABLE,
+            "the hub lost the member's agent session (control plane or link down)",
+        ),
+        _ => (
+            "Unknown",
+            REASON_AGENT_NEVER_CONNECTED,
+            "the member's agent has never connected",
+        ),
+    };
+    let (joined, joined_reason, joined_message) =
+        if matches!(phase, MemberPhase::Ready | MemberPhase::Unreachable) {
+            (
+                "True",
+                REASON_AGENT_CONNECTED,
+                "the member's agent has connected to the hub",
+            )
+        } else {
+            (
+                "False",
+                REASON_AGENT_NEVER_CONNECTED,
+                "the member's agent has never connected",
+            )
+        };
+    vec![
+        condition(
+            old,
+            CONDITION_CONTROL_PLANE_HEALTHY,
+            healthy,
+            reason,
+            message,
+            now,
+        ),
+        condition(
+            old,
+            CONDITION_JOINED,
+            joined,
+            joined_reason,
+            joined_message,
+            now,
+        ),
+    ]
+}
+
+/// The properties of `values` that have one (upstream requires a value), each cut to the
+/// upstream bound; observed at `now` unless `old` had the same value.
+fn properties(values: Vec<(&str, String)>, old: &[Property], now: SystemTime) -> Vec<Property> {
+    values
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| {
+            let value = bounded_value(value);
+            let observed = old
+                .iter()
+                .find(|p| p.name == name && p.value == value)
+                .and_then(|p| p.last_observed_time.clone())
+                .unwrap_or_else(|| crate::time::to_time(now));
+            Property {
+                name: name.to_owned(),
+                value,
+                last_observed_time: Some(observed),
+            }
+        })
+        .collect()
 }
 
 /// A condition whose transition time is kept from `previous` while its status stays.
@@ -335,7 +341,7 @@ fn condition(
     type_: &str,
     status: &str,
     reason: &str,
-    message: String,
+    message: &str,
     now: SystemTime,
 ) -> Condition {
     let last_transition_time = previous
@@ -349,7 +355,7 @@ fn condition(
         type_: type_.to_owned(),
         status: status.to_owned(),
         reason: reason.to_owned(),
-        message,
+        message: message.to_owned(),
         observed_generation: None,
         last_transition_time,
     }

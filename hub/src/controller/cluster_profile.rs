@@ -221,7 +221,9 @@ pub fn plan(
 }
 
 /// One pass: writes what differs and deletes what lost its member, [`WRITES_IN_FLIGHT`] at a
-/// time, at most [`WRITES_PER_PASS`]. A refused profile is left for [`REFUSED_RETRY`].
+/// time, at most [`WRITES_PER_PASS`] of each. A refused profile is left for
+/// [`REFUSED_RETRY`]; any other failure ends the pass with the first error, after the rest
+/// went.
 async fn pass(
     ctx: &ProfileContext,
     published: &mut BTreeMap<String, ClusterProfile>,
@@ -241,6 +243,19 @@ async fn pass(
         .filter(|p| !refused.contains_key(&p.name_any()))
         .take(WRITES_PER_PASS)
         .collect();
+    let written = write_all(ctx, writes, published, refused).await;
+    let deleted = delete_all(ctx, gone, published).await;
+    written.and(deleted)
+}
+
+/// Applies `writes`, recording each one applied in `published` and each one refused for
+/// itself alone in `refused`.
+async fn write_all(
+    ctx: &ProfileContext,
+    writes: Vec<ClusterProfile>,
+    published: &mut BTreeMap<String, ClusterProfile>,
+    refused: &mut BTreeMap<String, tokio::time::Instant>,
+) -> Result<()> {
     let mut results = futures::stream::iter(writes)
         .map(|p| async move {
             let result = apply(ctx, &p).await;
@@ -269,7 +284,16 @@ async fn pass(
             }
         }
     }
-    drop(results);
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Deletes the profiles named in `gone` (one already gone counts as deleted), and forgets
+/// them in `published`.
+async fn delete_all(
+    ctx: &ProfileContext,
+    gone: Vec<String>,
+    published: &mut BTreeMap<String, ClusterProfile>,
+) -> Result<()> {
     let api: Api<ClusterProfile> = Api::namespaced(ctx.shared.client.clone(), &ctx.namespace);
     let deletes = futures::stream::iter(gone.into_iter().take(WRITES_PER_PASS))
         .map(|name| {
@@ -286,6 +310,7 @@ async fn pass(
         .buffer_unordered(WRITES_IN_FLIGHT)
         .collect::<Vec<_>>()
         .await;
+    let mut first_error = None;
     for (name, result) in deletes {
         match result {
             Ok(_) => {
