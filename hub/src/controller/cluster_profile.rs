@@ -95,18 +95,23 @@ pub async fn run(ctx: Arc<ProfileContext>, shutdown: CancellationToken) {
     let mut listed = tokio::time::Instant::now();
     let mut refused: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let mut no_crd = false;
+    let mut relist = false;
     let mut backoff = Duration::ZERO;
     info!(namespace = %ctx.namespace, "ClusterProfile publisher started");
     loop {
         let wait = match published.as_mut() {
-            Some(published) if listed.elapsed() < RELIST => {
+            Some(published) if !relist && listed.elapsed() < RELIST => {
                 ctx.shared.metrics.reconciled(CONTROLLER);
                 match pass(&ctx, published, &mut refused).await {
                     Ok(()) => {
                         backoff = Duration::ZERO;
                         PASS
                     }
-                    Err(error) => failed(&ctx, &error, &mut backoff),
+                    Err(error) => {
+                        // The CRD (or the namespace) went away: list again, which tells.
+                        relist = no_such_resource(&error);
+                        failed(&ctx, &error, &mut backoff)
+                    }
                 }
             }
             _ => match list(&ctx).await {
@@ -117,6 +122,7 @@ pub async fn run(ctx: Arc<ProfileContext>, shutdown: CancellationToken) {
                     no_crd = false;
                     published = Some(now);
                     listed = tokio::time::Instant::now();
+                    relist = false;
                     Duration::ZERO
                 }
                 Err(ListError::NoCrd) => {
@@ -273,7 +279,7 @@ async fn write_all(
             // Refused for this profile alone (a foreign profile of the same name whose
             // cluster manager cannot change, a missing namespace): the others still go.
             Err(Error::Kube(kube::Error::Api(status)))
-                if status.code != 429 && status.code < 500 =>
+                if status.code != 404 && status.code != 429 && status.code < 500 =>
             {
                 warn!(profile = %name, namespace = %ctx.namespace, error = %status.message,
                     retry_in = ?REFUSED_RETRY, "ClusterProfile refused");
