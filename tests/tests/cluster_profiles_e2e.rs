@@ -2,7 +2,8 @@
 //! CRD from deploy/crds, the real `kedge-hub` and agents, and the real `kubectl` reading
 //! what a cluster-inventory consumer reads. One profile per member with its health and
 //! Kubernetes version; a lost agent turns ControlPlaneHealthy False; a deleted
-//! MemberCluster takes its profile along. Without the CRD the hub warns and serves on.
+//! MemberCluster takes its profile along. Without the CRD (at start or gone later) the hub
+//! warns and serves on.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -44,8 +45,8 @@ fn healthy(p: &Value) -> Option<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_has_a_profile_that_follows_its_agent_and_goes_with_it() {
     let (_dir, fleet) = start(&["member-1", "member-2"]).await;
-    let _hub = fleet.start_hub("hub.log");
-    let _agent1 = fleet.start_agent("member-1", Some("default"), "member-1.log");
+    let hub = fleet.start_hub("hub.log");
+    let agent1 = fleet.start_agent("member-1", Some("default"), "member-1.log");
     let agent2 = fleet.start_agent("member-2", Some("default"), "member-2.log");
 
     let both = wait_for(FOLLOW, "a healthy profile per member", || async {
@@ -107,6 +108,18 @@ async fn every_member_has_a_profile_that_follows_its_agent_and_goes_with_it() {
     wait_for(FOLLOW, "member-2's profile gone", || async {
         let names: Vec<String> = profiles(&fleet).await.into_iter().map(|(n, _)| n).collect();
         (names == ["member-1"]).then_some(())
+    })
+    .await;
+
+    // The CRD goes while the hub runs: the next write fails, the hub looks and warns once.
+    fleet
+        .kubectl(&["delete", "crd", "clusterprofiles.multicluster.x-k8s.io"])
+        .await;
+    drop(agent1);
+    wait_for(FOLLOW, "the missing-CRD warning", || async {
+        hub.log_text()
+            .contains("no ClusterProfile CRD")
+            .then_some(())
     })
     .await;
 }
