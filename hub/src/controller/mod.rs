@@ -497,18 +497,7 @@ pub async fn run(
         Arc::new(member::MemberContext::new(shared.clone())),
         shutdown.clone(),
     ));
-    let profiles = config.cluster_profiles.clone().map(|namespace| {
-        let dsjs = config
-            .dsj
-            .then(|| dsj_cache(&shared.client, &health, &shutdown));
-        let ctx = cluster_profile::ProfileContext {
-            shared: shared.clone(),
-            namespace,
-            dsjs: dsjs.as_ref().map(|(store, _)| store.clone()),
-        };
-        let task = tokio::spawn(cluster_profile::run(Arc::new(ctx), shutdown.clone()));
-        (task, dsjs.map(|(_, cache)| cache))
-    });
+    let profiles = spawn_cluster_profiles(&config, &shared, &health, &shutdown);
     let dsos = async {
         if config.dso {
             run_dsos(
@@ -535,15 +524,38 @@ pub async fn run(
     if shutdown.is_cancelled() {
         let _ = members.await;
     }
-    if let Some((task, dsjs)) = profiles {
-        if shutdown.is_cancelled() {
-            let _ = task.await;
-        }
-        if let Some(dsjs) = dsjs {
-            dsjs.abort();
-        }
+    if let Some(task) = profiles
+        && shutdown.is_cancelled()
+    {
+        let _ = task.await;
     }
     cache.abort();
+}
+
+/// With `config.cluster_profiles`, the ClusterProfile publisher (and with the DSJ controller
+/// its cache of DSJs, for their taints), running until `shutdown`.
+fn spawn_cluster_profiles(
+    config: &ControllerConfig,
+    shared: &Arc<Shared>,
+    health: &Arc<decode::WatchHealth>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let namespace = config.cluster_profiles.clone()?;
+    let dsjs = config
+        .dsj
+        .then(|| dsj_cache(&shared.client, health, shutdown));
+    let ctx = cluster_profile::ProfileContext {
+        shared: shared.clone(),
+        namespace,
+        dsjs: dsjs.as_ref().map(|(store, _)| store.clone()),
+    };
+    let stop = shutdown.clone();
+    Some(tokio::spawn(async move {
+        cluster_profile::run(Arc::new(ctx), stop).await;
+        if let Some((_, cache)) = dsjs {
+            cache.abort();
+        }
+    }))
 }
 
 /// A cache of DistributedScaledJobs for the ClusterProfile publisher (their taints), and the
