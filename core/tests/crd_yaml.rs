@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 fn rendered() -> Vec<(String, String)> {
-    kedge_core::crd::crds()
+    kedge_core::crd::shipped_crds()
         .into_iter()
         .map(|crd| {
             let name = crd.metadata.name.clone().unwrap_or_default();

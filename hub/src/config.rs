@@ -116,6 +116,14 @@ pub struct HubArgs {
     /// server alone.
     #[arg(long, env = "KEDGE_HUB_CONTROLLERS", default_value_t = true, action = clap::ArgAction::Set)]
     pub controllers: bool,
+    /// Publish one SIG-Multicluster ClusterProfile (multicluster.x-k8s.io/v1alpha1) per
+    /// MemberCluster, for cluster-inventory readers (Headlamp, Argo CD, MultiKueue); see
+    /// docs/cluster-inventory.md. Without the ClusterProfile CRD the hub warns and retries.
+    #[arg(long, env = "KEDGE_HUB_CLUSTER_PROFILES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cluster_profiles: bool,
+    /// Namespace of the published ClusterProfiles (it must exist); default: --namespace.
+    #[arg(long, env = "KEDGE_HUB_CLUSTER_PROFILE_NAMESPACE", value_parser = namespace_name)]
+    pub cluster_profile_namespace: Option<String>,
     /// Name of the coordination.k8s.io/v1 Lease that elects the one active hub.
     #[arg(long, env = "KEDGE_HUB_LEASE_NAME", default_value = "kedge-hub")]
     pub lease_name: String,
@@ -205,6 +213,17 @@ fn duration_within(
     kedge_net::flags::duration_within(min, max)
 }
 
+/// Parses a namespace name (an RFC 1123 label).
+fn namespace_name(value: &str) -> Result<String, String> {
+    if kedge_protocol::is_dns1123_label(value) {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "{value:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+        ))
+    }
+}
+
 /// Parses `--lease-duration`: within [`LEASE_DURATION`], rounded up to whole seconds because
 /// `leaseDurationSeconds` is an integer.
 fn parse_lease_duration(value: &str) -> Result<Duration, String> {
@@ -231,6 +250,12 @@ impl HubArgs {
                 dsj: self.dsj_enabled,
                 scaler_address: self.scaler().ok().flatten().map(|s| s.address),
                 watch_failure_tolerance: self.watch_failure_tolerance,
+                cluster_profiles: self.cluster_profiles.then(|| {
+                    self.cluster_profile_namespace
+                        .clone()
+                        .filter(|ns| !ns.is_empty())
+                        .unwrap_or_else(|| self.namespace.clone())
+                }),
             })
     }
 
@@ -363,6 +388,34 @@ mod tests {
         assert_eq!(args.ops_listen, "127.0.0.1:8080".parse().unwrap());
         let wide = HubArgs::try_parse_from(["kedge-hub", "--ops-listen", "0.0.0.0:8080"]).unwrap();
         assert_eq!(wide.ops_listen, "0.0.0.0:8080".parse().unwrap());
+    }
+
+    /// ClusterProfiles go to the hub's namespace unless another is named; `false` stops them.
+    #[test]
+    fn cluster_profiles_are_published_in_the_hub_namespace_unless_told_otherwise() {
+        let profiles = |args: &[&str]| {
+            let args = HubArgs::try_parse_from([&["kedge-hub"][..], args].concat()).unwrap();
+            args.controllers().unwrap().cluster_profiles
+        };
+        assert_eq!(profiles(&[]).as_deref(), Some("kedge-system"));
+        assert_eq!(
+            profiles(&["--namespace", "kedge"]).as_deref(),
+            Some("kedge")
+        );
+        assert_eq!(
+            profiles(&[
+                "--namespace",
+                "kedge",
+                "--cluster-profile-namespace",
+                "fleet"
+            ])
+            .as_deref(),
+            Some("fleet")
+        );
+        assert_eq!(profiles(&["--cluster-profiles", "false"]), None);
+        assert!(
+            HubArgs::try_parse_from(["kedge-hub", "--cluster-profile-namespace", "A_B"]).is_err()
+        );
     }
 
     #[test]

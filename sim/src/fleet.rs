@@ -691,7 +691,7 @@ pub async fn install_crds(client: kube::Client) -> Result<()> {
     )
     .await?;
     let api: Api<CustomResourceDefinition> = Api::all(client);
-    let mut crds = kedge_core::crd::crds();
+    let mut crds = kedge_core::crd::shipped_crds();
     for keda in crate::keda::CRDS {
         let keda: CustomResourceDefinition =
             serde_yaml::from_str(keda).map_err(|e| Error::Fleet(format!("KEDA CRD: {e}")))?;

@@ -157,6 +157,7 @@ fn hub_cases() -> Vec<(&'static str, &'static str, Value, HubInstall)> {
                 "networkPolicy": {"enabled": true},
                 "scaler": {"port": 9443, "kedaNamespace": "keda-system", "certLifetime": "7d",
                     "address": "scaler.example:443"},
+                "clusterProfiles": {"namespace": "fleet"},
             }),
             HubInstall {
                 namespace: "kedge".into(),
@@ -164,6 +165,8 @@ fn hub_cases() -> Vec<(&'static str, &'static str, Value, HubInstall)> {
                 dsj_enabled: true,
                 enrollment: true,
                 scaler: Some(scaler_elsewhere()),
+                cluster_profiles: true,
+                cluster_profile_namespace: Some("fleet".into()),
             },
         ),
         (
@@ -178,6 +181,15 @@ fn hub_cases() -> Vec<(&'static str, &'static str, Value, HubInstall)> {
             json!({"scaler": {"enabled": false}}),
             HubInstall {
                 scaler: None,
+                ..HubInstall::default()
+            },
+        ),
+        (
+            "no ClusterProfiles",
+            "kedge-system",
+            json!({"clusterProfiles": {"enabled": false}}),
+            HubInstall {
+                cluster_profiles: false,
                 ..HubInstall::default()
             },
         ),
@@ -229,6 +241,8 @@ fn hub_chart_is_what_hub_manifests_renders() {
             dsj_enabled: true,
             enrollment: true,
             scaler: Some(scaler_elsewhere()),
+            cluster_profiles: true,
+            cluster_profile_namespace: Some("fleet".into()),
         },
         dso_enabled: false,
         image: "registry.example/kedge-hub".into(),
@@ -250,7 +264,9 @@ fn hub_chart_is_what_hub_manifests_renders() {
     };
     let mut no_scaler = HubDeployment::default();
     no_scaler.rbac.scaler = None;
-    for d in [HubDeployment::default(), other, no_scaler] {
+    let mut no_profiles = HubDeployment::default();
+    no_profiles.rbac.cluster_profiles = false;
+    for d in [HubDeployment::default(), other, no_scaler, no_profiles] {
         d.validate().unwrap();
         let case = format!("{:?}, {:?}", d.rbac, d.service_type);
         let chart = rendered("kedge-hub", &d.rbac.namespace, &hub_helm_values(&d));
@@ -379,6 +395,7 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
         ("--heartbeat-tolerance", "3"),
         ("--lease-name", "kedge-hub"),
         ("--log-format", "json"),
+        ("--cluster-profile-namespace", "kedge-system"),
     ] {
         assert_eq!(f.get(flag).map(String::as_str), Some(value), "{flag}");
     }
@@ -415,6 +432,7 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
         ("--log-format", "text"),
         ("--server-dns-names", "hub.example.com"),
         ("--server-ips", "10.0.0.9,fd00::9"),
+        ("--cluster-profile-namespace", "fleet"),
         ("--scaler-listen", "0.0.0.0:9443"),
         ("--scaler-address", "scaler.example:443"),
         ("--keda-namespace", "keda-system"),
@@ -587,14 +605,24 @@ fn hub_chart_crds_are_deploy_crds() {
         .iter()
         .filter_map(|c| c["spec"]["names"]["kind"].as_str())
         .collect();
+    // ClusterProfile (SIG-Multicluster's cluster inventory) too: Helm installs a CRD of
+    // crds/ only when absent, so one from OCM or KubeFleet stays as it is.
     assert_eq!(
         kinds,
         BTreeSet::from([
+            "ClusterProfile",
             "DistributedScaledJob",
             "DistributedScaledObject",
             "MemberCluster"
         ])
     );
+    let profiles = r
+        .crds
+        .iter()
+        .find(|c| c["spec"]["names"]["kind"] == "ClusterProfile")
+        .unwrap();
+    assert_eq!(profiles["spec"]["group"], "multicluster.x-k8s.io");
+    assert_eq!(profiles["spec"]["scope"], "Namespaced");
 }
 
 const CA: &str = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n";
@@ -1078,5 +1106,12 @@ fn kubectl_kedge_install_prints_what_the_charts_render() {
         with_crds
             .iter()
             .any(|o| o["metadata"]["name"] == "kedge-hub-ca")
+    );
+    // The ClusterProfile CRD is installed with the hub but never deleted by it: other cluster
+    // managers' profiles may live in it.
+    assert!(
+        !with_crds
+            .iter()
+            .any(|o| o["metadata"]["name"] == "clusterprofiles.multicluster.x-k8s.io")
     );
 }

@@ -64,6 +64,11 @@ fn out_of_range_flags_are_refused_at_startup() {
             "must be between 1s and 10m",
         ),
         (
+            "kedge-hub",
+            hub(&["--cluster-profile-namespace", "Not_A_Namespace"]),
+            "is not a namespace name",
+        ),
+        (
             "kedge-agent",
             agent(&["--report-interval", "0s"]),
             "must be between 50ms and 10m",

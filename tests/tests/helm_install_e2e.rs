@@ -379,6 +379,7 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
     for crd in [
         "distributedscaledobjects.kedge.dev",
         "memberclusters.kedge.dev",
+        "clusterprofiles.multicluster.x-k8s.io",
     ] {
         assert!(exists(&hub_kc, &["crd", crd]).await, "{crd}");
     }
@@ -397,6 +398,20 @@ async fn helm_installs_hub_and_agents_and_a_dso_runs_across_two_members() {
 
     // --- A DSO across the two members.
     let fleet = dso_across_the_members(sim, &dir, ports).await;
+    // Each member's ClusterProfile, published under the chart's RBAC.
+    wait_for(LIMIT, "a healthy ClusterProfile per member", || async {
+        let list = get_json(&hub_kc, &["-n", NS, "clusterprofiles"]).await;
+        let healthy = list["items"]
+            .as_array()?
+            .iter()
+            .filter(|p| {
+                support::dso::condition(&p["status"], "ControlPlaneHealthy")
+                    .is_some_and(|c| c["status"] == "True")
+            })
+            .count();
+        (healthy == MEMBERS.len()).then_some(())
+    })
+    .await;
 
     // --- helm upgrade with a changed value: the Deployment changes; DSOs, members and the
     // CA stay. The hub restarts with the new flags (a rollout); agents reconnect and the

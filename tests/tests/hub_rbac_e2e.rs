@@ -4,9 +4,9 @@
 //! ServiceAccount (token from a TokenRequest) with both controllers; a real agent. The hub
 //! does its whole job — Lease, admission and MemberCluster status, child ScaledObject, DSO
 //! status, Events, replicas in the member, and with its external scaler its Secret, KEDA's
-//! client Secret and the ClusterTriggerAuthentication — and is never forbidden anything,
-//! while the same token cannot read other Secrets, touch workloads or create or delete
-//! members in the hub cluster.
+//! client Secret and the ClusterTriggerAuthentication, the member's ClusterProfile — and is
+//! never forbidden anything, while the same token cannot read other Secrets, touch
+//! workloads or create or delete members in the hub cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -55,6 +55,8 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
         // The hub below runs with certificate files.
         enrollment: false,
         scaler: Some(ScalerInstall::default()),
+        cluster_profiles: true,
+        cluster_profile_namespace: None,
     });
     let yaml: Vec<String> = objects
         .iter()
@@ -134,6 +136,22 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
             .map(|_| ())
     })
     .await;
+    // The member's ClusterProfile, applied with its status in the hub's namespace.
+    wait_for(LIMIT, "the member's ClusterProfile", || async {
+        hub_cluster
+            .object(
+                "multicluster.x-k8s.io/v1alpha1",
+                "ClusterProfile",
+                "kedge-system",
+                "member-1",
+            )
+            .filter(|p| {
+                condition(&p["status"], "ControlPlaneHealthy")
+                    .is_some_and(|c| c["status"] == "True")
+            })
+            .map(|_| ())
+    })
+    .await;
     // The external scaler's certificates: its Secret created in the hub's namespace, KEDA's
     // copy applied in KEDA's namespace and the ClusterTriggerAuthentication naming it.
     wait_for(LIMIT, "the scaler's Secret", || async {
@@ -189,6 +207,17 @@ async fn the_hub_does_its_job_with_only_its_rendered_rbac() {
             .list(&ListParams::default())
             .await,
         "listing Secrets in its own namespace",
+    );
+    // ClusterProfiles only in their namespace.
+    let profiles = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("multicluster.x-k8s.io", "v1alpha1", "ClusterProfile"),
+        "clusterprofiles",
+    );
+    expect_forbidden(
+        Api::<kube::api::DynamicObject>::namespaced_with(as_hub.clone(), "default", &profiles)
+            .list(&ListParams::default())
+            .await,
+        "listing ClusterProfiles in another namespace",
     );
     // In KEDA's namespace, only its client Secret; no other ClusterTriggerAuthentication.
     let keda_secrets = Api::<Secret>::namespaced(as_hub.clone(), "keda");

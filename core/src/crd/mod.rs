@@ -1,5 +1,6 @@
 //! Custom resource types of kedge (`kedge.dev/v1alpha1`) and their CRDs.
 
+pub mod cluster_profile;
 pub mod conditions;
 pub mod dsj;
 pub mod dso;
@@ -93,6 +94,22 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ],
     );
     vec![bound(dso), bound(dsj), bound(MemberCluster::crd())]
+}
+
+/// The CRDs the hub chart ships: kedge's own ([`crds`]) and SIG-Multicluster's
+/// `ClusterProfile` ([`cluster_profile_crd`]), in a stable order.
+pub fn shipped_crds() -> Vec<CustomResourceDefinition> {
+    let mut all = crds();
+    all.push(cluster_profile_crd());
+    all
+}
+
+/// The `clusterprofiles.multicluster.x-k8s.io` CRD, compatible with upstream's (the same
+/// fields, list types, bounds and immutable `clusterManager`) so that either one serves the
+/// profiles the hub publishes. Helm installs it only when absent; an upstream one already in
+/// the cluster (from OCM, KubeFleet, …) stays.
+pub fn cluster_profile_crd() -> CustomResourceDefinition {
+    cluster_profile::ClusterProfile::crd()
 }
 
 /// The HPA behaviour as the API server validates an HPA (`ValidateHorizontalPodAutoscaler`):
@@ -336,6 +353,66 @@ mod tests {
                 "{name} has printer columns"
             );
         }
+    }
+
+    /// The ClusterProfile CRD says what upstream's says where it matters to a reader or a
+    /// writer: group, scope, status subresource, required fields, list types, the property
+    /// bounds and the immutable cluster manager; and it is structural.
+    #[test]
+    fn the_cluster_profile_crd_matches_upstream() {
+        let crd = cluster_profile_crd();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("clusterprofiles.multicluster.x-k8s.io")
+        );
+        assert_eq!(crd.spec.scope, "Namespaced");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, "v1alpha1");
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .is_some_and(|s| s.status.is_some())
+        );
+        let schema = serde_json::to_value(&version.schema).expect("schema serializes");
+        let schema = &schema["openAPIV3Schema"];
+        let mut violations = Vec::new();
+        structural_violations(schema, "clusterprofiles", &mut violations);
+        assert!(violations.is_empty(), "{violations:#?}");
+        let spec = &schema["properties"]["spec"];
+        assert_eq!(spec["required"], serde_json::json!(["clusterManager"]));
+        assert_eq!(
+            spec["properties"]["clusterManager"]["x-kubernetes-validations"][0]["rule"],
+            "self == oldSelf"
+        );
+        let status = &schema["properties"]["status"]["properties"];
+        for (list, key) in [
+            ("conditions", "type"),
+            ("properties", "name"),
+            ("accessProviders", "name"),
+            ("credentialProviders", "name"),
+        ] {
+            assert_eq!(status[list]["x-kubernetes-list-type"], "map", "{list}");
+            assert_eq!(
+                status[list]["x-kubernetes-list-map-keys"],
+                serde_json::json!([key]),
+                "{list}"
+            );
+        }
+        let property = &status["properties"]["items"];
+        assert_eq!(property["required"], serde_json::json!(["name", "value"]));
+        assert_eq!(property["properties"]["value"]["maxLength"], 1024);
+        assert_eq!(property["properties"]["value"]["minLength"], 1);
+        assert_eq!(property["properties"]["name"]["maxLength"], 253);
+        assert_eq!(
+            status["accessProviders"]["items"]["properties"]["cluster"]["required"],
+            serde_json::json!(["server"])
+        );
+        assert_eq!(
+            status["version"]["properties"]["kubernetes"]["type"],
+            "string"
+        );
+        assert_eq!(shipped_crds().len(), crds().len() + 1);
     }
 
     /// A printer column that shows a condition names a type kedge writes, so renaming a

@@ -6,7 +6,7 @@ use super::Result;
 /// The CRDs as one multi-document YAML stream.
 pub fn render() -> Result<String> {
     let mut out = String::new();
-    for crd in kedge_core::crd::crds() {
+    for crd in kedge_core::crd::shipped_crds() {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
     }

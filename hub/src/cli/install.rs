@@ -65,6 +65,13 @@ pub struct HubArgs {
     /// Run the DistributedScaledJob controller (adds its RBAC).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub dsj_enabled: bool,
+    /// Publish a SIG-Multicluster ClusterProfile per member (adds RBAC for them in their
+    /// namespace; docs/cluster-inventory.md).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub cluster_profiles: bool,
+    /// Namespace of the ClusterProfiles (must exist); default: --namespace.
+    #[arg(long)]
+    pub cluster_profile_namespace: Option<String>,
     /// The hub image, without tag.
     #[arg(long, default_value = DEFAULT_HUB_IMAGE)]
     pub image: String,
@@ -145,6 +152,8 @@ impl HubArgs {
                     port: self.scaler_port,
                     ..ScalerInstall::default()
                 }),
+                cluster_profiles: self.cluster_profiles,
+                cluster_profile_namespace: self.cluster_profile_namespace.clone(),
             },
             dso_enabled: self.dso_enabled,
             image: self.image.clone(),
@@ -272,7 +281,8 @@ pub enum UninstallCommand {
         /// The Lease of the hub's Role.
         #[arg(long, default_value = "kedge-hub")]
         lease_name: String,
-        /// Also the CRDs: deletes every DSO, DSJ and MemberCluster of the cluster.
+        /// Also the CRDs: deletes every DSO, DSJ and MemberCluster of the cluster. Not the
+        /// ClusterProfile CRD, which other cluster managers' profiles may share.
         #[arg(long)]
         include_crds: bool,
         /// Also the hub CA Secret: every member must be enrolled again.
@@ -302,8 +312,15 @@ fn write_objects(objects: &[Value], out: &mut impl std::io::Write) -> Result<()>
     Ok(())
 }
 
-fn crds() -> Result<Vec<Value>> {
-    Ok(kedge_core::crd::crds()
+/// The CRDs as objects: `shipped`, every CRD the hub chart carries (ClusterProfile too);
+/// otherwise kedge's own only.
+fn crds(shipped: bool) -> Result<Vec<Value>> {
+    let crds = if shipped {
+        kedge_core::crd::shipped_crds()
+    } else {
+        kedge_core::crd::crds()
+    };
+    Ok(crds
         .iter()
         .map(serde_json::to_value)
         .collect::<Result<_, _>>()?)
@@ -326,7 +343,7 @@ pub fn install(args: &InstallArgs, out: &mut impl std::io::Write) -> Result<()> 
                 d.tag
             )?;
             if !hub.skip_crds {
-                write_objects(&crds()?, out)?;
+                write_objects(&crds(true)?, out)?;
             }
             write_objects(&hub_manifests(&d), out)
         }
@@ -383,6 +400,10 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
                     dsj_enabled: true,
                     enrollment: true,
                     scaler: HubInstall::default().scaler,
+                    // The ClusterProfiles' Role as the default install puts it (in the hub's
+                    // namespace); the profiles themselves stay.
+                    cluster_profiles: true,
+                    cluster_profile_namespace: None,
                 },
                 ..HubDeployment::default()
             };
@@ -390,8 +411,9 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
             if *include_ca {
                 objects.push(secret(namespace, crate::ca::CA_SECRET));
             }
+            // Not the ClusterProfile CRD: it may hold other cluster managers' profiles.
             if *include_crds {
-                objects.extend(crds()?.iter().map(reference));
+                objects.extend(crds(false)?.iter().map(reference));
             }
             "management cluster"
         }

@@ -2,6 +2,7 @@
 //! the [`Fleet`] (sessions and agent reports) and write desired state into it; the QUIC
 //! sessions do the rest.
 
+pub mod cluster_profile;
 pub mod decode;
 pub mod dsj;
 pub mod dso;
@@ -353,6 +354,8 @@ pub struct ControllerConfig {
     pub scaler_address: Option<String>,
     /// How long a watch may fail before `/readyz` says so.
     pub watch_failure_tolerance: Duration,
+    /// The namespace ClusterProfiles are published into; `None`: none are.
+    pub cluster_profiles: Option<String>,
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> Result<Client> {
@@ -494,6 +497,7 @@ pub async fn run(
         Arc::new(member::MemberContext::new(shared.clone())),
         shutdown.clone(),
     ));
+    let profiles = spawn_cluster_profiles(&config, &shared, &health, &shutdown);
     let dsos = async {
         if config.dso {
             run_dsos(
@@ -520,7 +524,68 @@ pub async fn run(
     if shutdown.is_cancelled() {
         let _ = members.await;
     }
+    if let Some(task) = profiles
+        && shutdown.is_cancelled()
+    {
+        let _ = task.await;
+    }
     cache.abort();
+}
+
+/// With `config.cluster_profiles`, the ClusterProfile publisher (and with the DSJ controller
+/// its cache of DSJs, for their taints), running until `shutdown`.
+fn spawn_cluster_profiles(
+    config: &ControllerConfig,
+    shared: &Arc<Shared>,
+    health: &Arc<decode::WatchHealth>,
+    shutdown: &CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let namespace = config.cluster_profiles.clone()?;
+    let dsjs = config
+        .dsj
+        .then(|| dsj_cache(&shared.client, health, shutdown));
+    let ctx = cluster_profile::ProfileContext {
+        shared: shared.clone(),
+        namespace,
+        dsjs: dsjs.as_ref().map(|(store, _)| store.clone()),
+    };
+    let stop = shutdown.clone();
+    Some(tokio::spawn(async move {
+        cluster_profile::run(Arc::new(ctx), stop).await;
+        if let Some((_, cache)) = dsjs {
+            cache.abort();
+        }
+    }))
+}
+
+/// A cache of DistributedScaledJobs for the ClusterProfile publisher (their taints), and the
+/// task that fills it until `shutdown`.
+fn dsj_cache(
+    client: &Client,
+    health: &Arc<decode::WatchHealth>,
+    shutdown: &CancellationToken,
+) -> (Store<DistributedScaledJob>, tokio::task::JoinHandle<()>) {
+    let (store, writer) = reflector::store();
+    let cache = reflector::reflector(
+        writer,
+        decode::watch::<DistributedScaledJob>(
+            client.clone(),
+            "DistributedScaledJobs (taints)",
+            health.clone(),
+            Some(store.clone()),
+            None,
+        ),
+    )
+    .backoff(health.backoff())
+    .for_each(|_| futures::future::ready(()));
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = cache => {}
+        }
+    });
+    (store, task)
 }
 
 /// One cache of MemberClusters for every controller (nothing lists them per reconcile), and

@@ -14,6 +14,8 @@ pub const HUB: &str = "kedge-hub";
 pub const LEASE_ROLE: &str = "kedge-hub-lease";
 /// The Role (and binding) for the hub CA and bootstrap token Secrets.
 pub const ENROLLMENT_ROLE: &str = "kedge-hub-enrollment";
+/// The Role (and binding) for the ClusterProfiles the hub publishes, in their namespace.
+pub const CLUSTER_PROFILES_ROLE: &str = "kedge-hub-cluster-profiles";
 /// The Roles (and bindings), in the hub's and in KEDA's namespace, for the external
 /// scaler's Secrets; also its Service.
 pub const SCALER: &str = "kedge-hub-scaler";
@@ -71,6 +73,22 @@ pub struct HubInstall {
     /// KEDA's external scaler, on by default; `None`: no scaler (DSOs with
     /// `kedge-pod-metrics` triggers are Degraded).
     pub scaler: Option<ScalerInstall>,
+    /// Whether the hub publishes ClusterProfiles (`--cluster-profiles`).
+    pub cluster_profiles: bool,
+    /// Their namespace (`--cluster-profile-namespace`); `None`: the hub's.
+    pub cluster_profile_namespace: Option<String>,
+}
+
+impl HubInstall {
+    /// Where the hub publishes ClusterProfiles; `None` when it does not.
+    pub fn cluster_profile_namespace(&self) -> Option<&str> {
+        self.cluster_profiles.then(|| {
+            self.cluster_profile_namespace
+                .as_deref()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or(&self.namespace)
+        })
+    }
 }
 
 impl Default for HubInstall {
@@ -81,6 +99,8 @@ impl Default for HubInstall {
             dsj_enabled: false,
             enrollment: true,
             scaler: Some(ScalerInstall::default()),
+            cluster_profiles: true,
+            cluster_profile_namespace: None,
         }
     }
 }
@@ -203,6 +223,25 @@ fn scaler_keda_rules() -> Vec<Value> {
     )]
 }
 
+/// In the ClusterProfile namespace: the profiles kedge publishes, listed (by its label) at
+/// start and every few minutes, server-side applied with their status (an apply that
+/// creates one is authorized as `create`), and deleted when their member goes. No `get` or
+/// `watch`: the hub reads them only by that list.
+fn cluster_profile_rules() -> Vec<Value> {
+    vec![
+        rule(
+            "multicluster.x-k8s.io",
+            &["clusterprofiles"],
+            &["list", "patch", "create", "delete"],
+        ),
+        rule(
+            "multicluster.x-k8s.io",
+            &["clusterprofiles/status"],
+            &["patch"],
+        ),
+    ]
+}
+
 /// A Role `name` in `role_ns` with `rules`, and its binding to the hub's ServiceAccount in
 /// `ns`.
 fn role_in(role_ns: &str, ns: &str, name: &str, rules: Vec<Value>) -> [Value; 2] {
@@ -225,13 +264,22 @@ fn namespaced_role(ns: &str, name: &str, rules: Vec<Value>) -> [Value; 2] {
 
 /// The hub's ServiceAccount and RBAC, in apply order: ServiceAccount, ClusterRole,
 /// ClusterRoleBinding, Role and RoleBinding for the Lease, with enrollment those for its
-/// Secrets, and with the external scaler those for its Secrets in the hub's and in KEDA's
-/// namespace. Both namespaces must exist.
+/// Secrets, with the external scaler those for its Secrets in the hub's and in KEDA's
+/// namespace, and when it publishes ClusterProfiles those for them in their namespace. Every
+/// namespace must exist.
 pub fn hub_rbac(install: &HubInstall) -> Vec<Value> {
     let ns = install.namespace.as_str();
     let mut objects = hub_rbac_base(install);
     if install.enrollment {
         objects.extend(namespaced_role(ns, ENROLLMENT_ROLE, enrollment_rules()));
+    }
+    if let Some(profiles) = install.cluster_profile_namespace() {
+        objects.extend(role_in(
+            profiles,
+            ns,
+            CLUSTER_PROFILES_ROLE,
+            cluster_profile_rules(),
+        ));
     }
     if let Some(scaler) = &install.scaler {
         objects.extend(namespaced_role(ns, SCALER, scaler_rules()));
@@ -300,6 +348,7 @@ mod tests {
         let objects = hub_rbac(&HubInstall {
             dsj_enabled: true,
             enrollment: false,
+            cluster_profile_namespace: Some("fleet".into()),
             ..HubInstall::default()
         });
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
@@ -314,8 +363,24 @@ mod tests {
                 "Role",
                 "RoleBinding",
                 "Role",
+                "RoleBinding",
+                "Role",
                 "RoleBinding"
             ]
+        );
+        // The ClusterProfiles: list at start, server-side apply of object and status
+        // (create when new), delete when the member goes; in their namespace only.
+        let profiles = "clusterprofiles";
+        let mcx = "multicluster.x-k8s.io";
+        assert_eq!(
+            grants(find(&objects, "Role", "fleet", CLUSTER_PROFILES_ROLE)),
+            set(&[
+                (mcx, profiles, "list", ""),
+                (mcx, profiles, "patch", ""),
+                (mcx, profiles, "create", ""),
+                (mcx, profiles, "delete", ""),
+                (mcx, "clusterprofiles/status", "patch", ""),
+            ])
         );
         let dso = "distributedscaledobjects";
         let dsj = "distributedscaledjobs";
@@ -374,6 +439,7 @@ mod tests {
             ("kedge-system", LEASE_ROLE),
             ("kedge-system", SCALER),
             ("keda", SCALER),
+            ("fleet", CLUSTER_PROFILES_ROLE),
         ] {
             let binding = find(&objects, "RoleBinding", ns, name);
             assert_eq!(binding["roleRef"]["name"], name);
@@ -413,7 +479,7 @@ mod tests {
             .iter()
             .filter(|o| o["kind"] == "RoleBinding")
             .count();
-        assert_eq!(bindings, 2);
+        assert_eq!(bindings, 3, "the Lease, enrollment, ClusterProfiles");
     }
 
     /// The scaler reaches into KEDA's namespace for one Secret by name and into the cluster
@@ -467,6 +533,34 @@ mod tests {
         );
     }
 
+    /// ClusterProfiles go to the hub's namespace unless told otherwise; turned off, the hub
+    /// may not touch them at all.
+    #[test]
+    fn cluster_profile_rules_follow_the_publisher() {
+        let install = HubInstall {
+            namespace: "kedge".into(),
+            ..HubInstall::default()
+        };
+        assert_eq!(install.cluster_profile_namespace(), Some("kedge"));
+        let with = hub_rbac(&install);
+        find(&with, "Role", "kedge", CLUSTER_PROFILES_ROLE);
+        let cluster = grants(of_kind(&with, "ClusterRole"));
+        assert!(
+            cluster
+                .iter()
+                .all(|(g, _, _, _)| g != "multicluster.x-k8s.io")
+        );
+        let without = hub_rbac(&HubInstall {
+            cluster_profiles: false,
+            ..install
+        });
+        assert!(
+            without
+                .iter()
+                .all(|o| o["metadata"]["name"] != CLUSTER_PROFILES_ROLE)
+        );
+    }
+
     #[test]
     fn no_secrets_no_workloads_and_one_justified_wildcard() {
         for dsj_enabled in [false, true] {
@@ -476,6 +570,8 @@ mod tests {
                 dsj_enabled,
                 enrollment: false,
                 scaler: None,
+                cluster_profiles: false,
+                cluster_profile_namespace: None,
             });
             let all: Vec<Grant> = grants(of_kind(&objects, "ClusterRole"))
                 .into_iter()

@@ -123,6 +123,13 @@ impl HubDeployment {
                 self.rbac.namespace
             ));
         }
+        if let Some(ns) = self.rbac.cluster_profile_namespace()
+            && !is_dns1123_label(ns)
+        {
+            problems.push(format!(
+                "ClusterProfile namespace {ns:?} is not a namespace name"
+            ));
+        }
         if let Some(secret) = &self.ops_token_secret
             && !is_dns1123_label(secret)
         {
@@ -234,6 +241,10 @@ impl HubDeployment {
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_owned(), value])
         .collect();
+        match self.rbac.cluster_profile_namespace() {
+            Some(ns) => args.extend(["--cluster-profile-namespace".to_owned(), ns.to_owned()]),
+            None => args.extend(["--cluster-profiles".to_owned(), "false".to_owned()]),
+        }
         if !self.server_dns_names.is_empty() {
             args.extend([
                 "--server-dns-names".to_owned(),
@@ -408,6 +419,8 @@ pub fn hub_helm_values(d: &HubDeployment) -> Value {
         "replicas": d.replicas,
         "dso": {"enabled": d.dso_enabled},
         "dsj": {"enabled": d.rbac.dsj_enabled},
+        "clusterProfiles": {"enabled": d.rbac.cluster_profiles,
+            "namespace": d.rbac.cluster_profile_namespace.clone().unwrap_or_default()},
         "log": {"format": d.log_format, "level": d.log_level},
         "heartbeat": {"interval": d.heartbeat_interval, "tolerance": d.heartbeat_tolerance},
         "lease": {"name": d.rbac.lease_name, "duration": d.lease_duration},
@@ -438,6 +451,7 @@ mod tests {
         let args = d.args().join(" ");
         assert!(args.starts_with("--listen 0.0.0.0:7443 --ops-listen 0.0.0.0:8080"));
         assert!(!args.contains("--server-dns-names"));
+        assert!(args.contains("--cluster-profile-namespace kedge-system"));
         let objects = hub_manifests(&d);
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         assert_eq!(
@@ -455,12 +469,39 @@ mod tests {
                 "RoleBinding",
                 "Role",
                 "RoleBinding",
+                "Role",
+                "RoleBinding",
                 "Deployment",
                 "Service",
                 "Service",
                 "Service"
             ]
         );
+    }
+
+    /// ClusterProfiles: their namespace passed (the hub's unless another is given), or
+    /// publishing turned off; a bad namespace is refused.
+    #[test]
+    fn cluster_profile_flags_follow_the_settings() {
+        let mut d = HubDeployment::default();
+        d.rbac.cluster_profile_namespace = Some("fleet".into());
+        assert!(
+            d.args()
+                .join(" ")
+                .contains("--cluster-profile-namespace fleet")
+        );
+        d.rbac.cluster_profile_namespace = Some("Not_A_Name".into());
+        assert!(
+            d.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ClusterProfile namespace")
+        );
+        d.rbac.cluster_profiles = false;
+        d.validate().unwrap();
+        let args = d.args().join(" ");
+        assert!(args.contains("--cluster-profiles false"), "{args}");
+        assert!(!args.contains("--cluster-profile-namespace"), "{args}");
     }
 
     /// The scaler, on by default, is told the Service KEDA dials (the hub's own default
