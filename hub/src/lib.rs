@@ -8,7 +8,6 @@ pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod controller;
-pub mod dashboard;
 pub mod enroll;
 mod error;
 pub mod fleet;

@@ -2,6 +2,7 @@
 //! The binary only parses arguments and dispatches here.
 
 pub mod crds;
+pub mod dashboard;
 pub mod dev_certs;
 pub mod install;
 pub mod mc;
@@ -105,7 +106,7 @@ pub enum Command {
   kubectl kedge dashboard
   kubectl kedge dashboard --context mgmt --open
   kubectl kedge dashboard --namespace shop --port 0")]
-    Dashboard(crate::dashboard::DashboardArgs),
+    Dashboard(dashboard::DashboardArgs),
     /// Print what `install` made, for `kubectl delete -f -`; CRDs and the hub CA stay
     /// unless asked.
     #[command(after_help = "Examples:
@@ -181,7 +182,7 @@ pub async fn run(cli: Cli, out: &mut impl std::io::Write) -> Result<()> {
         Command::Mc(args) => mc::run(&args, out).await,
         Command::Install(args) => install::install(&args, out),
         Command::Uninstall(args) => install::uninstall(&args, out),
-        Command::Dashboard(args) => crate::dashboard::run(&args, out).await,
+        Command::Dashboard(args) => dashboard::run(&args, out).await,
     }
 }
 

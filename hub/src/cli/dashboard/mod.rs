@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::cli::{Error, Result};
+use super::{Error, Result};
 use model::{Limits, Model};
 use watch::Shared;
 

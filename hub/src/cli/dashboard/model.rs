@@ -269,16 +269,18 @@ impl Model {
     }
 
     fn remove(&mut self, kind: Kind, key: &str) {
-        if self
-            .objects
-            .get_mut(&kind)
-            .and_then(|m| m.remove(key))
-            .is_none()
-        {
+        let Some(view) = self.objects.get_mut(&kind).and_then(|m| m.remove(key)) else {
             return;
-        }
+        };
         if matches!(kind, Kind::Dso | Kind::Dsj) {
             self.history.remove(key);
+        }
+        let about = view.get("about").and_then(Value::as_str);
+        if let Some(keys) = about.and_then(|a| self.events_of.get_mut(a)) {
+            keys.retain(|k| k != key);
+            if keys.is_empty() {
+                self.events_of.remove(about.unwrap_or_default());
+            }
         }
         self.pending
             .kinds
@@ -328,25 +330,19 @@ pub fn sample_of(view: &Value, now: u64) -> Sample {
     let kind = view.get("kind").and_then(Value::as_str).unwrap_or_default();
     let status = view.get("status").unwrap_or(&Value::Null);
     let int = |v: Option<&Value>| v.and_then(Value::as_i64);
-    let (total, pair): (Option<i64>, fn(&Value) -> [i64; 2]) = if kind == "dso" {
-        (int(view.pointer("/spec/totalTargetReplicas")), |m| {
-            [
-                m.get("desiredReplicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0),
-                m.get("currentReplicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0),
-            ]
-        })
+    // A DSO's member: desired and current replicas; a DSJ's: running and pending Jobs.
+    let (total, fields) = if kind == "dso" {
+        (
+            int(view.pointer("/spec/totalTargetReplicas")),
+            ["desiredReplicas", "currentReplicas"],
+        )
     } else {
-        (int(status.get("desiredJobs")), |m| {
-            [
-                m.get("runningJobs").and_then(Value::as_i64).unwrap_or(0),
-                m.get("pendingJobs").and_then(Value::as_i64).unwrap_or(0),
-            ]
-        })
+        (
+            int(status.get("desiredJobs")),
+            ["runningJobs", "pendingJobs"],
+        )
     };
+    let pair = |m: &Value| fields.map(|f| int(m.get(f)).unwrap_or(0));
     let members = status
         .get("memberClusterStatuses")
         .and_then(Value::as_object)
@@ -589,6 +585,13 @@ mod tests {
         // The note is data, passed as it is (the page puts it in text nodes).
         assert_eq!(snapshot.kinds[&Kind::Event][0]["note"], "<b>x</b>");
         assert_eq!(snapshot.kinds[&Kind::Event][0]["about"], "dso/shop/web");
+        // Events that expire leave nothing behind.
+        for i in 1..3 {
+            let e = event(&format!("e{i}"), "DistributedScaledObject", "web", "");
+            model.delete(Kind::Event, &e);
+        }
+        assert_eq!(model.count(Kind::Event), 0);
+        assert!(model.events_of.is_empty());
     }
 
     #[test]
