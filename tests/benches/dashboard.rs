@@ -119,6 +119,19 @@ fn percentiles(values: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), at(1.0))
 }
 
+/// p50, p99 and max of the page's last `n` draws, ms.
+async fn render_times(page: &Page, n: usize) -> (f64, f64, f64) {
+    let mut times: Vec<f64> = page
+        .eval(&format!("window.kedge.renderTimes.slice(-{n})"))
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    percentiles(&mut times)
+}
+
 /// Time in the page from `action` (JS statements) to the frame after it is painted, ms.
 async fn frame_after(page: &Page, action: &str) -> f64 {
     page.eval(&format!(
@@ -230,15 +243,7 @@ async fn measure(browser: &Browser, n: usize, updates: usize, churn: u64) -> Row
         .unwrap();
     // Render: the clock tick redraws the page every second.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut renders: Vec<f64> = page
-        .eval("window.kedge.renderTimes.slice(-20)")
-        .await
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_f64)
-        .collect();
-    let (render_p50, _, render_max) = percentiles(&mut renders);
+    let (render_p50, _, render_max) = render_times(&page, 20).await;
     let sort_ms = frame_after(
         &page,
         "document.querySelector('.row.head [data-col=rtt]').click()",
@@ -281,15 +286,7 @@ async fn measure(browser: &Browser, n: usize, updates: usize, churn: u64) -> Row
         latencies.push(t.elapsed().as_secs_f64() * 1e3);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut churn_renders: Vec<f64> = page
-        .eval("window.kedge.renderTimes.slice(-50)")
-        .await
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_f64)
-        .collect();
-    let (churn_render_p50, _, churn_render_max) = percentiles(&mut churn_renders);
+    let (churn_render_p50, _, churn_render_max) = render_times(&page, 50).await;
     stop.store(true, Ordering::Relaxed);
     churner.await.unwrap();
     let update = percentiles(&mut latencies);

@@ -344,21 +344,15 @@ fn condition(
     message: &str,
     now: SystemTime,
 ) -> Condition {
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(
-            || crate::time::to_time(now),
-            |c| c.last_transition_time.clone(),
-        );
-    Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        observed_generation: None,
-        last_transition_time,
-    }
+    super::conditions::condition_of(
+        previous,
+        type_,
+        status,
+        reason,
+        message.to_owned(),
+        None,
+        now,
+    )
 }
 
 /// The [`PROPERTY_TAINTS`] value: the taints in force at `now`, sorted, comma-separated.

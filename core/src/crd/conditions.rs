@@ -254,6 +254,19 @@ pub fn condition(
     now: std::time::SystemTime,
 ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     let status = if status { "True" } else { "False" };
+    condition_of(previous, type_, status, reason, message, generation, now)
+}
+
+/// [`condition`] with the status as written: `True`, `False` or `Unknown`.
+pub fn condition_of(
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: std::time::SystemTime,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)

@@ -185,7 +185,12 @@
 
   let page = null; // {route, update()}
   function route() {
-    const parts = (location.hash.replace(/^#\/?/, '') || '').split('/').map(decodeURIComponent);
+    let parts;
+    try {
+      parts = (location.hash.replace(/^#\/?/, '') || '').split('/').map(decodeURIComponent);
+    } catch (e) {
+      return { name: 'fleet' }; // a malformed hash (a stray %) is the fleet page
+    }
     if (parts[0] === 'dso' || parts[0] === 'dsj') return { name: parts[0], key: `${parts[1]}/${parts[2]}` };
     if (parts[0] === 'workloads') return { name: 'workloads' };
     return { name: 'fleet' };
