@@ -68,6 +68,15 @@ async fn go(page: &Page, hash: &str) {
     page.eval(&format!("location.hash = {}", json!(hash))).await;
 }
 
+/// The page's main text shows no JavaScript value that slipped into the DOM as text.
+async fn no_stray_values(page: &Page, what: &str) {
+    let text = page.eval("document.getElementById('main').innerText").await;
+    let text = text.as_str().unwrap_or_default();
+    for stray in ["null", "undefined", "NaN", "[object "] {
+        assert!(!text.contains(stray), "{what} shows {stray:?}:\n{text}");
+    }
+}
+
 /// One raw HTTP/1.1 GET with the given `Host`; the status line and headers.
 fn raw_get(port: u16, host: &str) -> String {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -190,6 +199,7 @@ async fn the_dashboard_shows_the_fleet_and_follows_it_in_a_real_browser() {
         "names sorted descending",
     )
     .await;
+    no_stray_values(&page, "the fleet page").await;
     page.screenshot(&screenshots().join("fleet.png")).await;
 
     // --- DSO: the split, its reasons and the chart.
@@ -263,6 +273,30 @@ async fn the_dashboard_shows_the_fleet_and_follows_it_in_a_real_browser() {
         injected,
         json!({"img": 0, "b": 0, "scripts": 1, "pwned": null})
     );
+    // Pod metrics, as the hub writes them for a `kedge-pod-metrics` trigger, get a section.
+    let pod_metrics = json!({"status": {"podMetrics": [{
+        "trigger": "engines", "metricName": "vllm:num_requests_waiting", "threshold": "10",
+        "average": "12.5", "podsCounted": 3, "podsMissing": 1, "missingCountedAs": "0",
+        "members": {"member-1": {"sum": "25", "podsCounted": 2, "podsMissing": 0},
+                    "member-3": {"sum": "0", "podsCounted": 0, "podsMissing": 1, "stale": true, "message": "no fresh sample"}},
+    }]}});
+    fleet
+        .kubectl(&[
+            "patch",
+            "dso/web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &pod_metrics.to_string(),
+        ])
+        .await;
+    page.wait_for(
+        "document.querySelector('.podmetrics[data-trigger=engines]')?.textContent.includes('vllm:num_requests_waiting averages 12.5 per pod (target 10)')",
+        PAGE,
+        "the pod metrics section",
+    )
+    .await;
+    no_stray_values(&page, "the DSO page").await;
     page.screenshot(&screenshots().join("dso.png")).await;
 
     // --- DSJ: Jobs per member (queue 5 at weights 2:3).
@@ -285,6 +319,7 @@ async fn the_dashboard_shows_the_fleet_and_follows_it_in_a_real_browser() {
             .await,
         "weightedRoundRobin"
     );
+    no_stray_values(&page, "the DSJ page").await;
     page.screenshot(&screenshots().join("dsj.png")).await;
 
     // --- Cut member-3 off: the fleet page and the DSO page follow.

@@ -406,7 +406,7 @@
         h('h2', {}, 'Why this split'), h('ul', { class: 'why', id: 'why' }, dsoReasons(o).map((x) => h('li', {}, x))),
         h('h2', {}, 'Split over time'), chart(r.key, 'replicas', names),
         h('h2', {}, 'Per member'), table(['Member', 'Weight', 'Tier', 'Min/Max', 'Desired', 'Current', 'State', 'Why'], rows, { id: 'split' }),
-        podMetrics(st.podMetrics || []),
+        ...podMetrics(st.podMetrics || []),
         h('h2', {}, 'Conditions'), conditions(o),
         h('h2', {}, 'Events'), timeline(`dso/${r.key}`),
       );
@@ -415,7 +415,7 @@
   }
   // The kedge-pod-metrics triggers: the fleet-wide average KEDA gets, and where it comes from.
   function podMetrics(triggers) {
-    if (!triggers.length) return null;
+    if (!triggers.length) return [];
     return [h('h2', {}, 'Pod metrics'), ...triggers.map((p) => h('div', { class: 'podmetrics', data: { trigger: p.trigger } },
       h('p', {}, `${p.trigger}: ${p.metricName} averages ${p.average ?? 'no value yet'} per pod (target ${p.threshold}); ${p.podsCounted} pods counted, ${p.podsMissing} missing${p.podsMissing ? ` (each counted as ${p.missingCountedAs ?? '?'})` : ''}`),
       table(['Member', 'Sum', 'Counted', 'Missing', 'Scraped', 'Why missing'], Object.entries(p.members || {}).map(([m, v]) => [m, v.sum, String(v.podsCounted ?? 0),
