@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 /// The kinds the dashboard watches.
@@ -77,7 +78,7 @@ pub struct Sample {
 #[derive(Debug, Default, Serialize)]
 pub struct Changes {
     /// New or changed objects (their views).
-    pub upsert: Vec<Value>,
+    pub upsert: Vec<Box<RawValue>>,
     /// Keys of objects gone.
     pub delete: Vec<String>,
 }
@@ -106,7 +107,7 @@ impl Delta {
 #[derive(Debug, Serialize)]
 pub struct Snapshot<'a> {
     /// Per kind, every object's view.
-    pub kinds: BTreeMap<Kind, Vec<&'a Value>>,
+    pub kinds: BTreeMap<Kind, Vec<&'a RawValue>>,
     /// Each workload's samples.
     pub history: BTreeMap<&'a str, &'a VecDeque<Sample>>,
     /// Access problems per kind.
@@ -124,7 +125,11 @@ pub struct Snapshot<'a> {
 pub struct Model {
     limits: Limits,
     namespace: Option<String>,
-    objects: BTreeMap<Kind, BTreeMap<String, Value>>,
+    /// Each object's view, kept as its JSON text: a tenth of the memory of a
+    /// `serde_json::Value`, and what the page is sent anyway.
+    objects: BTreeMap<Kind, BTreeMap<String, Box<RawValue>>>,
+    /// What each Event is about, by the Event's key.
+    event_about: HashMap<String, String>,
     /// Event keys per regarded object, oldest first.
     events_of: HashMap<String, VecDeque<String>>,
     history: BTreeMap<String, VecDeque<Sample>>,
@@ -145,9 +150,13 @@ impl Model {
 
     /// An object of `kind` was added or changed. `now` is milliseconds since the epoch.
     pub fn apply(&mut self, kind: Kind, object: &Value, now: u64) {
-        let Some(view) = view(kind, object) else {
-            return;
-        };
+        if let Some(view) = view(kind, object) {
+            self.apply_view(kind, view, now);
+        }
+    }
+
+    /// [`Model::apply`] of an object's [`view`].
+    fn apply_view(&mut self, kind: Kind, view: Value, now: u64) {
         let Some(key) = view.get("key").and_then(Value::as_str).map(str::to_owned) else {
             return;
         };
@@ -158,17 +167,16 @@ impl Model {
         if matches!(kind, Kind::Dso | Kind::Dsj) {
             self.sample(&key, &view, now);
         }
+        // A view is plain JSON (strings, numbers, maps): it always serializes.
+        let Ok(raw) = serde_json::value::to_raw_value(&view) else {
+            return;
+        };
         let objects = self.objects.entry(kind).or_default();
-        if objects.get(&key) == Some(&view) {
+        if objects.get(&key).is_some_and(|old| old.get() == raw.get()) {
             return;
         }
-        objects.insert(key, view.clone());
-        self.pending
-            .kinds
-            .entry(kind)
-            .or_default()
-            .upsert
-            .push(view);
+        objects.insert(key, raw.clone());
+        self.pending.kinds.entry(kind).or_default().upsert.push(raw);
     }
 
     /// An object of `kind` was deleted.
@@ -183,10 +191,11 @@ impl Model {
     }
 
     /// A watch listed `kind` afresh: `objects` is everything there is now.
-    pub fn relisted(&mut self, kind: Kind, objects: &[Value], now: u64) {
-        let keep: BTreeSet<String> = objects
+    /// `views` are the objects' [`view`]s, which the watch makes as the list arrives (a
+    /// large list is never held whole).
+    pub fn relisted(&mut self, kind: Kind, views: Vec<Value>, now: u64) {
+        let keep: BTreeSet<String> = views
             .iter()
-            .filter_map(|o| view(kind, o))
             .filter_map(|v| v.get("key").and_then(Value::as_str).map(str::to_owned))
             .collect();
         let gone: Vec<String> = self
@@ -197,8 +206,8 @@ impl Model {
         for key in gone {
             self.remove(kind, &key);
         }
-        for object in objects {
-            self.apply(kind, object, now);
+        for view in views {
+            self.apply_view(kind, view, now);
         }
         self.errors_cleared(kind);
         self.listed.insert(kind);
@@ -223,7 +232,7 @@ impl Model {
                         *k,
                         self.objects
                             .get(k)
-                            .map(|m| m.values().collect())
+                            .map(|m| m.values().map(|raw| &**raw).collect())
                             .unwrap_or_default(),
                     )
                 })
@@ -269,17 +278,23 @@ impl Model {
     }
 
     fn remove(&mut self, kind: Kind, key: &str) {
-        let Some(view) = self.objects.get_mut(&kind).and_then(|m| m.remove(key)) else {
+        if self
+            .objects
+            .get_mut(&kind)
+            .and_then(|m| m.remove(key))
+            .is_none()
+        {
             return;
-        };
+        }
         if matches!(kind, Kind::Dso | Kind::Dsj) {
             self.history.remove(key);
         }
-        let about = view.get("about").and_then(Value::as_str);
-        if let Some(keys) = about.and_then(|a| self.events_of.get_mut(a)) {
-            keys.retain(|k| k != key);
-            if keys.is_empty() {
-                self.events_of.remove(about.unwrap_or_default());
+        if let Some(about) = self.event_about.remove(key).filter(|_| kind == Kind::Event) {
+            if let Some(keys) = self.events_of.get_mut(&about) {
+                keys.retain(|k| k != key);
+                if keys.is_empty() {
+                    self.events_of.remove(&about);
+                }
             }
         }
         self.pending
@@ -299,6 +314,7 @@ impl Model {
             return;
         }
         keys.push_back(key.to_owned());
+        self.event_about.insert(key.to_owned(), about.to_owned());
         let mut dropped = Vec::new();
         while keys.len() > self.limits.events_per_object {
             dropped.extend(keys.pop_front());
@@ -460,6 +476,16 @@ fn pick(object: Option<&Value>, fields: &[&str]) -> Value {
 mod tests {
     use super::*;
 
+    /// The DSO views of `objects`.
+    fn views(objects: &[Value]) -> Vec<Value> {
+        objects.iter().filter_map(|o| view(Kind::Dso, o)).collect()
+    }
+
+    /// A kept view as a value, to look into.
+    fn parsed(raw: &RawValue) -> Value {
+        serde_json::from_str(raw.get()).unwrap_or(Value::Null)
+    }
+
     fn dso(name: &str, total: i64, split: &[(&str, i64, i64)]) -> Value {
         let members: Map<String, Value> = split
             .iter()
@@ -497,8 +523,8 @@ mod tests {
         let delta = model.take_delta(1_001);
         let upsert = &delta.kinds[&Kind::Dso].upsert;
         assert_eq!(upsert.len(), 1);
-        assert_eq!(upsert[0]["key"], "shop/web");
-        assert_eq!(upsert[0]["paused"], "true");
+        assert_eq!(parsed(&upsert[0])["key"], "shop/web");
+        assert_eq!(parsed(&upsert[0])["paused"], "true");
         assert_eq!(delta.samples.len(), 1);
         assert_eq!(delta.samples[0].1.total, Some(6));
         assert_eq!(delta.samples[0].1.members["a"], [3, 2]);
@@ -541,9 +567,9 @@ mod tests {
     #[test]
     fn a_relist_deletes_what_is_gone_and_history_goes_with_it() {
         let mut model = Model::new(Limits::default(), None);
-        model.relisted(Kind::Dso, &[dso("a", 1, &[]), dso("b", 2, &[])], 1);
+        model.relisted(Kind::Dso, views(&[dso("a", 1, &[]), dso("b", 2, &[])]), 1);
         model.take_delta(2);
-        model.relisted(Kind::Dso, &[dso("b", 2, &[])], 3);
+        model.relisted(Kind::Dso, views(&[dso("b", 2, &[])]), 3);
         let delta = model.take_delta(4);
         assert_eq!(delta.kinds[&Kind::Dso].delete, vec!["shop/a".to_owned()]);
         assert!(delta.kinds[&Kind::Dso].upsert.is_empty());
@@ -577,14 +603,15 @@ mod tests {
         }
         assert_eq!(model.count(Kind::Event), 2);
         let snapshot = model.snapshot(2);
-        let keys: Vec<&str> = snapshot.kinds[&Kind::Event]
+        let events: Vec<Value> = snapshot.kinds[&Kind::Event]
             .iter()
-            .filter_map(|e| e["key"].as_str())
+            .map(|e| parsed(e))
             .collect();
+        let keys: Vec<&str> = events.iter().filter_map(|e| e["key"].as_str()).collect();
         assert_eq!(keys, ["shop/e1", "shop/e2"]);
         // The note is data, passed as it is (the page puts it in text nodes).
-        assert_eq!(snapshot.kinds[&Kind::Event][0]["note"], "<b>x</b>");
-        assert_eq!(snapshot.kinds[&Kind::Event][0]["about"], "dso/shop/web");
+        assert_eq!(events[0]["note"], "<b>x</b>");
+        assert_eq!(events[0]["about"], "dso/shop/web");
         // Events that expire leave nothing behind.
         for i in 1..3 {
             let e = event(&format!("e{i}"), "DistributedScaledObject", "web", "");
@@ -592,6 +619,7 @@ mod tests {
         }
         assert_eq!(model.count(Kind::Event), 0);
         assert!(model.events_of.is_empty());
+        assert!(model.event_about.is_empty());
     }
 
     #[test]
@@ -605,11 +633,11 @@ mod tests {
         assert_eq!(snapshot.errors[&Kind::Member], "forbidden");
         assert!(!snapshot.synced);
         for kind in [Kind::Dso, Kind::Dsj, Kind::Event] {
-            model.relisted(kind, &[], 4);
+            model.relisted(kind, Vec::new(), 4);
         }
         // A kind that cannot be read does not hold the page back.
         assert!(model.snapshot(4).synced);
-        model.relisted(Kind::Member, &[], 5);
+        model.relisted(Kind::Member, Vec::new(), 5);
         assert_eq!(model.take_delta(6).errors[&Kind::Member], "");
     }
 

@@ -89,10 +89,12 @@ async fn watch(kind: Kind, api: Api<DynamicObject>, shared: Arc<Shared>) {
     while let Some(event) = stream.next().await {
         match event {
             Ok(Event::Init) => listing.clear(),
-            Ok(Event::InitApply(object)) => listing.extend(to_value(&object)),
+            Ok(Event::InitApply(object)) => {
+                listing.extend(to_value(&object).and_then(|o| super::model::view(kind, &o)));
+            }
             Ok(Event::InitDone) => {
                 let objects = std::mem::take(&mut listing);
-                shared.update(|m| m.relisted(kind, &objects, now_ms()));
+                shared.update(|m| m.relisted(kind, objects, now_ms()));
             }
             Ok(Event::Apply(object)) => {
                 if let Some(v) = to_value(&object) {
