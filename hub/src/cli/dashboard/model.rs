@@ -289,12 +289,12 @@ impl Model {
         if matches!(kind, Kind::Dso | Kind::Dsj) {
             self.history.remove(key);
         }
-        if let Some(about) = self.event_about.remove(key).filter(|_| kind == Kind::Event) {
-            if let Some(keys) = self.events_of.get_mut(&about) {
-                keys.retain(|k| k != key);
-                if keys.is_empty() {
-                    self.events_of.remove(&about);
-                }
+        if let Some(about) = self.event_about.remove(key).filter(|_| kind == Kind::Event)
+            && let Some(keys) = self.events_of.get_mut(&about)
+        {
+            keys.retain(|k| k != key);
+            if keys.is_empty() {
+                self.events_of.remove(&about);
             }
         }
         self.pending
