@@ -288,6 +288,11 @@ pub enum UninstallCommand {
         /// Also the hub CA Secret: every member must be enrolled again.
         #[arg(long)]
         include_ca: bool,
+        /// The ClusterProfiles' namespace the hub was installed with
+        /// (`--cluster-profile-namespace`); its Role there goes, the profiles stay. Default:
+        /// --namespace.
+        #[arg(long)]
+        cluster_profile_namespace: Option<String>,
     },
     /// An agent's objects, its identity Secret included; the workloads it scaled stay as they
     /// are.
@@ -391,6 +396,7 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
             lease_name,
             include_crds,
             include_ca,
+            cluster_profile_namespace,
         } => {
             let d = HubDeployment {
                 rbac: HubInstall {
@@ -400,10 +406,10 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
                     dsj_enabled: true,
                     enrollment: true,
                     scaler: HubInstall::default().scaler,
-                    // The ClusterProfiles' Role as the default install puts it (in the hub's
-                    // namespace); the profiles themselves stay.
+                    // The ClusterProfiles' Role where the install put it; the profiles
+                    // themselves stay.
                     cluster_profiles: true,
-                    cluster_profile_namespace: None,
+                    cluster_profile_namespace: cluster_profile_namespace.clone(),
                 },
                 ..HubDeployment::default()
             };
@@ -442,4 +448,44 @@ pub fn uninstall(args: &UninstallArgs, out: &mut impl std::io::Write) -> Result<
         "# Pipe to kubectl delete --ignore-not-found -f - against the {what}."
     )?;
     write_objects(&objects, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    /// `kubectl kedge uninstall ARGS`, as YAML.
+    fn uninstalled(args: &[&str]) -> String {
+        let cli = Cli::try_parse_from(["kubectl-kedge", "uninstall"].iter().chain(args))
+            .expect("valid arguments");
+        let Command::Uninstall(args) = cli.command else {
+            panic!("not uninstall");
+        };
+        let mut out = Vec::new();
+        uninstall(&args, &mut out).expect("uninstall renders");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn uninstall_hub_removes_the_cluster_profile_role_where_the_install_put_it() {
+        let role = |yaml: &str, namespace: &str| {
+            yaml.split("\n---\n").any(|doc| {
+                let has = |line: &str| doc.lines().any(|l| l.trim() == line);
+                has("kind: Role")
+                    && has(&format!(
+                        "name: {}",
+                        crate::install::hub::CLUSTER_PROFILES_ROLE
+                    ))
+                    && has(&format!("namespace: {namespace}"))
+            })
+        };
+        let default = uninstalled(&["hub"]);
+        assert!(role(&default, "kedge-system"), "{default}");
+        let custom = uninstalled(&["hub", "--cluster-profile-namespace", "fleet"]);
+        assert!(role(&custom, "fleet"), "{custom}");
+        assert!(!role(&custom, "kedge-system"), "{custom}");
+    }
 }
