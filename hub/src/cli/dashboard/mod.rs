@@ -129,3 +129,62 @@ fn open_browser(url: &str, out: &mut impl std::io::Write) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn args(extra: &[&str]) -> DashboardArgs {
+        let cli = Cli::try_parse_from(["kubectl-kedge", "dashboard"].iter().chain(extra))
+            .expect("valid arguments");
+        match cli.command {
+            Command::Dashboard(args) => args,
+            other => panic!("not dashboard: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_address_beyond_loopback_is_refused_before_anything_is_read() {
+        let mut out = Vec::new();
+        let error = run(&args(&["--address", "0.0.0.0"]), &mut out)
+            .await
+            .expect_err("0.0.0.0 is refused");
+        assert!(
+            error.to_string().contains("only on a loopback address"),
+            "{error}"
+        );
+        assert!(out.is_empty(), "no URL printed");
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_that_is_not_there_is_named_in_the_error() {
+        let mut out = Vec::new();
+        let error = run(
+            &args(&["--kubeconfig", "/nonexistent/hub.kubeconfig", "--port", "0"]),
+            &mut out,
+        )
+        .await
+        .expect_err("no kubeconfig");
+        let message = error.to_string();
+        assert!(
+            message.contains("connecting to the hub cluster"),
+            "{message}"
+        );
+        assert!(message.contains("/nonexistent/hub.kubeconfig"), "{message}");
+    }
+
+    #[test]
+    fn the_defaults_are_loopback_port_8765_and_fifteen_minutes_of_history() {
+        let a = args(&[]);
+        assert_eq!(a.address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(a.port, 8765);
+        assert_eq!(a.history, Duration::from_secs(900));
+        assert!(
+            Cli::try_parse_from(["kubectl-kedge", "dashboard", "--history", "soon"]).is_err(),
+            "a history that is not a duration is refused"
+        );
+    }
+}
