@@ -27,27 +27,6 @@ fn screenshots() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots")
 }
 
-const DSJ: &str = r#"apiVersion: kedge.dev/v1alpha1
-kind: DistributedScaledJob
-metadata: {name: work, namespace: default}
-spec:
-  memberClusters:
-  - {name: member-1, weight: 2}
-  - {name: member-2, weight: 3}
-  scaledJobSpec:
-    pollingInterval: 1
-    maxReplicaCount: 50
-    jobTargetRef:
-      template:
-        spec:
-          restartPolicy: Never
-          containers: [{name: worker, image: busybox}]
-    triggers:
-    - type: kubernetes-resource
-      name: queue
-      metadata: {resourceKind: ConfigMap, resourceName: queue, key: length, targetValue: "1"}
-"#;
-
 /// The text of column `col` of each row of table `#id`, by its `data-member`.
 async fn column(page: &Page, id: &str, col: usize) -> Value {
     page.eval(&format!(
@@ -114,7 +93,7 @@ async fn the_dashboard_shows_the_fleet_and_follows_it_in_a_real_browser() {
     fleet
         .wait_split("web", &MEMBERS, &[1, 2, 3], "1:2:3 of 6")
         .await;
-    apply(&fleet, DSJ, "work.yaml").await;
+    apply(&fleet, &dsj_yaml("queue"), "work.yaml").await;
     set_queue(&fleet, 5).await;
 
     // The dashboard, with the hub cluster's kubeconfig as a user would run it.

@@ -21,31 +21,6 @@ const TWO: [&str; 2] = ["member-1", "member-2"];
 /// The tests share two cores; run them one at a time so grace periods mean what they say.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn dsj_yaml(queue_resource: &str) -> String {
-    format!(
-        r#"apiVersion: kedge.dev/v1alpha1
-kind: DistributedScaledJob
-metadata: {{name: work, namespace: default, labels: {{team: a}}}}
-spec:
-  memberClusters:
-  - {{name: member-1, weight: 2}}
-  - {{name: member-2, weight: 3}}
-  scaledJobSpec:
-    pollingInterval: 1
-    maxReplicaCount: 50
-    jobTargetRef:
-      template:
-        spec:
-          restartPolicy: Never
-          containers: [{{name: worker, image: busybox}}]
-    triggers:
-    - type: kubernetes-resource
-      name: queue
-      metadata: {{resourceKind: ConfigMap, resourceName: {queue_resource}, key: length, targetValue: "1"}}
-"#
-    )
-}
-
 /// Jobs of DSJ `work` in each member.
 async fn jobs(fleet: &Fleet) -> Vec<Vec<Job>> {
     jobs_of(fleet, "work").await

@@ -351,6 +351,33 @@ pub async fn start_with(
     (dir, fleet)
 }
 
+/// DSJ `default/work` over member-1 and member-2 (weights 2:3): one Job per item of the
+/// queue in ConfigMap `queue_resource` (key `length`, see [`set_queue`]).
+pub fn dsj_yaml(queue_resource: &str) -> String {
+    format!(
+        r#"apiVersion: kedge.dev/v1alpha1
+kind: DistributedScaledJob
+metadata: {{name: work, namespace: default, labels: {{team: a}}}}
+spec:
+  memberClusters:
+  - {{name: member-1, weight: 2}}
+  - {{name: member-2, weight: 3}}
+  scaledJobSpec:
+    pollingInterval: 1
+    maxReplicaCount: 50
+    jobTargetRef:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{{name: worker, image: busybox}}]
+    triggers:
+    - type: kubernetes-resource
+      name: queue
+      metadata: {{resourceKind: ConfigMap, resourceName: {queue_resource}, key: length, targetValue: "1"}}
+"#
+    )
+}
+
 /// Sets the length of the queue the DSJ tests scale on: the key `length` of the ConfigMap
 /// `default/queue` in the hub cluster, which their `kubernetes-resource` trigger reads.
 pub async fn set_queue(fleet: &Fleet, length: u64) {
