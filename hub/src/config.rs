@@ -134,6 +134,16 @@ pub struct HubArgs {
     /// rounded up). A standby takes over within about this long after the active hub dies.
     #[arg(long, env = "KEDGE_HUB_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
+    /// Sharded replicas (docs/scale.md): every replica holds the sessions of the agents that
+    /// dial it, and one that is not active relays them to the active one, which decides for
+    /// every object. Needs the hub cluster and the hub CA Secret (not --tls-cert).
+    #[arg(long, env = "KEDGE_HUB_SHARDING", default_value_t = false, action = clap::ArgAction::Set)]
+    pub sharding: bool,
+    /// With --sharding: the IP:PORT the other replicas dial to relay sessions to this one
+    /// while it is active (published in its Lease). Default: $POD_IP and the --listen port,
+    /// or --listen itself when it names one address.
+    #[arg(long, env = "KEDGE_HUB_RELAY_ADDRESS")]
+    pub relay_address: Option<std::net::SocketAddr>,
     /// How long a watch of the hub cluster (DSOs, DSJs, MemberClusters) may fail to list or
     /// watch before `/readyz` answers 503 naming it (the controllers act on nothing new
     /// meanwhile).
@@ -276,7 +286,47 @@ impl HubArgs {
                 .unwrap_or_else(|| "kedge-system".to_owned()),
             duration: self.lease_duration,
             identity,
+            relay_address: None,
         })
+    }
+
+    /// With `--sharding`, where this replica takes relayed sessions while it is active;
+    /// `Ok(None)` without sharding. `pod_ip` is `$POD_IP`.
+    pub fn relay_address(
+        &self,
+        pod_ip: Option<&str>,
+    ) -> Result<Option<std::net::SocketAddr>, String> {
+        if !self.sharding {
+            return Ok(None);
+        }
+        if !self.controllers {
+            return Err("--sharding needs the hub cluster (--controllers true): replicas share it and its Lease".into());
+        }
+        if self.tls_cert.is_some() {
+            return Err("--sharding needs the hub CA Secret (no --tls-cert/--tls-key/--tls-ca): each replica issues its relay certificate from the CA".into());
+        }
+        if let Some(address) = self.relay_address {
+            if address.ip().is_unspecified() || address.port() == 0 {
+                return Err(format!(
+                    "--relay-address {address} must be one IP address and port the other replicas can dial"
+                ));
+            }
+            return Ok(Some(address));
+        }
+        let port = self.listen.port();
+        if let Some(ip) = pod_ip.filter(|ip| !ip.is_empty()) {
+            let ip: std::net::IpAddr = ip
+                .parse()
+                .map_err(|_| format!("$POD_IP {ip:?} is not an IP address; set --relay-address"))?;
+            return Ok(Some(std::net::SocketAddr::new(ip, port)));
+        }
+        if self.listen.ip().is_unspecified() || port == 0 {
+            return Err(format!(
+                "--sharding: set --relay-address (or $POD_IP): --listen {} names no one address the other replicas can dial",
+                self.listen
+            ));
+        }
+        Ok(Some(self.listen))
     }
 
     /// Where the hub's certificates come from.
@@ -541,6 +591,63 @@ mod tests {
             (lease.name.as_str(), lease.namespace.as_str()),
             ("l", "explicit")
         );
+    }
+
+    #[test]
+    fn relay_addresses() {
+        let address = |flags: &[&str], pod_ip: Option<&str>| {
+            HubArgs::try_parse_from([&["kedge-hub"][..], flags].concat())
+                .unwrap()
+                .relay_address(pod_ip)
+        };
+        assert_eq!(address(&[], Some("10.0.0.1")), Ok(None));
+        let on = ["--sharding", "true"];
+        assert_eq!(
+            address(&on, Some("10.0.0.1")),
+            Ok(Some("10.0.0.1:7443".parse().unwrap()))
+        );
+        let listen = [&on[..], &["--listen", "127.0.0.2:9000"]].concat();
+        assert_eq!(
+            address(&listen, None),
+            Ok(Some("127.0.0.2:9000".parse().unwrap()))
+        );
+        let explicit = [&on[..], &["--relay-address", "10.1.2.3:7000"]].concat();
+        assert_eq!(
+            address(&explicit, Some("10.0.0.1")),
+            Ok(Some("10.1.2.3:7000".parse().unwrap()))
+        );
+        let bad: [(&[&str], Option<&str>, &str); 5] = [
+            (&on, None, "--relay-address"),
+            (&on, Some("not-an-ip"), "$POD_IP"),
+            (
+                &["--sharding", "true", "--relay-address", "0.0.0.0:7443"],
+                None,
+                "one IP address",
+            ),
+            (
+                &["--sharding", "true", "--controllers", "false"],
+                None,
+                "hub cluster",
+            ),
+            (
+                &[
+                    "--sharding",
+                    "true",
+                    "--tls-cert",
+                    "c",
+                    "--tls-key",
+                    "k",
+                    "--tls-ca",
+                    "a",
+                ],
+                None,
+                "CA Secret",
+            ),
+        ];
+        for (flags, pod_ip, expected) in bad {
+            let error = address(flags, pod_ip).unwrap_err();
+            assert!(error.contains(expected), "{flags:?}: {error}");
+        }
     }
 
     #[test]

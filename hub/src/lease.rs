@@ -14,6 +14,7 @@
 //! agree on the time to well within the lease duration (NTP-synchronised nodes do).
 
 use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -41,7 +42,13 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// This candidate's `holderIdentity`.
     pub identity: String,
+    /// Where the other replicas relay their agents' sessions while this candidate holds the
+    /// Lease (`--sharding`): published in the annotation [`RELAY_ADDRESS_ANNOTATION`].
+    pub relay_address: Option<SocketAddr>,
 }
+
+/// Annotation of the Lease naming where the holder takes relayed sessions (`--sharding`).
+pub const RELAY_ADDRESS_ANNOTATION: &str = "kedge.dev/relay-address";
 
 /// Longest wait for each of the two calls that release the Lease on shutdown.
 const STEP_DOWN_CALL: Duration = Duration::from_millis(1500);
@@ -85,6 +92,8 @@ pub enum Role {
     Standby {
         /// The current holder, when known.
         holder: Option<String>,
+        /// Where the holder takes relayed sessions, when it publishes that (`--sharding`).
+        relay: Option<SocketAddr>,
     },
     /// This hub holds the lease: it runs the controllers and accepts sessions, until `until`
     /// (its renewal deadline; `None` without a lease). Past it the hub no longer counts as the
@@ -115,6 +124,20 @@ impl Role {
         matches!(self, Role::Leader { until } if until.is_none_or(|until| now < until))
     }
 
+    /// A standby that knows where the active hub takes relayed sessions: that address.
+    pub fn relay(&self) -> Option<SocketAddr> {
+        match self {
+            Role::Standby { relay, .. } => *relay,
+            _ => None,
+        }
+    }
+
+    /// A standby that knows no active hub yet.
+    pub const WAITING: Role = Role::Standby {
+        holder: None,
+        relay: None,
+    };
+
     /// Why an agent session is refused in this role (retryable: the agent moves on to its
     /// next hub address); `None` for the leader.
     pub fn refusal(&self) -> Option<String> {
@@ -125,10 +148,11 @@ impl Role {
             }
             Role::Standby {
                 holder: Some(holder),
+                ..
             } => Some(format!(
                 "this hub is a standby; the active hub is {holder}; retry"
             )),
-            Role::Standby { holder: None } => {
+            Role::Standby { holder: None, .. } => {
                 Some("this hub is a standby; no hub is active yet; retry".to_owned())
             }
             Role::Lost { .. } => Some("this hub lost its lease and is stopping; retry".to_owned()),
@@ -237,7 +261,20 @@ enum Round {
     /// The lease is ours (acquired or renewed).
     Held,
     /// Another candidate holds it, or won the race to write it.
-    Other { holder: Option<String> },
+    Other {
+        holder: Option<String>,
+        relay: Option<SocketAddr>,
+    },
+}
+
+/// The relay address the holder of a Lease with `metadata` publishes, if it is one.
+pub fn relay_address(metadata: &ObjectMeta) -> Option<SocketAddr> {
+    metadata
+        .annotations
+        .as_ref()?
+        .get(RELAY_ADDRESS_ANNOTATION)?
+        .parse()
+        .ok()
 }
 
 fn is_conflict(error: &kube::Error) -> bool {
@@ -300,7 +337,7 @@ impl Elector {
                     // Every renewal moves the deadline the role carries.
                     tx.send_replace(Role::Leader { until: Some(until) });
                 }
-                Ok(Round::Other { holder }) => {
+                Ok(Round::Other { holder, relay }) => {
                     if acting_until.is_some() {
                         let reason = format!(
                             "the lease is held by {}",
@@ -308,7 +345,7 @@ impl Elector {
                         );
                         return self.lose(&tx, reason);
                     }
-                    let role = Role::Standby { holder };
+                    let role = Role::Standby { holder, relay };
                     if *tx.borrow() != role {
                         info!(holder = ?role, "standing by");
                         tx.send_replace(role);
@@ -333,7 +370,7 @@ impl Elector {
                 _ = release.cancelled() => {
                     if acting_until.is_some() {
                         // No longer the leader before a standby can take the lease.
-                        tx.send_replace(Role::Standby { holder: None });
+                        tx.send_replace(Role::WAITING);
                         self.step_down().await;
                     }
                     return;
@@ -360,11 +397,11 @@ impl Elector {
         let seconds = self.config.duration_seconds();
         let Some(lease) = current else {
             let lease = Lease {
-                metadata: ObjectMeta {
+                metadata: self.annotated(ObjectMeta {
                     name: Some(self.config.name.clone()),
                     namespace: Some(self.config.namespace.clone()),
                     ..Default::default()
-                },
+                }),
                 spec: Some(claim(None, me, seconds, now)),
             };
             return match timeout(limit, self.api.create(&PostParams::default(), &lease))
@@ -372,13 +409,17 @@ impl Elector {
                 .map_err(bounded("create Lease"))?
             {
                 Ok(_) => Ok(Round::Held),
-                Err(e) if is_conflict(&e) => Ok(Round::Other { holder: None }),
+                Err(e) if is_conflict(&e) => Ok(Round::Other {
+                    holder: None,
+                    relay: None,
+                }),
                 Err(e) => Err(e.into()),
             };
         };
         match verdict(lease.spec.as_ref(), me, now) {
             Verdict::Held { holder } => Ok(Round::Other {
                 holder: Some(holder),
+                relay: relay_address(&lease.metadata),
             }),
             verdict @ (Verdict::Mine | Verdict::Free { .. }) => {
                 if let Verdict::Free { previous } = verdict {
@@ -387,7 +428,7 @@ impl Elector {
                 let updated = Lease {
                     spec: Some(claim(lease.spec.as_ref(), me, seconds, now)),
                     // Keeps the resourceVersion that was read: a concurrent writer makes this 409.
-                    metadata: lease.metadata,
+                    metadata: self.annotated(lease.metadata),
                 };
                 match timeout(
                     limit,
@@ -398,11 +439,28 @@ impl Elector {
                 .map_err(bounded("update Lease"))?
                 {
                     Ok(_) => Ok(Round::Held),
-                    Err(e) if is_conflict(&e) => Ok(Round::Other { holder: None }),
+                    Err(e) if is_conflict(&e) => Ok(Round::Other {
+                        holder: None,
+                        relay: None,
+                    }),
                     Err(e) => Err(e.into()),
                 }
             }
         }
+    }
+
+    /// `metadata` with this candidate's relay address as the holder's, or none.
+    fn annotated(&self, mut metadata: ObjectMeta) -> ObjectMeta {
+        let annotations = metadata.annotations.get_or_insert_with(Default::default);
+        match self.config.relay_address {
+            Some(address) => {
+                annotations.insert(RELAY_ADDRESS_ANNOTATION.to_owned(), address.to_string());
+            }
+            None => {
+                annotations.remove(RELAY_ADDRESS_ANNOTATION);
+            }
+        }
+        metadata
     }
 
     /// Gives the lease up so a standby need not wait for it to expire. Best effort: if the
@@ -623,18 +681,48 @@ mod tests {
         assert!(overdue.refusal().unwrap().contains("overdue"));
         let standby = Role::Standby {
             holder: Some("hub-a_12-abcdef".into()),
+            relay: None,
         };
         assert_eq!(
             standby.refusal().unwrap(),
             "this hub is a standby; the active hub is hub-a_12-abcdef; retry"
         );
         assert!(
-            Role::Standby { holder: None }
+            Role::WAITING
                 .refusal()
                 .unwrap()
                 .contains("no hub is active yet")
         );
         assert!(Role::Lost { reason: "x".into() }.refusal().is_some());
+    }
+
+    #[test]
+    fn a_standby_learns_the_relay_address_from_the_lease() {
+        let mut metadata = ObjectMeta::default();
+        assert_eq!(relay_address(&metadata), None);
+        metadata.annotations = Some(
+            [(
+                RELAY_ADDRESS_ANNOTATION.to_owned(),
+                "10.0.0.7:7443".to_owned(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            relay_address(&metadata),
+            Some("10.0.0.7:7443".parse().unwrap())
+        );
+        // Anything else is no address: the standby refuses instead of relaying.
+        for bad in ["", "hub:7443", "10.0.0.7", "[::1]:99999"] {
+            metadata.annotations =
+                Some([(RELAY_ADDRESS_ANNOTATION.to_owned(), bad.to_owned())].into());
+            assert_eq!(relay_address(&metadata), None, "{bad}");
+        }
+        let standby = Role::Standby {
+            holder: Some("a".into()),
+            relay: Some("10.0.0.7:7443".parse().unwrap()),
+        };
+        assert_eq!(standby.relay(), Some("10.0.0.7:7443".parse().unwrap()));
+        assert_eq!(Role::ALONE.relay(), None);
     }
 
     #[test]
@@ -644,6 +732,7 @@ mod tests {
             namespace: "kedge-system".into(),
             duration: Duration::from_secs(15),
             identity: "me".into(),
+            relay_address: None,
         };
         assert_eq!(config.retry_period(), Duration::from_secs(5));
         assert_eq!(config.renew_deadline(), Duration::from_secs(10));

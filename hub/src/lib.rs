@@ -113,6 +113,9 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let registry = Arc::new(SessionRegistry::new(args.liveness(), metrics.clone()));
 
     let limits = args.limits().map_err(Error::Limits)?;
+    let relay_address = args
+        .relay_address(std::env::var("POD_IP").ok().as_deref())
+        .map_err(Error::Limits)?;
     let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
     let (server_config, hub_ca) = tls_setup(&args).await?;
     let endpoint = quic_endpoint(server_config, args.listen)?;
@@ -149,12 +152,21 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let pod_name = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .ok();
-    let lease = args.lease(
-        std::env::var("POD_NAMESPACE").ok(),
-        lease::identity(pod_name),
-    );
+    let lease = args
+        .lease(
+            std::env::var("POD_NAMESPACE").ok(),
+            lease::identity(pod_name),
+        )
+        .map(|lease| lease::LeaseConfig {
+            relay_address,
+            ..lease
+        });
+    let replica = lease
+        .as_ref()
+        .map(|l| l.identity.clone())
+        .unwrap_or_default();
     let (role_tx, role) = watch::channel(match lease {
-        Some(_) => Role::Standby { holder: None },
+        Some(_) => Role::WAITING,
         None => Role::ALONE,
     });
     let leadership = match (args.controllers(), lease) {
@@ -180,6 +192,16 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let mut ctx = ServerContext::new(fleet, metrics, limits)
         .with_role(role)
         .with_admission(admission);
+    if let (Some(hub_ca), Some(address)) = (&hub_ca, relay_address) {
+        let server_name = hub_ca.server.names.first().cloned().unwrap_or_default();
+        info!(relay = %address, "sharding: agents' sessions are relayed to the active replica");
+        ctx = ctx.with_relay(Arc::new(server::RelayClient::new(
+            endpoint.clone(),
+            hub_ca.ca.clone(),
+            server_name,
+            replica,
+        )));
+    }
     if let Some(hub_ca) = hub_ca {
         tokio::spawn(ca::renew_server_cert(
             endpoint.clone(),

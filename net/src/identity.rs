@@ -124,6 +124,17 @@ impl PeerIdentity {
     }
 }
 
+/// The Common Name of the leaf certificate a quinn connection's peer presented (verified by
+/// the TLS handshake), if any.
+pub fn connection_common_name(connection: &quinn::Connection) -> Option<String> {
+    let chain = connection
+        .peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())?;
+    let (_, cert) = X509Certificate::from_der(chain.first()?.as_ref()).ok()?;
+    let name = cert.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(name.to_owned())
+}
+
 /// Extracts the identity of a quinn connection's peer, if it presented a certificate.
 pub fn connection_identity(connection: &quinn::Connection) -> Result<PeerIdentity> {
     let chain = connection

@@ -105,6 +105,9 @@ pub mod close_code {
     pub const HEARTBEAT_TIMEOUT: u32 = 6;
     /// The session's client certificate expired without renewal.
     pub const CERT_EXPIRED: u32 = 7;
+    /// This hub replica is alive but the session must start over (the active replica of a
+    /// sharded hub changed): dial the same address again at once.
+    pub const RECONNECT: u32 = 8;
 
     /// A short name for a close code, for logs.
     pub fn name(code: u64) -> &'static str {
@@ -117,6 +120,7 @@ pub mod close_code {
             5 => "bad_identity",
             6 => "heartbeat_timeout",
             7 => "cert_expired",
+            8 => "reconnect",
             _ => "unknown",
         }
     }

@@ -522,6 +522,7 @@ fn close_codes_match() {
         (close_code::BAD_IDENTITY, "bad_identity"),
         (close_code::HEARTBEAT_TIMEOUT, "heartbeat_timeout"),
         (close_code::CERT_EXPIRED, "cert_expired"),
+        (close_code::RECONNECT, "reconnect"),
     ] {
         assert_eq!(close_code::name(value.into()), name);
     }

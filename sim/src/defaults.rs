@@ -109,6 +109,37 @@ pub fn apply(def: &ResourceDef, obj: &mut Value) {
     }
 }
 
+/// A Secret's `stringData`, as the real API server stores it on every write: each key
+/// base64-encoded into `data` (over a `data` key of the same name), and `stringData` itself
+/// gone (it is write-only). Non-string values are left for validation to refuse.
+pub fn fold_string_data(def: &ResourceDef, obj: &mut Value) {
+    use base64::Engine as _;
+    if def.crd || def.kind != "Secret" {
+        return;
+    }
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = root.get("stringData").cloned() else {
+        return;
+    };
+    if strings.values().any(|v| !v.is_string()) {
+        return;
+    }
+    root.remove("stringData");
+    let data = root.entry("data").or_insert(json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, json!(encoded));
+        }
+    }
+}
+
 /// Next cluster IP and node port handed out in this process (the API server's allocators).
 static CLUSTER_IPS: AtomicU32 = AtomicU32::new(0);
 static NODE_PORTS: AtomicU32 = AtomicU32::new(0);
@@ -212,6 +243,31 @@ fn ensure_obj<'a>(obj: &'a mut Value, field: &str) -> &'a mut serde_json::Map<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_data_is_folded_into_data_and_not_kept() {
+        let defs = crate::resources::builtins();
+        let secret = defs.iter().find(|d| d.kind == "Secret").unwrap();
+        let mut obj = json!({"data": {"a": "b2xk", "keep": "eA=="},
+            "stringData": {"a": "new", "b": "two"}});
+        fold_string_data(secret, &mut obj);
+        assert_eq!(
+            obj,
+            json!({"data": {"a": "bmV3", "keep": "eA==", "b": "dHdv"}})
+        );
+        // Without data; and a bad value is left for validation.
+        let mut only = json!({"stringData": {"k": "v"}});
+        fold_string_data(secret, &mut only);
+        assert_eq!(only, json!({"data": {"k": "dg=="}}));
+        let mut bad = json!({"stringData": {"k": 1}});
+        fold_string_data(secret, &mut bad);
+        assert_eq!(bad, json!({"stringData": {"k": 1}}));
+        // Other kinds keep a field of that name.
+        let map = defs.iter().find(|d| d.kind == "ConfigMap").unwrap();
+        let mut cm = json!({"stringData": {"k": "v"}});
+        fold_string_data(map, &mut cm);
+        assert_eq!(cm, json!({"stringData": {"k": "v"}}));
+    }
 
     #[test]
     fn services_get_a_cluster_ip_default_ports_and_node_ports_by_type() {

@@ -353,6 +353,7 @@ impl Store {
             reset_status(def, &mut obj);
         }
         crate::defaults::apply(def, &mut obj);
+        crate::defaults::fold_string_data(def, &mut obj);
         check_schema(def, &obj, None)?;
         {
             let meta = meta_mut(&mut obj);
@@ -554,6 +555,7 @@ impl Store {
                 + 1;
             meta_mut(&mut new).insert("generation".into(), json!(g));
         }
+        crate::defaults::fold_string_data(def, &mut new);
         match scope {
             WriteScope::Main => check_schema(def, &new, Some(&old))?,
             WriteScope::Status => check_status_schema(def, &new, &old)?,

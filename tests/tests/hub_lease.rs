@@ -41,8 +41,9 @@ fn candidate(sim: &Sim, watched: &Watched) -> Candidate {
         namespace: NAMESPACE.into(),
         duration: DURATION,
         identity: identity(Some("candidate".into())),
+        relay_address: None,
     };
-    let (tx, role) = watch::channel(Role::Standby { holder: None });
+    let (tx, role) = watch::channel(Role::WAITING);
     let release = CancellationToken::new();
     let alive = Arc::new(AtomicBool::new(true));
     watched
@@ -153,6 +154,7 @@ async fn two_electors_never_both_hold_the_lease() {
         role.wait_for(|r| {
             *r == Role::Standby {
                 holder: Some(first.clone()),
+                relay: None,
             }
         })
         .await

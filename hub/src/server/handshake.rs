@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use super::Control;
 use super::session::Session;
-use super::streams::{clean_error, send_within};
+use super::streams::send_within;
 use crate::admission::Verdict;
 
 /// How long a reconnecting member waits for its previous session to release its place when
@@ -56,7 +56,7 @@ impl Session<'_> {
                 .is_ok_and(|r| r.is_ok())
         {
             // Let the agent read the refusal and close first, so the frame is not discarded.
-            let _ = timeout(Duration::from_secs(2), self.connection.closed()).await;
+            let _ = timeout(Duration::from_secs(2), self.peer.closed()).await;
         }
         self.close(close_code::REFUSED, &message);
     }
@@ -65,12 +65,10 @@ impl Session<'_> {
         let limit = self.ctx.limits.hello_timeout;
         // One deadline for the stream and the Hello: a peer trickling both gets no more.
         let deadline = Instant::now() + limit;
-        let (send, recv) = match tokio::time::timeout_at(deadline, self.connection.accept_bi())
-            .await
-        {
+        let (send, recv) = match tokio::time::timeout_at(deadline, self.peer.accept_bi()).await {
             Ok(Ok(streams)) => streams,
-            Ok(Err(e)) => {
-                debug!(error = %clean_error(&e), "connection ended before the control stream opened");
+            Ok(Err(reason)) => {
+                debug!(%reason, "connection ended before the control stream opened");
                 return None;
             }
             Err(_) => {

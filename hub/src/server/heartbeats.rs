@@ -5,14 +5,13 @@ use std::time::SystemTime;
 
 use kedge_net::telemetry::AUDIT;
 use kedge_protocol::{AgentMessage, FramedStream, HeartbeatAck, HubMessage, close_code};
-use quinn::{RecvStream, SendStream, VarInt};
+use quinn::{RecvStream, SendStream};
 use tokio::time::Instant;
 use tracing::{Instrument, warn};
 
 use super::Control;
 use super::session::Session;
 use super::streams::{send_within, stalled, stream_failed};
-use crate::link::LinkSample;
 
 impl Session<'_> {
     /// Serves the session's heartbeat stream in a task of its own: each heartbeat is marked
@@ -24,7 +23,7 @@ impl Session<'_> {
         session_id: &str,
     ) -> tokio::task::JoinHandle<()> {
         let mut stream: Control = FramedStream::new(recv, send);
-        let connection = self.connection.clone();
+        let peer = self.peer.clone();
         let registry = self.ctx.registry.clone();
         let metrics = self.ctx.metrics.clone();
         let member = self.identity.member.clone();
@@ -38,14 +37,14 @@ impl Session<'_> {
                             metrics.heartbeat();
                             let wall = SystemTime::now();
                             registry.heartbeat(&member, &session_id, Instant::now(), wall);
-                            let link = LinkSample::of(&connection);
+                            let link = peer.sample();
                             registry.link_observed(&member, &session_id, &link, wall);
                             let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: beat.seq });
                             match send_within(&mut stream, &ack, send_timeout).await {
                                 Ok(()) => {}
                                 Err(Some(_)) => return,
                                 Err(None) => {
-                                    stalled(&connection, &metrics, send_timeout, "heartbeat");
+                                    stalled(&peer, &metrics, send_timeout, "heartbeat");
                                     return;
                                 }
                             }
@@ -53,15 +52,15 @@ impl Session<'_> {
                         Ok(Some(_)) => {
                             warn!(target: AUDIT, reason = "unexpected_message", "closing session: non-heartbeat message on the heartbeat stream");
                             metrics.frame_rejected("unexpected_message");
-                            connection.close(
-                                VarInt::from_u32(close_code::PROTOCOL_ERROR),
-                                b"only heartbeats belong on the heartbeat stream",
+                            peer.close(
+                                close_code::PROTOCOL_ERROR,
+                                "only heartbeats belong on the heartbeat stream",
                             );
                             return;
                         }
                         Ok(None) => return,
                         Err(e) => {
-                            stream_failed(&connection, &metrics, &e, "heartbeat");
+                            stream_failed(&peer, &metrics, &e, "heartbeat");
                             return;
                         }
                     }

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info_span, warn};
 
-use super::ServerContext;
+use super::peer::{Peer, clean_error};
 use super::session::Session;
-use super::streams::clean_error;
+use super::{ServerContext, relay};
 use crate::budget::{Admitted, HandshakePermit};
 use crate::enroll::{EnrollDeadlines, Enroller, serve_enrollment};
 
@@ -87,7 +87,7 @@ pub(super) fn turn_away(incoming: quinn::Incoming, ctx: &ServerContext) {
 pub(super) async fn handle_incoming(
     incoming: quinn::Incoming,
     handshake: HandshakePermit,
-    ctx: &ServerContext,
+    ctx: &Arc<ServerContext>,
     shutdown: CancellationToken,
 ) {
     let remote = incoming.remote_address();
@@ -105,13 +105,24 @@ pub(super) async fn handle_incoming(
     }
     // A verified certificate: a member, no longer a stranger to make room for.
     handshake.proven();
+    if relay::is_relay(&connection) {
+        drop(handshake);
+        serve_relay(connection, ctx, shutdown).await;
+        return;
+    }
     let Some(identity) = member_identity(&connection, ctx, remote) else {
         return;
     };
     let span = info_span!("session", member = %identity.member, %remote);
+    if relayed(&connection, &identity, ctx, &shutdown)
+        .instrument(span.clone())
+        .await
+    {
+        return;
+    }
     Session {
         ctx,
-        connection,
+        peer: Peer::Direct(connection),
         identity,
         remote,
         shutdown,
@@ -120,6 +131,55 @@ pub(super) async fn handle_incoming(
     .run()
     .instrument(span)
     .await;
+}
+
+/// Another replica's relay (`--sharding`): served while this replica is active, closed
+/// otherwise (the replica learns the active one from the Lease and dials it instead).
+async fn serve_relay(
+    connection: Connection,
+    ctx: &Arc<ServerContext>,
+    shutdown: CancellationToken,
+) {
+    if ctx.relay.is_none() || !ctx.role.borrow().is_leader() {
+        warn!(remote = %connection.remote_address(), "refusing a relay: this hub replica is not the active one");
+        connection.close(
+            VarInt::from_u32(close_code::REFUSED),
+            b"this hub replica is not active; relay to the Lease holder",
+        );
+        return;
+    }
+    relay::serve_relay(connection, ctx.clone(), shutdown).await;
+}
+
+/// Relays the session of `identity` to the active replica when this one is not active and
+/// knows where it is (`--sharding`). `false` when the session is this hub's to run, or to
+/// refuse (no active replica known, no relay to it, no room): the session then tells the
+/// agent why and the agent tries its next hub address.
+async fn relayed(
+    connection: &Connection,
+    identity: &PeerIdentity,
+    ctx: &ServerContext,
+    shutdown: &CancellationToken,
+) -> bool {
+    let Some(client) = &ctx.relay else {
+        return false;
+    };
+    if ctx.role.borrow().relay().is_none() {
+        return false;
+    }
+    let Ok(_place) = ctx.budget.session() else {
+        return false;
+    };
+    match client
+        .forward(connection.clone(), identity, ctx.role.clone(), shutdown)
+        .await
+    {
+        Ok(()) => true,
+        Err(error) => {
+            warn!(%error, "cannot relay the session to the active hub replica; refusing it");
+            false
+        }
+    }
 }
 
 /// The TLS handshake, unless it fails, times out or is evicted for a newer attempt: the

@@ -9,7 +9,9 @@
 mod handshake;
 mod heartbeats;
 mod incoming;
+mod peer;
 mod rate;
+mod relay;
 mod session;
 mod streams;
 
@@ -32,6 +34,7 @@ use crate::metrics::HubMetrics;
 use crate::registry::SessionRegistry;
 
 use self::incoming::{admit, handle_incoming, turn_away};
+pub use self::relay::{RELAY_COMMON_NAME, RelayClient};
 
 type Control = FramedStream<RecvStream, SendStream, AgentMessage, HubMessage>;
 
@@ -109,6 +112,9 @@ pub struct ServerContext {
     pub admission: Arc<Admission>,
     /// Issues member certificates (CA-Secret mode); `None` with certificates from files.
     enroller: Option<Arc<Enroller>>,
+    /// With `--sharding`: relays the sessions of this replica's agents while another one is
+    /// active.
+    relay: Option<Arc<RelayClient>>,
 }
 
 impl ServerContext {
@@ -143,7 +149,15 @@ impl ServerContext {
             role: watch::channel(Role::ALONE).1,
             admission: Arc::new(Admission::new(Enrolled::Anyone)),
             enroller: None,
+            relay: None,
         }
+    }
+
+    /// Shards sessions (`--sharding`): while another replica is active, relays every session
+    /// to it with `relay`; while active, serves the relays of the other replicas.
+    pub fn with_relay(mut self, relay: Arc<RelayClient>) -> Self {
+        self.relay = Some(relay);
+        self
     }
 
     /// Admits only the members `admission` admits (default: every certificate the CA

@@ -12,7 +12,7 @@ use kedge_protocol::{
     Ack, AgentMessage, DesiredState, EnrollRefusal, EnrollRefusalCode, EnrollResponse, Hello,
     HubMessage, PodMetricsReport, RenewRequest, ScrapeTargets, StatusReport, Welcome, close_code,
 };
-use quinn::{Connection, RecvStream, SendStream, VarInt};
+use quinn::{RecvStream, SendStream};
 use tokio::sync::watch;
 use tokio::sync::watch::error::RecvError;
 use tokio::task::JoinHandle;
@@ -20,17 +20,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::peer::Peer;
 use super::rate::RateLimit;
-use super::streams::{clean_error, closed_reason, send_within, stalled, stream_failed};
+use super::streams::{send_within, stalled, stream_failed};
 use super::{Control, ServerContext};
 use crate::budget::HandshakePermit;
-use crate::link::LinkSample;
 use crate::registry::NewSession;
 
 /// One member's connection, from its verified certificate on.
 pub(super) struct Session<'a> {
     pub(super) ctx: &'a ServerContext,
-    pub(super) connection: Connection,
+    pub(super) peer: Peer,
     pub(super) identity: PeerIdentity,
     pub(super) remote: SocketAddr,
     pub(super) shutdown: CancellationToken,
@@ -74,12 +74,11 @@ fn cert_deadline(not_after_unix_ms: i64, wall: SystemTime, now: Instant) -> Inst
 
 impl Session<'_> {
     pub(super) fn close(&self, code: u32, reason: &str) {
-        self.connection
-            .close(VarInt::from_u32(code), reason.as_bytes());
+        self.peer.close(code, reason);
     }
 
     pub(super) fn stream_failed(&self, error: &kedge_protocol::Error, stream: &str) -> String {
-        stream_failed(&self.connection, &self.ctx.metrics, error, stream)
+        stream_failed(&self.peer, &self.ctx.metrics, error, stream)
     }
 
     /// Sends `message` on `stream`; `Err` with why the session ends when the stream failed
@@ -95,7 +94,7 @@ impl Session<'_> {
             .await
             .map_err(|e| match e {
                 Some(e) => self.stream_failed(&e, name),
-                None => stalled(&self.connection, &self.ctx.metrics, limit, name),
+                None => stalled(&self.peer, &self.ctx.metrics, limit, name),
             })
     }
 
@@ -138,7 +137,7 @@ impl Session<'_> {
                 .await
             }
         };
-        let last = LinkSample::of(&self.connection);
+        let last = self.peer.sample();
         (self.ctx.registry).link_observed(member, &session_id, &last, SystemTime::now());
         self.ctx.registry.disconnected(member, &session_id, &reason);
         self.ctx.budget.remember(self.remote.ip(), Instant::now());
@@ -158,7 +157,7 @@ impl Session<'_> {
                 protocol_version: hello.protocol_version,
                 cert_not_after_unix: self.identity.not_after_unix,
                 enrollment_uid: self.identity.enrollment_uid.clone(),
-                link: LinkSample::of(&self.connection),
+                link: self.peer.sample(),
             },
             Instant::now(),
             SystemTime::now(),
@@ -200,7 +199,7 @@ impl Session<'_> {
                 }
                 _ = ended.cancelled() => Err(self.on_ended(session_id)),
                 _ = self.shutdown.cancelled() => Err(self.on_shutdown()),
-                streams = self.connection.accept_bi(), if live.heartbeats.is_none() => {
+                streams = self.peer.accept_bi(), if live.heartbeats.is_none() => {
                     self.on_heartbeat_stream(streams, &mut live)
                 }
                 message = live.control.recv() => {
@@ -331,7 +330,7 @@ impl Session<'_> {
     /// The agent opened its heartbeat stream, or the connection ended.
     fn on_heartbeat_stream(
         &self,
-        streams: Result<(SendStream, RecvStream), quinn::ConnectionError>,
+        streams: Result<(SendStream, RecvStream), String>,
         live: &mut Live<'_>,
     ) -> Step {
         match streams {
@@ -339,7 +338,7 @@ impl Session<'_> {
                 live.heartbeats = Some(self.spawn_heartbeats(send, recv, live.session_id));
                 Ok(())
             }
-            Err(e) => Err(closed_reason(&self.connection).unwrap_or_else(|| clean_error(&e))),
+            Err(reason) => Err(reason),
         }
     }
 

@@ -5,16 +5,11 @@ use std::time::Duration;
 
 use kedge_net::telemetry::AUDIT;
 use kedge_protocol::{AgentMessage, FramedStream, HubMessage, close_code};
-use quinn::{Connection, VarInt};
 use tokio::time::timeout;
 use tracing::warn;
 
+use super::peer::Peer;
 use crate::metrics::HubMetrics;
-
-/// A connection error as text safe to log: a peer's close reason is its own bytes.
-pub(super) fn clean_error(error: &quinn::ConnectionError) -> String {
-    kedge_protocol::clean_text(&error.to_string(), kedge_protocol::MAX_MESSAGE_BYTES)
-}
 
 fn frame_error_label(error: &kedge_protocol::Error) -> &'static str {
     match error {
@@ -24,21 +19,6 @@ fn frame_error_label(error: &kedge_protocol::Error) -> &'static str {
         kedge_protocol::Error::Truncated => "truncated",
         kedge_protocol::Error::Encode(_) | kedge_protocol::Error::Io(_) => "io",
     }
-}
-
-/// The reason the connection already closed, if it did; the agent's own words cleaned.
-pub(super) fn closed_reason(connection: &Connection) -> Option<String> {
-    connection.close_reason().map(|e| match e {
-        quinn::ConnectionError::ApplicationClosed(c) => format!(
-            "agent closed the connection ({}: {})",
-            close_code::name(c.error_code.into_inner()),
-            kedge_protocol::clean_text(
-                &String::from_utf8_lossy(&c.reason),
-                kedge_protocol::MAX_MESSAGE_BYTES
-            )
-        ),
-        other => clean_error(&other),
-    })
 }
 
 /// Sends one message, unless the peer does not take it within `limit`. `Err(None)` when the
@@ -60,44 +40,33 @@ where
 }
 
 /// Closes a session whose agent stopped reading; returns why it ended.
-pub(super) fn stalled(
-    connection: &Connection,
-    metrics: &HubMetrics,
-    limit: Duration,
-    stream: &str,
-) -> String {
-    if let Some(reason) = closed_reason(connection) {
+pub(super) fn stalled(peer: &Peer, metrics: &HubMetrics, limit: Duration, stream: &str) -> String {
+    if let Some(reason) = peer.close_reason() {
         return reason;
     }
     let reason = format!("the agent took no data on its {stream} stream for {limit:?}");
     warn!(target: AUDIT, reason = "stalled", %reason, "closing session: agent stopped reading");
     metrics.session_refused("stalled");
-    connection.close(
-        VarInt::from_u32(close_code::PROTOCOL_ERROR),
-        reason.as_bytes(),
-    );
+    peer.close(close_code::PROTOCOL_ERROR, &reason);
     reason
 }
 
 /// Handles a stream error: a closed connection ends quietly; bad bytes close it loudly.
 /// Returns why the session ends.
 pub(super) fn stream_failed(
-    connection: &Connection,
+    peer: &Peer,
     metrics: &HubMetrics,
     error: &kedge_protocol::Error,
     stream: &str,
 ) -> String {
-    if let Some(reason) = closed_reason(connection) {
+    if let Some(reason) = peer.close_reason() {
         return reason;
     }
     let label = frame_error_label(error);
     warn!(target: AUDIT, stream, reason = label, error = %error, "closing session: bad frame from agent");
     metrics.frame_rejected(label);
     let reason = format!("bad frame on {stream} stream: {error}");
-    connection.close(
-        VarInt::from_u32(close_code::PROTOCOL_ERROR),
-        reason.as_bytes(),
-    );
+    peer.close(close_code::PROTOCOL_ERROR, &reason);
     reason
 }
 

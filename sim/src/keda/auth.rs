@@ -72,8 +72,8 @@ pub(crate) fn auth_params(
     Ok(params)
 }
 
-/// `data[key]` of a Secret, base64-decoded (or `stringData[key]`, which the simulator keeps
-/// as written), as UTF-8 text: KEDA's parameters are strings.
+/// `data[key]` of a Secret, base64-decoded (or `stringData[key]` of a Secret the simulator
+/// created inside itself), as UTF-8 text: KEDA's parameters are strings.
 fn secret_value(store: &Store, ns: &str, name: &str, key: &str) -> Result<String, String> {
     let secret = store
         .get(SECRETS, ns, name)
