@@ -379,6 +379,8 @@ async fn lead(
         readiness,
         admission,
     } = leading;
+    // A sharded replica that relays serves agents too: ready while it knows where to relay.
+    let sharding = lease.relay_address.is_some();
     let Some(client) = controller::connect(&config, &stop).await else {
         return Ok(());
     };
@@ -434,9 +436,9 @@ async fn lead(
                             ))
                         });
                     }
-                    Role::Standby { .. } => {
+                    Role::Standby { relay, .. } => {
                         leading = false;
-                        readiness.set(false);
+                        readiness.set(sharding && relay.is_some());
                         metrics.set_leader(false);
                     }
                     Role::Lost { reason } => {

@@ -152,6 +152,7 @@ fn hub_cases() -> Vec<(&'static str, &'static str, Value, HubInstall)> {
                 "quic": {"port": 7000, "service": {"type": "NodePort", "nodePort": 30443,
                     "externalTrafficPolicy": "Local"}},
                 "replicas": 2,
+                "sharding": {"enabled": true},
                 "serviceMonitor": {"enabled": true},
                 "podDisruptionBudget": {"enabled": true},
                 "networkPolicy": {"enabled": true},
@@ -248,6 +249,7 @@ fn hub_chart_is_what_hub_manifests_renders() {
         image: "registry.example/kedge-hub".into(),
         tag: "1.2.3".into(),
         replicas: 2,
+        sharding: true,
         quic_port: 7000,
         ops_port: 9090,
         service_type: ServiceType::NodePort,
@@ -400,6 +402,7 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
         assert_eq!(f.get(flag).map(String::as_str), Some(value), "{flag}");
     }
     assert!(!f.contains_key("--server-dns-names") && !f.contains_key("--tls-ca"));
+    assert!(!f.contains_key("--sharding"), "sharding is opt-in");
     assert_eq!(
         c["env"][0],
         json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})
@@ -433,6 +436,7 @@ fn hub_chart_runs_the_hub_hardened_with_the_values_given() {
         ("--server-dns-names", "hub.example.com"),
         ("--server-ips", "10.0.0.9,fd00::9"),
         ("--cluster-profile-namespace", "fleet"),
+        ("--sharding", "true"),
         ("--scaler-listen", "0.0.0.0:9443"),
         ("--scaler-address", "scaler.example:443"),
         ("--keda-namespace", "keda-system"),

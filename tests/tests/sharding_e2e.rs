@@ -138,9 +138,11 @@ async fn replicas_share_the_sessions_and_one_decides() {
     hubs.push(Some(replica(&fleet, ports[1], "hub-1.log")));
     hubs.push(Some(replica(&fleet, ports[2], "hub-2.log")));
     for p in &ports[1..] {
-        wait_for(STEP, "a relaying replica to answer", || async {
-            (ready(*p).await == Some(false)).then_some(())
-        })
+        wait_for(
+            STEP,
+            "a relaying replica to be ready (it knows where to relay)",
+            || async { (ready(*p).await == Some(true)).then_some(()) },
+        )
         .await;
     }
     // member-N dials replica N-1 first, then the others in turn.

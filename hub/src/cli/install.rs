@@ -81,6 +81,10 @@ pub struct HubArgs {
     /// Hub replicas (one active, the others standby on the Lease).
     #[arg(long, default_value_t = 1)]
     pub replicas: u32,
+    /// Sharded replicas (docs/scale.md): every replica holds the sessions of the agents the
+    /// Service sends it and relays them to the active one, which decides for every object.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub sharding: bool,
     /// UDP port of the QUIC listener and its Service.
     #[arg(long, default_value_t = 7443)]
     pub quic_port: u16,
@@ -159,6 +163,7 @@ impl HubArgs {
             image: self.image.clone(),
             tag: self.tag.clone().unwrap_or(defaults.tag),
             replicas: self.replicas,
+            sharding: self.sharding,
             quic_port: self.quic_port,
             ops_port: self.ops_port,
             service_type: self.service_type,

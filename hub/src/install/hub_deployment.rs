@@ -57,6 +57,9 @@ pub struct HubDeployment {
     pub tag: String,
     /// Hub replicas (one holds the Lease and is ready).
     pub replicas: u32,
+    /// `--sharding`: every replica serves the agents the Service sends it (and is ready),
+    /// relaying their sessions to the Lease holder.
+    pub sharding: bool,
     /// UDP port of the QUIC listener (container and Service).
     pub quic_port: u16,
     /// TCP port of `/metrics`, `/healthz`, `/readyz`.
@@ -95,6 +98,7 @@ impl Default for HubDeployment {
             image: DEFAULT_HUB_IMAGE.to_owned(),
             tag: env!("CARGO_PKG_VERSION").to_owned(),
             replicas: 1,
+            sharding: false,
             quic_port: 7443,
             ops_port: crate::config::DEFAULT_OPS_PORT,
             service_type: ServiceType::LoadBalancer,
@@ -245,6 +249,9 @@ impl HubDeployment {
             Some(ns) => args.extend(["--cluster-profile-namespace".to_owned(), ns.to_owned()]),
             None => args.extend(["--cluster-profiles".to_owned(), "false".to_owned()]),
         }
+        if self.sharding {
+            args.extend(["--sharding".to_owned(), "true".to_owned()]);
+        }
         if !self.server_dns_names.is_empty() {
             args.extend([
                 "--server-dns-names".to_owned(),
@@ -285,6 +292,19 @@ fn labels() -> Value {
 
 fn selector() -> Value {
     json!({ "app.kubernetes.io/name": HUB, "app.kubernetes.io/instance": HUB })
+}
+
+/// The container's environment: the hub's namespace, with sharding the pod's IP (where the
+/// other replicas relay to while it is active), and the log filter.
+fn env(d: &HubDeployment) -> Value {
+    let mut env = vec![json!({"name": "POD_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})];
+    if d.sharding {
+        env.push(json!({"name": "POD_IP",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}));
+    }
+    env.push(json!({"name": "RUST_LOG", "value": d.log_level}));
+    json!(env)
 }
 
 fn deployment(d: &HubDeployment) -> Value {
@@ -329,14 +349,11 @@ fn deployment(d: &HubDeployment) -> Value {
                         "image": format!("{}:{}", d.image, d.tag),
                         "imagePullPolicy": "IfNotPresent",
                         "args": d.args(),
-                        "env": [
-                            {"name": "POD_NAMESPACE",
-                             "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            {"name": "RUST_LOG", "value": d.log_level},
-                        ],
+                        "env": env(d),
                         "ports": ports,
                         "livenessProbe": probe("/healthz", 10),
-                        // Ready only on the Lease holder: the Service sends agents to it.
+                        // Ready only on the Lease holder (with sharding, on every replica that
+                        // knows it): the Service sends agents to the ready ones.
                         "readinessProbe": probe("/readyz", 5),
                         // Sized from `make footprint` (docs/performance.md "Sizing the hub").
                         "resources": {
@@ -417,6 +434,7 @@ pub fn hub_helm_values(d: &HubDeployment) -> Value {
     json!({
         "image": {"repository": d.image, "tag": d.tag},
         "replicas": d.replicas,
+        "sharding": {"enabled": d.sharding},
         "dso": {"enabled": d.dso_enabled},
         "dsj": {"enabled": d.rbac.dsj_enabled},
         "clusterProfiles": {"enabled": d.rbac.cluster_profiles,
@@ -597,6 +615,28 @@ mod tests {
                 .all(|o| !o.to_string().contains("scaler") && o["metadata"]["namespace"] != "keda")
         );
         assert_eq!(hub_helm_values(&off)["scaler"], json!({"enabled": false}));
+    }
+
+    #[test]
+    fn sharding_passes_the_flag_and_the_pod_ip() {
+        let plain = deployment(&HubDeployment::default());
+        let container = &plain["spec"]["template"]["spec"]["containers"][0];
+        assert!(!container["args"].to_string().contains("--sharding"));
+        assert!(!container["env"].to_string().contains("POD_IP"));
+        let sharded = HubDeployment {
+            replicas: 3,
+            sharding: true,
+            ..HubDeployment::default()
+        };
+        let d = deployment(&sharded);
+        let container = &d["spec"]["template"]["spec"]["containers"][0];
+        assert!(sharded.args().join(" ").contains("--sharding true"));
+        assert_eq!(
+            container["env"][1],
+            json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        );
+        assert_eq!(d["spec"]["replicas"], 3);
+        assert_eq!(hub_helm_values(&sharded)["sharding"]["enabled"], true);
     }
 
     #[test]

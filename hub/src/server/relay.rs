@@ -346,13 +346,13 @@ async fn pipe(agent: (SendStream, RecvStream), relay: &Connection, id: u64) {
     let _ = tokio::join!(up, down);
 }
 
-/// Copies `from` into `to` and finishes `to` at the end of `from`.
+/// Copies `from` into `to` chunk by chunk, as quinn received them (no buffer of its own),
+/// and finishes `to` at the end of `from`.
 async fn copy(mut from: RecvStream, to: &mut SendStream) {
-    let mut buffer = [0u8; 4096];
     loop {
-        match from.read(&mut buffer).await {
-            Ok(Some(n)) => {
-                if to.write_all(&buffer[..n]).await.is_err() {
+        match from.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => {
+                if to.write_chunk(chunk.bytes).await.is_err() {
                     let _ = from.stop(VarInt::from_u32(0));
                     return;
                 }
