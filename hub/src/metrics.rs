@@ -138,6 +138,7 @@ pub struct HubMetrics {
     retries: Counter,
     heartbeats: Counter,
     leader: Gauge,
+    relayed_sessions: Family<KindLabel, Gauge>,
     scaler_requests: Family<ScalerCallLabel, Counter>,
     pod_metric_average: Family<PodMetricLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pod_metric_members: Family<PodMetricMemberLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -209,6 +210,11 @@ impl HubMetrics {
             "leader",
             "1 while this hub is the active one (holds the lease, or runs without a hub cluster)",
             self.leader.clone(),
+        );
+        r.register(
+            "relayed_sessions",
+            "With --sharding: agent sessions this replica `relaying` holds and relays to the active one, and relayed sessions it `served` as the active one",
+            self.relayed_sessions.clone(),
         );
         r.register(
             "scaler_requests",
@@ -501,5 +507,15 @@ impl HubMetrics {
 
     pub(crate) fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// One more (`delta` 1) or one fewer (-1) relayed session of `kind`: `relaying` or
+    /// `served`.
+    pub(crate) fn relayed_session(&self, kind: &'static str, delta: i64) {
+        self.relayed_sessions
+            .get_or_create(&KindLabel {
+                kind: kind.to_owned(),
+            })
+            .inc_by(delta);
     }
 }

@@ -32,6 +32,7 @@ use kedge_net::tls::TlsMaterial;
 use kedge_protocol::close_code;
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
@@ -133,7 +134,7 @@ impl From<WireSample> for LinkSample {
 }
 
 /// Writes one frame: its length (u32, big-endian), then postcard.
-async fn write_frame(send: &mut SendStream, frame: &Frame) -> Result<(), String> {
+async fn write_frame<W: AsyncWrite + Unpin>(send: &mut W, frame: &Frame) -> Result<(), String> {
     let bytes =
         postcard::to_stdvec(frame).map_err(|e| format!("cannot encode a relay frame: {e}"))?;
     let length = u32::try_from(bytes.len()).map_err(|_| "relay frame too large".to_owned())?;
@@ -143,14 +144,19 @@ async fn write_frame(send: &mut SendStream, frame: &Frame) -> Result<(), String>
     send.write_all(&bytes).await.map_err(|e| e.to_string())
 }
 
-/// Reads one frame; `Ok(None)` at the end of the stream.
-async fn read_frame(recv: &mut RecvStream) -> Result<Option<Frame>, String> {
+/// Reads one frame; `Ok(None)` at the end of the stream before a frame starts.
+async fn read_frame<R: AsyncRead + Unpin>(recv: &mut R) -> Result<Option<Frame>, String> {
     let mut length = [0u8; 4];
-    match recv.read_exact(&mut length).await {
-        Ok(()) => {}
-        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+    let first = recv
+        .read(&mut length[..1])
+        .await
+        .map_err(|e| e.to_string())?;
+    if first == 0 {
+        return Ok(None);
     }
+    recv.read_exact(&mut length[1..])
+        .await
+        .map_err(|e| format!("truncated relay frame: {e}"))?;
     let length = u32::from_be_bytes(length) as usize;
     if length > MAX_FRAME {
         return Err(format!("relay frame of {length} bytes, over {MAX_FRAME}"));
@@ -158,7 +164,7 @@ async fn read_frame(recv: &mut RecvStream) -> Result<Option<Frame>, String> {
     let mut bytes = vec![0u8; length];
     recv.read_exact(&mut bytes)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("truncated relay frame: {e}"))?;
     postcard::from_bytes(&bytes)
         .map(Some)
         .map_err(|e| format!("undecodable relay frame: {e}"))
@@ -369,12 +375,19 @@ async fn copy(mut from: RecvStream, to: &mut SendStream) {
     }
 }
 
-/// A relay connection's transport: many streams, and windows for a whole shard's traffic.
+/// Connection-level flow-control window of a relay, each way: a whole shard's reports and
+/// desired states share it (each stream keeps the agent's own stream window).
+const RELAY_WINDOW: u32 = 64 << 20;
+
+/// The relaying replica's transport of a relay: windows for a whole shard's traffic; the
+/// active replica opens no stream on it.
 fn relay_transport() -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
     transport
-        .max_concurrent_bidi_streams(VarInt::from_u32(relay_streams()))
+        .max_concurrent_bidi_streams(VarInt::from_u32(0))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .receive_window(VarInt::from_u32(RELAY_WINDOW))
+        .send_window(u64::from(RELAY_WINDOW))
         .keep_alive_interval(Some(Duration::from_secs(2)))
         .max_idle_timeout(Some(VarInt::from_u32(10_000).into()));
     transport
@@ -391,7 +404,10 @@ pub(super) async fn serve_relay(
     ctx: Arc<ServerContext>,
     shutdown: CancellationToken,
 ) {
+    // The hub's transport is sized for one agent's session; a relay carries a shard's.
     relay.set_max_concurrent_bi_streams(VarInt::from_u32(relay_streams()));
+    relay.set_receive_window(VarInt::from_u32(RELAY_WINDOW));
+    relay.set_send_window(u64::from(RELAY_WINDOW));
     let remote = relay.remote_address();
     info!(%remote, "a hub replica relays its sessions here");
     // The agent connections of this relay whose sessions wait for further streams.
@@ -490,6 +506,7 @@ async fn relayed_session(
     shutdown: CancellationToken,
 ) {
     let peer = Peer::Relayed(relayed.clone());
+    ctx.metrics.relayed_session("served", 1);
     let session = async {
         Session {
             ctx: &ctx,
@@ -505,6 +522,7 @@ async fn relayed_session(
         peer.close(close_code::SHUTDOWN, "session ended");
     };
     tokio::join!(session, relay_control(&relayed, control));
+    ctx.metrics.relayed_session("served", -1);
 }
 
 /// The active replica's end of a relayed connection's control stream.
@@ -562,4 +580,91 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_samples_keep_their_readings() {
+        let sample = LinkSample {
+            remote: Some("10.1.2.3:4567".parse().unwrap()),
+            bytes_sent: 1,
+            bytes_received: 2,
+            packets_sent: 3,
+            packets_received: 4,
+            lost_packets: 5,
+            rtt: Duration::from_micros(1234),
+        };
+        let frames = [
+            Frame::Open {
+                version: RELAY_VERSION,
+                replica: "hub-1".into(),
+                agent: 7,
+                member: "edge-1".into(),
+                not_after_unix: 1_900_000_000,
+                serial: "0a1b".into(),
+                enrollment_uid: Some("uid".into()),
+                sample: sample.into(),
+            },
+            Frame::Stream { agent: 7 },
+            Frame::Sample(sample.into()),
+            Frame::Ended {
+                reason: "gone".into(),
+            },
+            Frame::Close {
+                code: close_code::REVOKED,
+                reason: "deleted".into(),
+            },
+        ];
+        for frame in frames {
+            let bytes = postcard::to_stdvec(&frame).unwrap();
+            assert!(bytes.len() < MAX_FRAME, "{frame:?}");
+            assert_eq!(postcard::from_bytes::<Frame>(&bytes).unwrap(), frame);
+        }
+        assert_eq!(LinkSample::from(WireSample::from(sample)), sample);
+    }
+
+    #[tokio::test]
+    async fn bad_frames_are_errors_and_the_end_is_none() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let frame = Frame::Stream { agent: 1 };
+        write_frame(&mut a, &frame).await.unwrap();
+        assert_eq!(read_frame(&mut b).await.unwrap(), Some(frame));
+        // Oversized: refused before anything is allocated for it.
+        a.write_all(&(MAX_FRAME as u32 + 1).to_be_bytes())
+            .await
+            .unwrap();
+        assert!(read_frame(&mut b).await.unwrap_err().contains("over"));
+        // Undecodable.
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0, 0, 0, 2, 0xff, 0xff]).await.unwrap();
+        assert!(
+            read_frame(&mut b)
+                .await
+                .unwrap_err()
+                .contains("undecodable")
+        );
+        // Truncated, then the end.
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        a.write_all(&[0, 0, 0, 9, 1]).await.unwrap();
+        drop(a);
+        assert!(read_frame(&mut b).await.unwrap_err().contains("truncated"));
+        let (a, mut b) = tokio::io::duplex(1024);
+        drop(a);
+        assert_eq!(read_frame(&mut b).await.unwrap(), None);
+    }
+
+    #[test]
+    fn the_relay_name_is_no_member_name() {
+        assert!(!kedge_net::identity::is_valid_member_name(
+            RELAY_COMMON_NAME
+        ));
+    }
+
+    #[test]
+    fn a_relay_has_room_for_a_large_shard() {
+        assert!(u64::from(relay_streams()) >= STREAMS_PER_AGENT * 10_000);
+    }
 }
