@@ -352,11 +352,14 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
                 reason,
                 established,
                 going_away,
+                again,
             }) => {
                 warn!(%hub, %reason, "session with the hub lost; reconnecting");
                 if established {
                     failed_dials = 0;
-                    if going_away {
+                    if again {
+                        Attempt::Again
+                    } else if going_away {
                         Attempt::GoingAway
                     } else {
                         Attempt::SessionEnded

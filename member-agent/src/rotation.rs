@@ -28,6 +28,9 @@ pub(crate) enum Attempt {
     SessionEnded,
     /// A session was established and the hub closed it because it is shutting down.
     GoingAway,
+    /// A session was established and the hub, alive, asked for a new one at once
+    /// (`RECONNECT`: the active replica of a sharded hub changed).
+    Again,
     /// The hub refused with `Unavailable`: a standby, or a hub shutting down.
     Unavailable,
     /// No session: resolving, connecting or the handshake failed, or another refusal.
@@ -84,8 +87,15 @@ impl Rotation {
     /// Moves on after `attempt` at `now`; returns how long to wait before dialing
     /// [`Self::current`].
     pub(crate) fn after(&mut self, attempt: Attempt, now: Instant) -> Pause {
+        if attempt == Attempt::Again {
+            // The same address, at once: the hub there is alive and serves the new session.
+            self.misses = 0;
+            self.reset = true;
+            return Pause::Short;
+        }
         self.current = (self.current + 1) % self.len;
         let round_over = match attempt {
+            Attempt::Again => false,
             Attempt::SessionEnded | Attempt::GoingAway => {
                 self.misses = 0;
                 self.reset = true;
@@ -112,7 +122,16 @@ impl Rotation {
 mod tests {
     use super::*;
 
-    use Attempt::{Failed, GoingAway, SessionEnded, Unavailable};
+    use Attempt::{Again, Failed, GoingAway, SessionEnded, Unavailable};
+
+    #[test]
+    fn a_reconnect_redials_the_same_address_at_once() {
+        // Hub 1 relays; the active replica changed: back to hub 1, not on to hub 2.
+        assert_eq!(
+            walk(3, &[Failed, Again, Again, SessionEnded]),
+            [(0, SHORT), (1, SHORT), (1, SHORT), (1, RESET)]
+        );
+    }
 
     const SHORT: Pause = Pause::Short;
     const BACKOFF: Pause = Pause::Backoff { reset: false };

@@ -66,11 +66,13 @@ pub(crate) enum SessionEnd {
     /// The agent is shutting down.
     Shutdown,
     /// The connection was lost; `established` when a `Welcome` had been received,
-    /// `going_away` when the hub closed it because it is shutting down.
+    /// `going_away` when the hub closed it because it is shutting down, `again` when the hub
+    /// asked for a new session at once ([`close_code::RECONNECT`]).
     Lost {
         reason: String,
         established: bool,
         going_away: bool,
+        again: bool,
     },
 }
 
@@ -194,8 +196,13 @@ fn lost_reason(connection: &Connection, fallback: impl std::fmt::Display) -> Str
 /// Whether the hub closed the connection because it is shutting down (a rollout or a
 /// restart: its successor comes soon), rather than for something the agent did.
 fn going_away(closed: Option<&quinn::ConnectionError>) -> bool {
+    closed_with(closed, close_code::SHUTDOWN)
+}
+
+/// Whether the hub closed the connection with `code`.
+fn closed_with(closed: Option<&quinn::ConnectionError>, code: u32) -> bool {
     matches!(closed, Some(quinn::ConnectionError::ApplicationClosed(c))
-        if c.error_code.into_inner() == u64::from(close_code::SHUTDOWN))
+        if c.error_code.into_inner() == u64::from(code))
 }
 
 /// The member's Kubernetes version, or empty when its API server does not answer quickly.
@@ -277,6 +284,7 @@ async fn serve(
             reason,
             established: true,
             going_away: going_away(connection.close_reason().as_ref()),
+            again: closed_with(connection.close_reason().as_ref(), close_code::RECONNECT),
         })
     };
     let mut renewal = Renewal::new(params, welcome.protocol_version);
@@ -592,6 +600,11 @@ mod tests {
             })
         };
         assert!(going_away(Some(&closed(close_code::SHUTDOWN))));
+        assert!(closed_with(
+            Some(&closed(close_code::RECONNECT)),
+            close_code::RECONNECT
+        ));
+        assert!(!going_away(Some(&closed(close_code::RECONNECT))));
         for other in [
             close_code::REPLACED,
             close_code::REVOKED,

@@ -29,7 +29,7 @@ use std::time::Duration;
 use kedge_net::identity::PeerIdentity;
 use kedge_net::pki::{CertificateAuthority, Validity};
 use kedge_net::tls::TlsMaterial;
-use kedge_protocol::close_code;
+use kedge_protocol::{AgentMessage, FramedStream, HeartbeatAck, HubMessage, close_code};
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -290,6 +290,7 @@ impl RelayClient {
         };
         write_frame(&mut control_send, &open).await?;
         let mut pipes = JoinSet::new();
+        let mut opened = 0u32;
         let mut samples = tokio::time::interval(SAMPLE_EVERY);
         samples.tick().await;
         let (code, reason) = loop {
@@ -297,7 +298,10 @@ impl RelayClient {
                 streams = agent.accept_bi() => match streams {
                     Ok(streams) => {
                         let relay = relay.clone();
-                        pipes.spawn(async move { pipe(streams, &relay, id).await });
+                        // The agent's second stream is its heartbeat stream (protocol.md).
+                        let heartbeats = (opened == 1).then(|| agent.clone());
+                        opened = opened.saturating_add(1);
+                        pipes.spawn(async move { pipe(streams, &relay, id, heartbeats).await });
                     }
                     Err(e) => {
                         let reason = format!("agent connection ended: {e}");
@@ -336,7 +340,13 @@ impl RelayClient {
 }
 
 /// Copies one agent stream to a new stream of the relay and back, until both directions end.
-async fn pipe(agent: (SendStream, RecvStream), relay: &Connection, id: u64) {
+/// The heartbeat stream (`heartbeats`: the agent's connection) is answered here instead.
+async fn pipe(
+    agent: (SendStream, RecvStream),
+    relay: &Connection,
+    id: u64,
+    heartbeats: Option<Connection>,
+) {
     let Ok((mut relay_send, relay_recv)) = relay.open_bi().await else {
         return;
     };
@@ -347,9 +357,70 @@ async fn pipe(agent: (SendStream, RecvStream), relay: &Connection, id: u64) {
         return;
     }
     let (mut agent_send, agent_recv) = agent;
+    if let Some(connection) = heartbeats {
+        return answer_heartbeats(
+            FramedStream::new(agent_recv, agent_send),
+            FramedStream::new(relay_recv, relay_send),
+            &connection,
+        )
+        .await;
+    }
     let up = copy(agent_recv, &mut relay_send);
     let down = copy(relay_recv, &mut agent_send);
     let _ = tokio::join!(up, down);
+}
+
+/// The agent's side of its heartbeat stream.
+type AgentSide = FramedStream<RecvStream, SendStream, AgentMessage, HubMessage>;
+/// The active replica's side of a relayed heartbeat stream.
+type ActiveSide = FramedStream<RecvStream, SendStream, HubMessage, AgentMessage>;
+
+/// Serves a relayed agent's heartbeat stream: this replica acknowledges each heartbeat
+/// itself (the agent's link is to this replica; an active replica that dies does not make
+/// every agent of the shard give up its connection before a successor takes the Lease) and
+/// passes it on, so the active replica keeps the member's liveness; its acks are dropped.
+/// Anything but a heartbeat is passed on as is, for the active replica to refuse.
+async fn answer_heartbeats(mut agent: AgentSide, mut active: ActiveSide, connection: &Connection) {
+    loop {
+        tokio::select! {
+            message = agent.recv() => match message {
+                Ok(Some(AgentMessage::Heartbeat(beat))) => {
+                    let ack = HubMessage::HeartbeatAck(HeartbeatAck { seq: beat.seq });
+                    if agent.send(&ack).await.is_err() {
+                        return;
+                    }
+                    // Within the stream's flow-control window: a stalled active replica
+                    // does not stall the acks.
+                    if active.send(&AgentMessage::Heartbeat(beat)).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(other)) => {
+                    if active.send(&other).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    let _ = active.finish().await;
+                    return;
+                }
+                Err(e) => {
+                    let reason = format!("bad frame on heartbeat stream: {e}");
+                    connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
+                    return;
+                }
+            },
+            message = active.recv() => match message {
+                Ok(Some(HubMessage::HeartbeatAck(_))) => {}
+                Ok(Some(other)) => {
+                    if agent.send(&other).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(None) | Err(_) => return,
+            },
+        }
+    }
 }
 
 /// Copies `from` into `to` chunk by chunk, as quinn received them (no buffer of its own),
