@@ -48,15 +48,56 @@ use crate::registry::SessionRegistry;
 use crate::server::ServerContext;
 use kedge_net::supervise::{Essential, Supervisor};
 
-async fn list_sessions(State(registry): State<Arc<SessionRegistry>>) -> impl IntoResponse {
-    Json(registry.snapshot())
+/// What `/v1/sessions` reads: the registry, and the role, for a sharded replica that relays
+/// its sessions and so holds none of them itself.
+#[derive(Clone)]
+struct SessionsView {
+    registry: Arc<SessionRegistry>,
+    role: watch::Receiver<Role>,
+    sharding: bool,
+}
+
+impl SessionsView {
+    /// A 421 naming the replica to ask, when this one relays (an empty list would say that
+    /// no member is connected).
+    fn relaying(&self) -> Option<axum::response::Response> {
+        let role = self.role.borrow();
+        let (true, Role::Standby { holder, .. }) = (self.sharding, &*role) else {
+            return None;
+        };
+        let active = holder.as_deref().map_or("none yet", |h| {
+            // A holderIdentity is the pod name, then `_` and the process.
+            h.rsplit_once('_').map_or(h, |(pod, _)| pod)
+        });
+        Some(
+            (
+                StatusCode::MISDIRECTED_REQUEST,
+                format!(
+                    "this hub replica relays its agents' sessions to the active replica ({active}), \
+                     which lists every member: port-forward to it, e.g. \
+                     kubectl -n NAMESPACE port-forward pod/{active} 8080\n"
+                ),
+            )
+                .into_response(),
+        )
+    }
+}
+
+async fn list_sessions(State(view): State<SessionsView>) -> axum::response::Response {
+    if let Some(relaying) = view.relaying() {
+        return relaying;
+    }
+    Json(view.registry.snapshot()).into_response()
 }
 
 async fn get_session(
-    State(registry): State<Arc<SessionRegistry>>,
+    State(view): State<SessionsView>,
     Path(member): Path<String>,
-) -> impl IntoResponse {
-    match registry.get(&member) {
+) -> axum::response::Response {
+    if let Some(relaying) = view.relaying() {
+        return relaying;
+    }
+    match view.registry.get(&member) {
         Some(session) => Json(session).into_response(),
         None => (
             StatusCode::NOT_FOUND,
@@ -66,11 +107,11 @@ async fn get_session(
     }
 }
 
-fn session_routes(registry: Arc<SessionRegistry>, access: SessionsAccess) -> Router {
+fn session_routes(view: SessionsView, access: SessionsAccess) -> Router {
     Router::new()
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{member}", get(get_session))
-        .with_state(registry)
+        .with_state(view)
         .layer(axum::middleware::from_fn_with_state(
             access,
             ops_access::guard,
@@ -128,27 +169,6 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     // when a controller, the sweeper or leader election ends on its own.
     let stop = shutdown.child_token();
     let supervisor = Supervisor::new(stop.clone());
-    let readiness = Readiness::default();
-    let ops = ops::serve(
-        args.ops_listen,
-        Arc::new(prometheus),
-        readiness.clone(),
-        session_routes(registry.clone(), access),
-        stop.clone(),
-    )
-    .await?;
-
-    let fleet = Arc::new(Fleet::new(registry.clone()));
-    if let Some(scaler) = args.scaler().map_err(Error::Scaler)? {
-        serve_scaler(scaler, &args, &fleet, &metrics, &supervisor).await?;
-    }
-    // With a hub cluster, only members with a MemberCluster get a session.
-    let admission = Arc::new(Admission::new(if args.controllers().is_some() {
-        Enrolled::NotRead
-    } else {
-        Enrolled::Anyone
-    }));
-    let sweeper = supervisor.spawn("the heartbeat sweeper", sweep(fleet.clone(), stop.clone()));
     let pod_name = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .ok();
@@ -169,6 +189,32 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         Some(_) => Role::WAITING,
         None => Role::ALONE,
     });
+    let readiness = Readiness::default();
+    let view = SessionsView {
+        registry: registry.clone(),
+        role: role.clone(),
+        sharding: relay_address.is_some(),
+    };
+    let ops = ops::serve(
+        args.ops_listen,
+        Arc::new(prometheus),
+        readiness.clone(),
+        session_routes(view, access),
+        stop.clone(),
+    )
+    .await?;
+
+    let fleet = Arc::new(Fleet::new(registry.clone()));
+    if let Some(scaler) = args.scaler().map_err(Error::Scaler)? {
+        serve_scaler(scaler, &args, &fleet, &metrics, &supervisor).await?;
+    }
+    // With a hub cluster, only members with a MemberCluster get a session.
+    let admission = Arc::new(Admission::new(if args.controllers().is_some() {
+        Enrolled::NotRead
+    } else {
+        Enrolled::Anyone
+    }));
+    let sweeper = supervisor.spawn("the heartbeat sweeper", sweep(fleet.clone(), stop.clone()));
     let leadership = match (args.controllers(), lease) {
         (Some(config), Some(lease)) => Some(tokio::spawn(lead(
             Leading {

@@ -162,6 +162,14 @@ async fn replicas_share_the_sessions_and_one_decides() {
         })
         .await;
     }
+    // A relaying replica holds no session record: it says where to ask instead of listing
+    // nobody.
+    let (code, text) = ops_request(ports[1], "/v1/sessions").await.unwrap();
+    assert_eq!(code, 421, "{text}");
+    assert!(
+        text.contains("relays its agents' sessions to the active replica"),
+        "{text}"
+    );
     let active_log = hubs[0].as_ref().unwrap().log_text();
     assert_eq!(
         active_log
