@@ -60,6 +60,8 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 const OPEN_WAIT: Duration = Duration::from_secs(5);
 /// Streams per relayed agent connection: its control stream, and the agent's two.
 const STREAMS_PER_AGENT: u64 = 3;
+/// How long the sessions of a relay that ended have to record their end.
+const RELAY_SESSIONS_END: Duration = Duration::from_secs(5);
 /// Lifetime of a relay certificate; a replica issues a new one for every relay it dials.
 const RELAY_CERT_LIFETIME: time::Duration = time::Duration::days(1);
 
@@ -563,7 +565,12 @@ pub(super) async fn serve_relay(
     };
     relay.close(VarInt::from_u32(close_code::SHUTDOWN), reason.as_bytes());
     info!(%remote, %reason, "relay from a hub replica ended");
-    sessions.shutdown().await;
+    // Every stream of the relay failed with it: each session records its end (the member
+    // Unreachable, its share held for the grace period) before anything is aborted.
+    let ended = async { while sessions.join_next().await.is_some() {} };
+    if timeout(RELAY_SESSIONS_END, ended).await.is_err() {
+        sessions.shutdown().await;
+    }
 }
 
 /// Runs the session of one relayed agent connection beside its relay control stream, which
