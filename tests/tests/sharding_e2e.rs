@@ -146,7 +146,7 @@ async fn replicas_share_the_sessions_and_one_decides() {
         .await;
     }
     // member-N dials replica N-1 first, then the others in turn.
-    let mut agents: Vec<Proc> = (0..3)
+    let agents: Vec<Proc> = (0..3)
         .map(|i| {
             let order = [ports[i], ports[(i + 1) % 3], ports[(i + 2) % 3]];
             fleet.start_agent_to(THREE[i], &order, &format!("{}.log", THREE[i]))
