@@ -146,7 +146,7 @@ async fn replicas_share_the_sessions_and_one_decides() {
         .await;
     }
     // member-N dials replica N-1 first, then the others in turn.
-    let agents: Vec<Proc> = (0..3)
+    let mut agents: Vec<Proc> = (0..3)
         .map(|i| {
             let order = [ports[i], ports[(i + 1) % 3], ports[(i + 2) % 3]];
             fleet.start_agent_to(THREE[i], &order, &format!("{}.log", THREE[i]))
@@ -247,5 +247,43 @@ async fn replicas_share_the_sessions_and_one_decides() {
         jobs(&fleet).await,
         [4, 6],
         "Jobs after the takeover did not stay"
+    );
+
+    // A relayed member is deleted: the active replica's revocation reaches the agent
+    // through the replica that holds its connection.
+    let relay = HubPorts::new();
+    let _relaying = replica(&fleet, relay, "hub-3.log");
+    wait_for(STEP, "the new replica to be ready", || async {
+        (ready(relay).await == Some(true)).then_some(())
+    })
+    .await;
+    agents[2].signal("KILL");
+    let _ = agents[2].child.wait().await;
+    let before = sessions(ports[2]).await.unwrap();
+    let established = state_of(&before, "member-3").unwrap()["sessions"]
+        .as_u64()
+        .unwrap();
+    let member3 = fleet.start_agent_to("member-3", &[relay], "member-3-relayed.log");
+    wait_for(STEP, "member-3 relayed by the new replica", || async {
+        let s = sessions(ports[2]).await?;
+        let m = state_of(&s, "member-3")?;
+        (m["state"] == "Connected" && m["sessions"].as_u64()? > established).then_some(())
+    })
+    .await;
+    fleet
+        .kubectl(&["delete", "membercluster", "member-3"])
+        .await;
+    // Its session ends with the active replica's code and reason, not a stream that ended.
+    let lost = wait_for(STEP, "the relayed agent's session to end", || async {
+        let log = member3.log_text();
+        let line = log
+            .lines()
+            .find(|l| l.contains("session with the hub lost"))?;
+        Some(line.to_owned())
+    })
+    .await;
+    assert!(
+        lost.contains("hub closed the connection (revoked: "),
+        "{lost}"
     );
 }

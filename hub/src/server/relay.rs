@@ -367,8 +367,8 @@ async fn pipe(
         )
         .await;
     }
-    let up = copy(agent_recv, &mut relay_send);
-    let down = copy(relay_recv, &mut agent_send);
+    let up = copy(agent_recv, &mut relay_send, true);
+    let down = copy(relay_recv, &mut agent_send, false);
     let _ = tokio::join!(up, down);
 }
 
@@ -383,6 +383,9 @@ type ActiveSide = FramedStream<RecvStream, SendStream, HubMessage, AgentMessage>
 /// passes it on, so the active replica keeps the member's liveness; its acks are dropped.
 /// Anything but a heartbeat is passed on as is, for the active replica to refuse.
 async fn answer_heartbeats(mut agent: AgentSide, mut active: ActiveSide, connection: &Connection) {
+    // The active replica's end of the stream: once it ends, the Close on the control stream
+    // follows; heartbeats are still answered until then.
+    let mut active_open = true;
     loop {
         tokio::select! {
             message = agent.recv() => match message {
@@ -393,13 +396,13 @@ async fn answer_heartbeats(mut agent: AgentSide, mut active: ActiveSide, connect
                     }
                     // Within the stream's flow-control window: a stalled active replica
                     // does not stall the acks.
-                    if active.send(&AgentMessage::Heartbeat(beat)).await.is_err() {
-                        return;
+                    if active_open && active.send(&AgentMessage::Heartbeat(beat)).await.is_err() {
+                        active_open = false;
                     }
                 }
                 Ok(Some(other)) => {
-                    if active.send(&other).await.is_err() {
-                        return;
+                    if active_open && active.send(&other).await.is_err() {
+                        active_open = false;
                     }
                 }
                 Ok(None) => {
@@ -412,22 +415,24 @@ async fn answer_heartbeats(mut agent: AgentSide, mut active: ActiveSide, connect
                     return;
                 }
             },
-            message = active.recv() => match message {
+            message = active.recv(), if active_open => match message {
                 Ok(Some(HubMessage::HeartbeatAck(_))) => {}
                 Ok(Some(other)) => {
                     if agent.send(&other).await.is_err() {
                         return;
                     }
                 }
-                Ok(None) | Err(_) => return,
+                Ok(None) | Err(_) => active_open = false,
             },
         }
     }
 }
 
-/// Copies `from` into `to` chunk by chunk, as quinn received them (no buffer of its own),
-/// and finishes `to` at the end of `from`.
-async fn copy(mut from: RecvStream, to: &mut SendStream) {
+/// Copies `from` into `to` chunk by chunk, as quinn received them (no buffer of its own).
+/// Towards the active replica (`upstream`) the end of `from` is passed on; towards the agent
+/// it is not: the active replica's `Close` on the control stream ends the agent's connection
+/// with its code and reason, which a stream finished first would hide.
+async fn copy(mut from: RecvStream, to: &mut SendStream, upstream: bool) {
     loop {
         match from.read_chunk(usize::MAX, true).await {
             Ok(Some(chunk)) => {
@@ -436,13 +441,17 @@ async fn copy(mut from: RecvStream, to: &mut SendStream) {
                     return;
                 }
             }
-            Ok(None) => {
+            Ok(None) if upstream => {
                 let _ = to.finish();
                 return;
             }
-            Err(_) => {
+            Err(_) if upstream => {
                 let _ = to.reset(VarInt::from_u32(0));
                 return;
+            }
+            Ok(None) | Err(_) => {
+                // Held open until the Close comes (or the relay is gone).
+                std::future::pending::<()>().await;
             }
         }
     }
