@@ -145,7 +145,7 @@ async fn obtain_identity(
                 Err(e) => e,
             },
         };
-        rotation.after(Attempt::Failed);
+        rotation.after(Attempt::Failed, std::time::Instant::now());
         let delay = backoff.next_backoff().unwrap_or(args.reconnect_max);
         warn!(%hub, error = %failure, ?delay, "enrollment did not complete; retrying");
         tokio::select! {
@@ -326,7 +326,13 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             hub: hub.clone(),
             server_name: args.server_name(hub),
             alternatives: hubs.len() > 1,
-            failed_before: failed_dials,
+            // While a hub restarts, a dial nobody answers found no hub bound yet, not a
+            // slow link: the next one keeps the short handshake timeout.
+            failed_before: if rotation.restarting(std::time::Instant::now()) {
+                0
+            } else {
+                failed_dials
+            },
         };
         let attempt = session::connect_and_serve(
             &dial,
@@ -345,11 +351,16 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
             Ok(SessionEnd::Lost {
                 reason,
                 established,
+                going_away,
             }) => {
                 warn!(%hub, %reason, "session with the hub lost; reconnecting");
                 if established {
                     failed_dials = 0;
-                    Attempt::SessionEnded
+                    if going_away {
+                        Attempt::GoingAway
+                    } else {
+                        Attempt::SessionEnded
+                    }
                 } else {
                     failed_dials = failed_dials.saturating_add(1);
                     Attempt::Failed
@@ -392,7 +403,7 @@ pub async fn run(args: AgentArgs, shutdown: CancellationToken) -> Result<()> {
                 Attempt::Failed
             }
         };
-        let delay = match rotation.after(ended) {
+        let delay = match rotation.after(ended, std::time::Instant::now()) {
             Pause::Short => short.next_backoff(),
             Pause::Backoff { reset } => {
                 if reset {

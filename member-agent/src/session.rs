@@ -65,8 +65,13 @@ pub(crate) struct SessionParams {
 pub(crate) enum SessionEnd {
     /// The agent is shutting down.
     Shutdown,
-    /// The connection was lost; `established` when a `Welcome` had been received.
-    Lost { reason: String, established: bool },
+    /// The connection was lost; `established` when a `Welcome` had been received,
+    /// `going_away` when the hub closed it because it is shutting down.
+    Lost {
+        reason: String,
+        established: bool,
+        going_away: bool,
+    },
 }
 
 pub(crate) async fn resolve(hub: &str) -> Result<SocketAddr> {
@@ -186,6 +191,13 @@ fn lost_reason(connection: &Connection, fallback: impl std::fmt::Display) -> Str
     }
 }
 
+/// Whether the hub closed the connection because it is shutting down (a rollout or a
+/// restart: its successor comes soon), rather than for something the agent did.
+fn going_away(closed: Option<&quinn::ConnectionError>) -> bool {
+    matches!(closed, Some(quinn::ConnectionError::ApplicationClosed(c))
+        if c.error_code.into_inner() == u64::from(close_code::SHUTDOWN))
+}
+
 /// The member's Kubernetes version, or empty when its API server does not answer quickly.
 async fn kubernetes_version(executor: &Executor) -> String {
     match timeout(
@@ -264,6 +276,7 @@ async fn serve(
         Ok(SessionEnd::Lost {
             reason,
             established: true,
+            going_away: going_away(connection.close_reason().as_ref()),
         })
     };
     let mut renewal = Renewal::new(params, welcome.protocol_version);
@@ -568,6 +581,27 @@ mod tests {
         );
         // Absurd values saturate instead of overflowing.
         assert_eq!(answer_deadline(Duration::MAX, 100, s(1)), Duration::MAX);
+    }
+
+    #[test]
+    fn only_a_hub_shutting_down_is_going_away() {
+        let closed = |code: u32| {
+            quinn::ConnectionError::ApplicationClosed(quinn::ApplicationClose {
+                error_code: VarInt::from_u32(code),
+                reason: Default::default(),
+            })
+        };
+        assert!(going_away(Some(&closed(close_code::SHUTDOWN))));
+        for other in [
+            close_code::REPLACED,
+            close_code::REVOKED,
+            close_code::HEARTBEAT_TIMEOUT,
+        ] {
+            assert!(!going_away(Some(&closed(other))), "{other}");
+        }
+        assert!(!going_away(Some(&quinn::ConnectionError::TimedOut)));
+        assert!(!going_away(Some(&quinn::ConnectionError::Reset)));
+        assert!(!going_away(None));
     }
 
     #[test]
