@@ -39,6 +39,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "fleet_scale/dials.rs"]
+mod dials;
 #[path = "fleet_scale/push.rs"]
 mod push;
 
@@ -75,6 +77,11 @@ const AGENTS_PER_SOCKET: usize = 8;
 /// The agent's reconnect backoff (`--reconnect-initial`, `--reconnect-max` defaults).
 const RECONNECT_INITIAL: Duration = Duration::from_millis(500);
 const RECONNECT_MAX: Duration = Duration::from_secs(30);
+/// After a hub closed the sessions because it is shutting down, how long the agent redials
+/// after short pauses (`rotation::RESTART_WINDOW`) before it backs off as usual.
+/// `FLEET_BENCH_RECONNECT=backoff` measures the agent before it had this window (every
+/// failed dial backs off), for comparison.
+const RESTART_WINDOW: Duration = Duration::from_secs(30);
 /// The agent's TLS handshake timeouts with a single hub address: by dials failed in a row.
 const HANDSHAKE_TIMEOUTS: [Duration; 3] = [
     Duration::from_secs(3),
@@ -103,6 +110,11 @@ struct Fleet {
     /// Bumped to make every even-numbered virtual agent close its session and reconnect
     /// (half the fleet's connections cut at once, the hub and the other half running on).
     flap: tokio::sync::watch::Sender<u64>,
+    /// Every dial of every agent and how it ended.
+    dials: dials::DialLog,
+    /// The agents back off after every failed dial, even while a hub restarts (the agent's
+    /// policy before its restart window; `FLEET_BENCH_RECONNECT=backoff`).
+    backoff_only: bool,
 }
 
 fn workload() -> WorkloadRef {
@@ -140,7 +152,10 @@ fn capacity() -> ClusterCapacity {
 
 /// One virtual agent: as the agent does, connects (a failed handshake or a lost session is
 /// retried after a jittered backoff, counted), says Hello, reports everything, and follows
-/// desired state; again after the hub goes away.
+/// desired state; again after the hub goes away. As the agent's `rotation` does with one hub
+/// address: a session the hub closed because it is shutting down starts a restart window
+/// in which every pause is the initial one (jittered) and a silent dial does not lengthen
+/// the next handshake timeout; after it, the backoff starts over.
 async fn virtual_agent(
     endpoint: quinn::Endpoint,
     config: quinn::ClientConfig,
@@ -152,40 +167,75 @@ async fn virtual_agent(
     let mut backoff = RECONNECT_INITIAL;
     let mut last_applied = 0;
     let mut failed = 0;
+    let mut restarting_until: Option<Instant> = None;
     loop {
         let permit = connecting.clone().acquire_owned().await.unwrap();
-        let patience = HANDSHAKE_TIMEOUTS[failed.min(HANDSHAKE_TIMEOUTS.len() - 1)];
-        let (connection, control, welcome) =
-            match session(&endpoint, &config, hub, last_applied, patience).await {
-                Ok(established) => established,
-                Err(failure) => {
-                    drop(permit);
-                    let why = failure.why;
-                    failed = if failure.answered { 0 } else { failed + 1 };
-                    fleet.retries.fetch_add(1, Ordering::AcqRel);
-                    if fleet.retries.load(Ordering::Acquire) <= 5 {
-                        eprintln!("member {index}: {why}; retrying");
-                    }
-                    tokio::time::sleep(backoff + rand_jitter(index, backoff)).await;
-                    backoff = (backoff * 2).min(RECONNECT_MAX);
-                    continue;
-                }
-            };
+        let restarting = restarting_until.is_some_and(|until| Instant::now() < until);
+        let failed_before = if restarting { 0 } else { failed };
+        let patience = HANDSHAKE_TIMEOUTS[failed_before.min(HANDSHAKE_TIMEOUTS.len() - 1)];
+        let started = Instant::now();
+        let dialed = session(&endpoint, &config, hub, last_applied, patience).await;
         drop(permit);
+        let mut dial = dials::Dial {
+            agent: index,
+            started,
+            ended: Instant::now(),
+            outcome: dials::Outcome::Welcomed,
+            then_waited: Duration::ZERO,
+        };
+        let (connection, control, welcome) = match dialed {
+            Ok(established) => established,
+            Err(failure) => {
+                let why = failure.why;
+                failed = if failure.answered { 0 } else { failed + 1 };
+                fleet.retries.fetch_add(1, Ordering::AcqRel);
+                if fleet.retries.load(Ordering::Acquire) <= 5 {
+                    eprintln!("member {index}: {why}; retrying");
+                }
+                dial.outcome = failure.outcome;
+                let restarting = restarting_until.is_some_and(|until| Instant::now() < until);
+                dial.then_waited = if restarting {
+                    short_pause(index)
+                } else {
+                    if restarting_until.take().is_some() {
+                        backoff = RECONNECT_INITIAL;
+                    }
+                    let pause = backoff + rand_jitter(index, backoff);
+                    backoff = (backoff * 2).min(RECONNECT_MAX);
+                    pause
+                };
+                tokio::time::sleep(dial.then_waited).await;
+                fleet.dials.record(dial);
+                continue;
+            }
+        };
+        fleet.dials.record(dial);
         backoff = RECONNECT_INITIAL;
+        restarting_until = None;
         failed = 0;
         let number = fleet.sessions[index].fetch_add(1, Ordering::AcqRel) + 1;
         if number == 1 {
             fleet.welcomed.fetch_add(1, Ordering::AcqRel);
         }
-        last_applied = follow(connection, control, welcome, index, number, &fleet).await;
+        let going_away;
+        (last_applied, going_away) =
+            follow(connection, control, welcome, index, number, &fleet).await;
         fleet.ended.fetch_add(1, Ordering::AcqRel);
+        if going_away && !fleet.backoff_only {
+            restarting_until = Some(Instant::now() + RESTART_WINDOW);
+        }
         tokio::time::sleep(rand_jitter(index, RECONNECT_INITIAL)).await;
     }
 }
 
+/// The agent's short pause: the initial reconnect delay ±50%.
+fn short_pause(index: usize) -> Duration {
+    RECONNECT_INITIAL / 2 + rand_jitter(index, RECONNECT_INITIAL) * 2
+}
+
 /// One session: heartbeats, a full report, then acks and reports for every desired state;
-/// returns the last revision applied when the session ends.
+/// returns the last revision applied when the session ends, and whether the hub ended it
+/// because it is shutting down.
 async fn follow(
     connection: quinn::Connection,
     mut control: Control,
@@ -193,11 +243,11 @@ async fn follow(
     index: usize,
     session: usize,
     fleet: &Fleet,
-) -> u64 {
+) -> (u64, bool) {
     let mut applied = 0;
     // Heartbeats on their own stream; no answer for three intervals ends the session.
     let Ok((send, recv)) = connection.open_bi().await else {
-        return applied;
+        return (applied, false);
     };
     let interval = Duration::from_millis(welcome.heartbeat_interval_ms);
     let beating = connection.clone();
@@ -282,8 +332,10 @@ async fn follow(
         }
     }
     heartbeats.abort();
+    let going_away = matches!(connection.close_reason(),
+        Some(quinn::ConnectionError::ApplicationClosed(c)) if c.error_code.into_inner() == u64::from(close_code::SHUTDOWN));
     connection.close(0u32.into(), b"session over");
-    applied
+    (applied, going_away)
 }
 
 type Control = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
@@ -293,11 +345,13 @@ type Control = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, Ag
 struct DialFailure {
     why: String,
     answered: bool,
+    outcome: dials::Outcome,
 }
 
 impl DialFailure {
     fn silent(why: String) -> Self {
         DialFailure {
+            outcome: dials::Outcome::Other(why.clone()),
             why,
             answered: false,
         }
@@ -317,15 +371,26 @@ async fn session(
         .map_err(|e| DialFailure::silent(format!("connect: {e}")))?;
     let connection = tokio::time::timeout(patience, connecting)
         .await
-        .map_err(|_| DialFailure::silent(format!("handshake: no answer in {patience:?}")))?
-        .map_err(|e| DialFailure {
-            answered: matches!(
+        .map_err(|_| DialFailure {
+            outcome: dials::Outcome::Silent(patience),
+            ..DialFailure::silent(format!("handshake: no answer in {patience:?}"))
+        })?
+        .map_err(|e| {
+            let answered = matches!(
                 e,
                 quinn::ConnectionError::ConnectionClosed(_)
                     | quinn::ConnectionError::ApplicationClosed(_)
                     | quinn::ConnectionError::Reset
-            ),
-            why: format!("handshake: {e}"),
+            );
+            DialFailure {
+                answered,
+                outcome: if answered {
+                    dials::Outcome::Closed
+                } else {
+                    dials::Outcome::Other(e.to_string())
+                },
+                why: format!("handshake: {e}"),
+            }
         })?;
     let (send, recv) = connection
         .open_bi()
@@ -348,6 +413,7 @@ async fn session(
         Ok(Ok(Some(HubMessage::Refused(r)))) => Err(DialFailure {
             why: format!("refused: {}", r.message),
             answered: true,
+            outcome: dials::Outcome::Refused(r.message),
         }),
         Err(_) => Err(DialFailure::silent(format!("no Welcome in {longest:?}"))),
         other => Err(DialFailure::silent(format!(
@@ -619,6 +685,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
         held: (0..members).map(|_| Mutex::new((0, None))).collect(),
         sessions: (0..members).map(|_| AtomicUsize::new(0)).collect(),
         synced: (0..members).map(|_| AtomicUsize::new(0)).collect(),
+        backoff_only: std::env::var("FLEET_BENCH_RECONNECT").is_ok_and(|v| v == "backoff"),
         ..Fleet::default()
     });
     // A UDP socket per few agents (a real agent has its own): a thousand sessions closed or
@@ -758,12 +825,14 @@ async fn measure(members: usize, rounds: usize) -> Row {
         .expect("the hub did not stop on SIGTERM")
         .unwrap();
     let stop_took = stopped.elapsed();
+    let exited = Instant::now();
     let started_again = Instant::now();
     let hub = start_hub(dir.path(), "hub-restarted.log", members, quic, ops);
     let new_pid = hub.id().unwrap();
     let mut peak_rss = 0;
     let retries_before = fleet.retries.load(Ordering::Acquire);
     let mut reconnected = None;
+    let mut ready_at = None;
     let resynced = |f: &Fleet| {
         (0..members).all(|i| {
             let sessions = f.sessions[i].load(Ordering::Acquire);
@@ -776,6 +845,9 @@ async fn measure(members: usize, rounds: usize) -> Row {
             "reconnect storm: not every agent re-synced after {STEP_LIMIT:?}"
         );
         peak_rss = peak_rss.max(memory(new_pid).rss);
+        if ready_at.is_none() && http_get(&ready).await.is_some() {
+            ready_at = Some(started_again.elapsed());
+        }
         if reconnected.is_none()
             && (0..members).all(|i| fleet.sessions[i].load(Ordering::Acquire) > before[i])
         {
@@ -783,6 +855,14 @@ async fn measure(members: usize, rounds: usize) -> Row {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    eprintln!(
+        "{members} members: restart: SIGTERM → exited {stop_took:.2?}; new hub ready (leading) after {:.2?}",
+        ready_at.unwrap_or_default()
+    );
+    eprint!(
+        "{members} members: {}",
+        dials::restart(&fleet.dials, stopped, exited, started_again)
+    );
     let storm = Storm {
         stop: stop_took,
         resynced: started_again.elapsed(),
