@@ -32,6 +32,8 @@
 //!   a Kubernetes client per member patches each member's `/scale`; its memory, CPU, first
 //!   fan-out and the same `/scale` → member latency percentiles.
 //!
+//! With `FLEET_BENCH_REPLICAS` > 1 it measures sharded hub replicas instead (see `shards`).
+//!
 //! `cargo bench -p kedge-e2e --bench fleet_scale` (build the binaries first: `cargo build
 //! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
 //! Markdown table.
@@ -43,6 +45,8 @@ mod common;
 mod dials;
 #[path = "fleet_scale/push.rs"]
 mod push;
+#[path = "fleet_scale/shards.rs"]
+mod shards;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::Path;
@@ -110,6 +114,8 @@ struct Fleet {
     /// Bumped to make every even-numbered virtual agent close its session and reconnect
     /// (half the fleet's connections cut at once, the hub and the other half running on).
     flap: tokio::sync::watch::Sender<u64>,
+    /// Per member: the index of the address its current session is on (sharded replicas).
+    on: Vec<AtomicUsize>,
     /// Every dial of every agent and how it ended.
     dials: dials::DialLog,
     /// The agents back off after every failed dial, even while a hub restarts (the agent's
@@ -156,14 +162,19 @@ fn capacity() -> ClusterCapacity {
 /// address: a session the hub closed because it is shutting down starts a restart window
 /// in which every pause is the initial one (jittered) and a silent dial does not lengthen
 /// the next handshake timeout; after it, the backoff starts over.
+///
+/// With several addresses (sharded replicas, see `shards`) it dials the first, moves on to
+/// the next after a failed dial or a lost session, and redials the same one at once when the
+/// hub closed with `RECONNECT`, as the agent's rotation does.
 async fn virtual_agent(
     endpoint: quinn::Endpoint,
     config: quinn::ClientConfig,
-    hub: SocketAddr,
+    hubs: Arc<[SocketAddr]>,
     index: usize,
     fleet: Arc<Fleet>,
     connecting: Arc<Semaphore>,
 ) {
+    let mut current = 0;
     let mut backoff = RECONNECT_INITIAL;
     let mut last_applied = 0;
     let mut failed = 0;
@@ -174,6 +185,7 @@ async fn virtual_agent(
         let failed_before = if restarting { 0 } else { failed };
         let patience = HANDSHAKE_TIMEOUTS[failed_before.min(HANDSHAKE_TIMEOUTS.len() - 1)];
         let started = Instant::now();
+        let hub = hubs[current % hubs.len()];
         let dialed = session(&endpoint, &config, hub, last_applied, patience).await;
         drop(permit);
         let mut dial = dials::Dial {
@@ -193,6 +205,7 @@ async fn virtual_agent(
                     eprintln!("member {index}: {why}; retrying");
                 }
                 dial.outcome = failure.outcome;
+                current += 1;
                 let restarting = restarting_until.is_some_and(|until| Instant::now() < until);
                 dial.then_waited = if restarting {
                     short_pause(index)
@@ -217,11 +230,16 @@ async fn virtual_agent(
         if number == 1 {
             fleet.welcomed.fetch_add(1, Ordering::AcqRel);
         }
-        let going_away;
-        (last_applied, going_away) =
-            follow(connection, control, welcome, index, number, &fleet).await;
+        fleet.on[index].store(current % hubs.len(), Ordering::Release);
+        let closed;
+        (last_applied, closed) = follow(connection, control, welcome, index, number, &fleet).await;
         fleet.ended.fetch_add(1, Ordering::AcqRel);
-        if going_away && !fleet.backoff_only {
+        if closed == Some(close_code::RECONNECT) {
+            // The replica is alive and serves the new session: the same address, at once.
+            continue;
+        }
+        current += 1;
+        if closed == Some(close_code::SHUTDOWN) && !fleet.backoff_only {
             restarting_until = Some(Instant::now() + RESTART_WINDOW);
         }
         tokio::time::sleep(rand_jitter(index, RECONNECT_INITIAL)).await;
@@ -234,8 +252,8 @@ fn short_pause(index: usize) -> Duration {
 }
 
 /// One session: heartbeats, a full report, then acks and reports for every desired state;
-/// returns the last revision applied when the session ends, and whether the hub ended it
-/// because it is shutting down.
+/// returns the last revision applied when the session ends, and the code the hub closed it
+/// with, if it did.
 async fn follow(
     connection: quinn::Connection,
     mut control: Control,
@@ -243,11 +261,11 @@ async fn follow(
     index: usize,
     session: usize,
     fleet: &Fleet,
-) -> (u64, bool) {
+) -> (u64, Option<u32>) {
     let mut applied = 0;
     // Heartbeats on their own stream; no answer for three intervals ends the session.
     let Ok((send, recv)) = connection.open_bi().await else {
-        return (applied, false);
+        return (applied, None);
     };
     let interval = Duration::from_millis(welcome.heartbeat_interval_ms);
     let beating = connection.clone();
@@ -332,10 +350,14 @@ async fn follow(
         }
     }
     heartbeats.abort();
-    let going_away = matches!(connection.close_reason(),
-        Some(quinn::ConnectionError::ApplicationClosed(c)) if c.error_code.into_inner() == u64::from(close_code::SHUTDOWN));
+    let closed = match connection.close_reason() {
+        Some(quinn::ConnectionError::ApplicationClosed(c)) => {
+            u32::try_from(c.error_code.into_inner()).ok()
+        }
+        _ => None,
+    };
     connection.close(0u32.into(), b"session over");
-    (applied, going_away)
+    (applied, closed)
 }
 
 type Control = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
@@ -461,12 +483,34 @@ fn bin_dir() -> std::path::PathBuf {
 
 /// Starts the release hub in file-certificate mode, able to hold `members` sessions.
 fn start_hub(dir: &Path, log: &str, members: usize, quic: u16, ops: u16) -> tokio::process::Child {
+    let mut command = hub_command(dir, log, members, quic, ops);
+    command
+        .arg("--tls-cert")
+        .arg(dir.join("hub.pem"))
+        .arg("--tls-key")
+        .arg(dir.join("hub-key.pem"))
+        .arg("--tls-ca")
+        .arg(dir.join("ca.pem"));
+    command
+        .spawn()
+        .expect("cannot start kedge-hub: build the release binaries first")
+}
+
+/// The release hub's command line but for its certificates, able to hold `members` sessions.
+fn hub_command(
+    dir: &Path,
+    log: &str,
+    members: usize,
+    quic: u16,
+    ops: u16,
+) -> tokio::process::Command {
     let log = std::fs::File::create(dir.join(log)).unwrap();
     let limit = (members + 64).to_string();
     // KEDGE_HUB_BIN: another build of the hub (`--profile profiling` keeps symbols for perf).
     let bin =
         std::env::var_os("KEDGE_HUB_BIN").map_or_else(|| bin_dir().join("kedge-hub"), Into::into);
-    tokio::process::Command::new(bin)
+    let mut command = tokio::process::Command::new(bin);
+    command
         .args(["--listen", &format!("127.0.0.1:{quic}")])
         .args(["--ops-listen", &format!("127.0.0.1:{ops}")])
         .args(["--namespace", HUB_NAMESPACE])
@@ -474,20 +518,13 @@ fn start_hub(dir: &Path, log: &str, members: usize, quic: u16, ops: u16) -> toki
         .args(["--max-connections", &limit])
         .args(["--max-handshakes", &(CONNECTING * 2).to_string()])
         .args(["--max-handshakes-per-source", &(CONNECTING * 2).to_string()])
-        .arg("--tls-cert")
-        .arg(dir.join("hub.pem"))
-        .arg("--tls-key")
-        .arg(dir.join("hub-key.pem"))
-        .arg("--tls-ca")
-        .arg(dir.join("ca.pem"))
         .arg("--kubeconfig")
         .arg(dir.join(format!("{HUB_CLUSTER}.kubeconfig")))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("cannot start kedge-hub: build the release binaries first")
+        .kill_on_drop(true);
+    command
 }
 
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) -> Duration {
@@ -632,7 +669,19 @@ impl HubCluster {
     }
 }
 
-async fn measure(members: usize, rounds: usize) -> Row {
+/// What every run sets up before any hub: the simulated hub cluster with kedge's CRDs, the
+/// bench's CA with the hub's certificate (files in `dir`), one client certificate and one
+/// MemberCluster per member.
+struct Prepared {
+    dir: tempfile::TempDir,
+    sim: HubCluster,
+    ca: CertificateAuthority,
+    server: kedge_net::pki::IssuedCert,
+    names: Vec<String>,
+    configs: Vec<quinn::ClientConfig>,
+}
+
+async fn prepare(members: usize) -> Prepared {
     let dir = tempfile::tempdir().unwrap();
     let sim = HubCluster::start(dir.path()).await;
     let hub_client = sim.client.clone();
@@ -667,55 +716,70 @@ async fn measure(members: usize, rounds: usize) -> Row {
             .await
             .unwrap();
     }
-
     eprintln!(
         "{members} members: MemberClusters in {:.1?}",
         setup.elapsed()
     );
-    let (quic, ops) = (free_port_udp(), free_port_tcp());
-    let hub = start_hub(dir.path(), "hub.log", members, quic, ops);
-    let pid = hub.id().unwrap();
-    // Ready once its controllers have synced (it then holds its Lease).
-    let ready = format!("http://127.0.0.1:{ops}/readyz");
-    wait_until_ready(&ready).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_empty = memory(pid).rss;
+    Prepared {
+        dir,
+        sim,
+        ca,
+        server,
+        names,
+        configs,
+    }
+}
 
-    let fleet = Arc::new(Fleet {
+/// What the virtual agents share with the bench, for `members` of them.
+fn new_fleet(members: usize) -> Arc<Fleet> {
+    Arc::new(Fleet {
         held: (0..members).map(|_| Mutex::new((0, None))).collect(),
         sessions: (0..members).map(|_| AtomicUsize::new(0)).collect(),
         synced: (0..members).map(|_| AtomicUsize::new(0)).collect(),
+        on: (0..members).map(|_| AtomicUsize::new(0)).collect(),
         backoff_only: std::env::var("FLEET_BENCH_RECONNECT").is_ok_and(|v| v == "backoff"),
         ..Fleet::default()
-    });
+    })
+}
+
+/// Starts one virtual agent per client configuration, agent i dialing `hubs(i)`; returns
+/// their tasks and their UDP endpoints.
+fn spawn_agents(
+    configs: Vec<quinn::ClientConfig>,
+    fleet: &Arc<Fleet>,
+    hubs: impl Fn(usize) -> Arc<[SocketAddr]>,
+) -> (Vec<tokio::task::JoinHandle<()>>, Vec<quinn::Endpoint>) {
     // A UDP socket per few agents (a real agent has its own): a thousand sessions closed or
     // answered at once would overflow one socket's receive buffer, and the lost packets
     // would be the bench's, not the hub's.
-    let endpoints: Vec<quinn::Endpoint> = (0..members.div_ceil(AGENTS_PER_SOCKET))
+    let endpoints: Vec<quinn::Endpoint> = (0..configs.len().div_ceil(AGENTS_PER_SOCKET))
         .map(|_| quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap())
         .collect();
     let connecting = Arc::new(Semaphore::new(CONNECTING));
-    let hub_addr: SocketAddr = format!("127.0.0.1:{quic}").parse().unwrap();
-    let started = Instant::now();
-    let mut agents = Vec::with_capacity(members);
-    for (index, config) in configs.into_iter().enumerate() {
-        agents.push(tokio::spawn(virtual_agent(
-            endpoints[index / AGENTS_PER_SOCKET].clone(),
-            config,
-            hub_addr,
-            index,
-            fleet.clone(),
-            connecting.clone(),
-        )));
-    }
-    wait_until("every virtual agent welcomed", || {
-        fleet.welcomed.load(Ordering::Acquire) == members
-    })
-    .await;
-    let connected = started.elapsed();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let rss_connected = memory(pid).rss;
+    let agents = configs
+        .into_iter()
+        .enumerate()
+        .map(|(index, config)| {
+            tokio::spawn(virtual_agent(
+                endpoints[index / AGENTS_PER_SOCKET].clone(),
+                config,
+                hubs(index),
+                index,
+                fleet.clone(),
+                connecting.clone(),
+            ))
+        })
+        .collect();
+    (agents, endpoints)
+}
 
+/// One DSO over every member (weight 1); waits until KEDA's first total (1) is held.
+async fn create_dso(
+    hub_client: kube::Client,
+    names: &[String],
+    fleet: &Fleet,
+) -> Api<DistributedScaledObject> {
+    let members = names.len();
     // One DSO over every member; KEDA polls once (total 1), the bench sets the rest.
     let metric: ConfigMap = serde_json::from_value(json!({
         "metadata": {"name": "bench-metric", "namespace": NS}, "data": {"value": "5"}
@@ -750,10 +814,24 @@ async fn measure(members: usize, rounds: usize) -> Row {
     dsos.create(&PostParams::default(), &dso).await.unwrap();
     let total = |f: &Fleet| -> i32 { f.held.iter().map(|h| h.lock().unwrap().0).sum() };
     wait_until("KEDA's first total (1) held by the members", || {
-        total(&fleet) == 1
+        total(fleet) == 1
     })
     .await;
+    dsos
+}
 
+/// `rounds` changes of the DSO's `/scale` between N and 2N, each from a settled hub (the one
+/// at `ops` decides); returns each member's time from the write until it held its count, and
+/// the CPU time of the hub (`pids[0]`), the simulated hub cluster (`pids[1]`) and this
+/// process, and the wall time, summed over the rounds.
+async fn fanout(
+    fleet: &Fleet,
+    dsos: &Api<DistributedScaledObject>,
+    ops: u16,
+    [pid, sim_pid]: [u32; 2],
+    rounds: usize,
+) -> (Vec<Duration>, [Duration; 4]) {
+    let members = fleet.held.len();
     let mut samples = Vec::with_capacity(rounds * members);
     let mut fanout_cpu = [Duration::ZERO; 4];
     for round in 0..rounds {
@@ -763,10 +841,10 @@ async fn measure(members: usize, rounds: usize) -> Row {
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
         let cpu = |pids: [u32; 3]| pids.map(cpu_time);
-        let pids = [pid, sim.pid, std::process::id()];
+        let pids = [pid, sim_pid, std::process::id()];
         let before = cpu(pids);
         let written = Instant::now();
-        set_total(&dsos, target).await;
+        set_total(dsos, target).await;
         wait_until(
             &format!("round {round}: every member holds {per_member}"),
             || fleet.held.iter().all(|h| h.lock().unwrap().0 == per_member),
@@ -784,6 +862,42 @@ async fn measure(members: usize, rounds: usize) -> Row {
             }
         }
     }
+    (samples, fanout_cpu)
+}
+
+async fn measure(members: usize, rounds: usize) -> Row {
+    let Prepared {
+        dir,
+        sim,
+        ca,
+        server,
+        names,
+        configs,
+    } = prepare(members).await;
+    let hub_client = sim.client.clone();
+    let (quic, ops) = (free_port_udp(), free_port_tcp());
+    let hub = start_hub(dir.path(), "hub.log", members, quic, ops);
+    let pid = hub.id().unwrap();
+    // Ready once its controllers have synced (it then holds its Lease).
+    let ready = format!("http://127.0.0.1:{ops}/readyz");
+    wait_until_ready(&ready).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_empty = memory(pid).rss;
+
+    let fleet = new_fleet(members);
+    let hub_addr: Arc<[SocketAddr]> = Arc::new([format!("127.0.0.1:{quic}").parse().unwrap()]);
+    let started = Instant::now();
+    let (agents, endpoints) = spawn_agents(configs, &fleet, |_| hub_addr.clone());
+    wait_until("every virtual agent welcomed", || {
+        fleet.welcomed.load(Ordering::Acquire) == members
+    })
+    .await;
+    let connected = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_connected = memory(pid).rss;
+
+    let dsos = create_dso(hub_client, &names, &fleet).await;
+    let (samples, fanout_cpu) = fanout(&fleet, &dsos, ops, [pid, sim.pid], rounds).await;
     // The DSO's status follows the members' reports: it counts every member, and lists at
     // most `MAX_LISTED_MEMBERS` of them (a status with an entry per member of a large fleet
     // is more than etcd stores, and its writes would fail).
@@ -1187,6 +1301,28 @@ async fn main() {
     }
     let counts = common::counts("FLEET_BENCH_MEMBERS", "100,1000");
     let rounds: usize = env_or("FLEET_BENCH_ROUNDS", 10);
+    // FLEET_BENCH_REPLICAS > 1: the sharded replicas instead of one hub (see `shards`).
+    let replicas: usize = env_or("FLEET_BENCH_REPLICAS", 1);
+    if replicas > 1 {
+        let mut rows = Vec::new();
+        for &members in &counts {
+            rows.push(shards::measure_sharded(members, replicas, rounds).await);
+        }
+        shards::print(&mut rows);
+        println!();
+        println!(
+            "Machine: {}; {rounds} rounds; heartbeat {HEARTBEAT}; virtual agents in the bench's process, each replica and the simulated hub cluster in their own.",
+            machine()
+        );
+        for r in &rows {
+            assert_eq!(
+                r.wrong, 0,
+                "{} members: a failover changed replica counts",
+                r.members
+            );
+        }
+        return;
+    }
     println!(
         "| members | all welcomed (retries) | hub RSS empty → connected (per member) | with the DSO at rest | CPU at rest | /scale → every member told: first | p50 | p95 | p99 | max | DSO reconciles (mean) | sessions lost |"
     );

@@ -1,0 +1,229 @@
+//! Sharded hub replicas (`--sharding`, `FLEET_BENCH_REPLICAS` > 1): R release hubs on one
+//! simulated hub cluster, their CA the bench's (in the Secret `kedge-hub-ca`, as the chart
+//! keeps it), and the fleet's virtual agents spread over them: agent i dials replica i mod R
+//! first and the others after it, as an agent given every address does (behind one Service
+//! the load balancer spreads them instead). The first replica holds the Lease and decides;
+//! the others relay their agents' sessions to it.
+//!
+//! Measured: the time until every agent is welcomed; each replica's RSS before any agent and
+//! with its agents connected; the fan-out of a DSO over every member (the same rounds as one
+//! hub's); and a failover: one relaying replica killed (SIGKILL), the time until each of its
+//! agents has a session again through another replica and holds its desired state, with no
+//! replica count changed anywhere.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::common::memory;
+use crate::{
+    Fleet, HUB_NAMESPACE, Prepared, STEP_LIMIT, create_dso, fanout, free_port_tcp, free_port_udp,
+    hub_command, new_fleet, prepare, spawn_agents, wait_until, wait_until_ready,
+};
+
+/// Runs `members` virtual agents over `replicas` sharded hubs.
+pub(crate) async fn measure_sharded(members: usize, replicas: usize, rounds: usize) -> ShardRow {
+    let Prepared {
+        dir,
+        sim,
+        ca,
+        names,
+        configs,
+        ..
+    } = prepare(members).await;
+    ca_secret(sim.client.clone(), &ca).await;
+    let ports: Vec<(u16, u16)> = (0..replicas)
+        .map(|_| (free_port_udp(), free_port_tcp()))
+        .collect();
+    let start = |i: usize| {
+        let (quic, ops) = ports[i];
+        let mut command = hub_command(dir.path(), &format!("hub-{i}.log"), members, quic, ops);
+        command.args(["--sharding", "true"]);
+        command.spawn().expect("cannot start kedge-hub")
+    };
+    // The first replica takes the Lease; the others relay to it once they know it.
+    let mut hubs = vec![start(0)];
+    wait_until_ready(&format!("http://127.0.0.1:{}/readyz", ports[0].1)).await;
+    for i in 1..replicas {
+        hubs.push(start(i));
+    }
+    for (_, ops) in &ports[1..] {
+        wait_until_ready(&format!("http://127.0.0.1:{ops}/readyz")).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pids: Vec<u32> = hubs.iter().map(|h| h.id().unwrap()).collect();
+    let idle = rss_of(&pids);
+
+    let addresses: Vec<SocketAddr> = ports
+        .iter()
+        .map(|(quic, _)| SocketAddr::from(([127, 0, 0, 1], *quic)))
+        .collect();
+    let fleet = new_fleet(members);
+    let started = Instant::now();
+    let (agents, endpoints) = spawn_agents(configs, &fleet, |i| {
+        Arc::from(order(&addresses, i % replicas))
+    });
+    wait_until("every virtual agent welcomed (sharded)", || {
+        fleet.welcomed.load(Ordering::Acquire) == members
+    })
+    .await;
+    let connected = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss: Vec<(u64, u64)> = idle.into_iter().zip(rss_of(&pids)).collect();
+
+    let dsos = create_dso(sim.client.clone(), &names, &fleet).await;
+    let (samples, _) = fanout(&fleet, &dsos, ports[0].1, [pids[0], sim.pid], rounds).await;
+    // From here on no replica count may change.
+    fleet.frozen.store(true, Ordering::Release);
+    let on_victim: Vec<usize> = (0..members)
+        .filter(|&i| fleet.on[i].load(Ordering::Acquire) == 0 && i % replicas == 1)
+        .collect();
+    let (failover, moved) = failover(&fleet, &mut hubs[1], &on_victim).await;
+    // The other agents kept their sessions.
+    let wrong = fleet.wrong.load(Ordering::Acquire);
+    for agent in agents {
+        agent.abort();
+    }
+    for endpoint in &endpoints {
+        endpoint.close(0u32.into(), b"bench done");
+    }
+    drop(hubs);
+    sim.stop().await;
+    if std::env::var_os("FLEET_BENCH_KEEP").is_some() {
+        eprintln!("sharded: hub logs kept in {}", dir.keep().display());
+    }
+    ShardRow {
+        members,
+        replicas,
+        connected,
+        rss,
+        samples,
+        failover,
+        moved,
+        wrong,
+    }
+}
+
+/// One sharded run's figures.
+pub(crate) struct ShardRow {
+    pub(crate) members: usize,
+    pub(crate) replicas: usize,
+    pub(crate) connected: Duration,
+    /// Per replica: RSS (KiB) before any agent, and with the fleet connected; the first is
+    /// the active one.
+    pub(crate) rss: Vec<(u64, u64)>,
+    pub(crate) samples: Vec<Duration>,
+    /// One relaying replica killed → every one of its agents served and re-synced elsewhere.
+    pub(crate) failover: Duration,
+    pub(crate) moved: usize,
+    pub(crate) wrong: usize,
+}
+
+/// Stores the bench's CA as the hub CA, so that every replica issues its server and relay
+/// certificates from it and trusts the virtual agents' certificates.
+pub(crate) async fn ca_secret(client: kube::Client, ca: &kedge_net::pki::CertificateAuthority) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "kedge-hub-ca", "namespace": HUB_NAMESPACE},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": ca.cert_pem(), "tls.key": ca.key_pem()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client, HUB_NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// The address of each replica for agent `index`: its own first, then the others in turn.
+pub(crate) fn order(replicas: &[SocketAddr], index: usize) -> Vec<SocketAddr> {
+    let n = replicas.len();
+    (0..n).map(|k| replicas[(index + k) % n]).collect()
+}
+
+/// Kills replica `victim` and waits until every agent that was on it has a session again
+/// and holds its desired state; returns how long that took and how many agents moved.
+pub(crate) async fn failover(
+    fleet: &Fleet,
+    victim: &mut tokio::process::Child,
+    on_victim: &[usize],
+) -> (Duration, usize) {
+    let before: Vec<usize> = on_victim
+        .iter()
+        .map(|&i| fleet.sessions[i].load(Ordering::Acquire))
+        .collect();
+    let killed = Instant::now();
+    victim.start_kill().unwrap();
+    let _ = victim.wait().await;
+    loop {
+        let back = on_victim.iter().zip(&before).all(|(&i, &b)| {
+            let sessions = fleet.sessions[i].load(Ordering::Acquire);
+            sessions > b && fleet.synced[i].load(Ordering::Acquire) == sessions
+        });
+        if back {
+            return (killed.elapsed(), on_victim.len());
+        }
+        assert!(
+            killed.elapsed() < STEP_LIMIT,
+            "failover: the agents of the killed replica did not come back in {STEP_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Each replica's RSS now, KiB.
+pub(crate) fn rss_of(pids: &[u32]) -> Vec<u64> {
+    pids.iter().map(|&p| memory(p).rss).collect()
+}
+
+/// Prints the sharded rows as a Markdown table.
+pub(crate) fn print(rows: &mut [ShardRow]) {
+    println!(
+        "| members | replicas | all welcomed | active replica RSS idle → connected | relaying replicas RSS idle → connected (mean) | per member held (relaying) | /scale → every member told: p50 | p99 | max | relaying replica killed → its agents re-synced elsewhere | agents moved | counts changed |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows.iter_mut() {
+        r.samples.sort();
+        let (active_idle, active_connected) = r.rss[0];
+        let relaying = &r.rss[1..];
+        let mean = |f: fn(&(u64, u64)) -> u64| {
+            relaying.iter().map(f).sum::<u64>() / relaying.len().max(1) as u64
+        };
+        let (idle, connected) = (mean(|x| x.0), mean(|x| x.1));
+        let held = r.members / r.replicas;
+        println!(
+            "| {} | {} | {:.1} s | {} → {} | {} → {} | {:.1} KiB | {} | {} | {} | {:.2} s | {} | {} |",
+            r.members,
+            r.replicas,
+            r.connected.as_secs_f64(),
+            crate::mib(active_idle),
+            crate::mib(active_connected),
+            crate::mib(idle),
+            crate::mib(connected),
+            connected.saturating_sub(idle) as f64 / held.max(1) as f64,
+            crate::ms(crate::percentile(&r.samples, 0.5)),
+            crate::ms(crate::percentile(&r.samples, 0.99)),
+            crate::ms(crate::percentile(&r.samples, 1.0)),
+            r.failover.as_secs_f64(),
+            r.moved,
+            r.wrong,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_agent_starts_at_its_own_replica() {
+        let r: Vec<std::net::SocketAddr> = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(super::order(&r, 4), [r[1], r[2], r[0]]);
+    }
+}
