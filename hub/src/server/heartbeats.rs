@@ -54,6 +54,10 @@ impl Heartbeats {
     /// Until the stream ends, fails, stalls or carries anything but a heartbeat. An `async`
     /// block rather than an `async fn`: the future of an `async fn` keeps its arguments twice
     /// (as passed, and moved into its body), ~400 bytes more for each member's task.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
     pub(super) fn serve(mut self) -> impl Future<Output = ()> {
         async move {
             loop {

@@ -85,6 +85,10 @@ pub(super) fn turn_away(incoming: quinn::Incoming, ctx: &ServerContext) {
 /// Takes a connection the accept loop let through from its first packet to a member
 /// identity, then runs its session (or serves its enrollment). An `async` block rather than
 /// an `async fn`, whose future would keep its arguments twice for the session's life.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice"
+)]
 pub(super) fn handle_incoming(
     incoming: quinn::Incoming,
     handshake: HandshakePermit,

@@ -101,6 +101,10 @@ impl Session<'_> {
 
     /// Runs the session to its end. An `async` block rather than an `async fn`, whose future
     /// would keep `self` twice for the session's life.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
     pub(super) fn run(mut self) -> impl Future<Output = ()> {
         async move {
             let Some((mut control, hello)) = self.handshake().await else {
