@@ -293,6 +293,13 @@ fn transport(tuning: TransportTuning, side: Side) -> Arc<quinn::TransportConfig>
     transport.stream_receive_window(STREAM_RECEIVE_WINDOW.into());
     transport.receive_window(RECEIVE_WINDOW.into());
     transport.send_window(SEND_WINDOW);
+    // The hub sends one datagram per system call. With segmentation offload quinn reserves
+    // room for ten datagrams (12 KiB) in a connection's transmit buffer the first time it
+    // sends two at once, and keeps it for the connection's life: on a hub, thousands of
+    // buffers for what is mostly one small datagram per message (docs/scale.md).
+    if side == Side::Server {
+        transport.enable_segmentation_offload(false);
+    }
     Arc::new(transport)
 }
 
@@ -485,6 +492,38 @@ mod tests {
             Duration::from_millis(8_575)
         );
         assert_eq!(loss_recovery(Duration::MAX), Duration::MAX);
+    }
+
+    /// Every setting of the hub's QUIC transport, as quinn prints it: a change to any of them
+    /// (a window, a stream limit, segmentation offload) changes what each connected member
+    /// costs the hub (docs/scale.md), so it must be made here on purpose.
+    #[test]
+    fn the_hub_transport_is_pinned() {
+        let hub = transport(TransportTuning::hub(Duration::from_secs(15)), Side::Server);
+        let printed = format!("{hub:?}");
+        for setting in [
+            "max_concurrent_bidi_streams: 2,",
+            "max_concurrent_uni_streams: 0,",
+            "max_idle_timeout: Some(30000),",
+            "stream_receive_window: 1048576,",
+            "receive_window: 2097152,",
+            "send_window: 2097152,",
+            "mtu_discovery_config: None,",
+            "ack_frequency_config: None,",
+            "keep_alive_interval: None,",
+            "crypto_buffer_size: 16384,",
+            "datagram_receive_buffer_size: None,",
+            "enable_segmentation_offload: false,",
+        ] {
+            assert!(printed.contains(setting), "{setting} not in {printed}");
+        }
+        // The agent keeps segmentation offload: it holds one connection.
+        let agent = format!("{:?}", transport(TransportTuning::agent(), Side::Client));
+        assert!(
+            agent.contains("enable_segmentation_offload: true,"),
+            "{agent}"
+        );
+        assert!(agent.contains("max_concurrent_bidi_streams: 0,"), "{agent}");
     }
 
     #[test]

@@ -83,54 +83,74 @@ pub(super) fn turn_away(incoming: quinn::Incoming, ctx: &ServerContext) {
 }
 
 /// Takes a connection the accept loop let through from its first packet to a member
-/// identity, then runs its session (or serves its enrollment).
-pub(super) async fn handle_incoming(
+/// identity, then runs its session (or serves its enrollment, or another replica's relay,
+/// or relays the session). An `async` block rather than an `async fn`, whose future would
+/// keep its arguments twice for the session's life.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice"
+)]
+pub(super) fn handle_incoming(
     incoming: quinn::Incoming,
     handshake: HandshakePermit,
     ctx: &Arc<ServerContext>,
     shutdown: CancellationToken,
-) {
-    let remote = incoming.remote_address();
-    let Some((connection, unproven_until)) = finish_tls(incoming, &handshake, ctx).await else {
-        return;
-    };
-    if let Some(enroller) = &ctx.enroller
-        && negotiated_alpn(&connection).as_deref() == Some(kedge_protocol::ENROLL_ALPN)
-    {
-        enroll(connection, handshake, enroller, ctx, remote, unproven_until).await;
-        return;
+) -> impl Future<Output = ()> {
+    async move {
+        let remote = incoming.remote_address();
+        let Some((connection, unproven_until)) = finish_tls(incoming, &handshake, ctx).await else {
+            return;
+        };
+        if let Some(enroller) = &ctx.enroller
+            && negotiated_alpn(&connection).as_deref() == Some(kedge_protocol::ENROLL_ALPN)
+        {
+            // Boxed: enrollment calls the API server; its future would otherwise size every
+            // session's task, enrolling or not.
+            Box::pin(enroll(
+                connection,
+                handshake,
+                enroller,
+                ctx,
+                remote,
+                unproven_until,
+            ))
+            .await;
+            return;
+        }
+        if !require_client_certificate(&connection, ctx, remote) {
+            return;
+        }
+        // A verified certificate: a member, no longer a stranger to make room for.
+        handshake.proven();
+        if relay::is_relay(&connection) {
+            drop(handshake);
+            // Boxed, as the relays below: a session's task need not carry them.
+            Box::pin(serve_relay(connection, ctx, shutdown)).await;
+            return;
+        }
+        let Some(identity) = member_identity(&connection, ctx, remote) else {
+            return;
+        };
+        let span = info_span!("session", member = %identity.member, %remote);
+        if ctx.relay.is_some()
+            && Box::pin(relayed(&connection, &identity, ctx, &shutdown))
+                .instrument(span.clone())
+                .await
+        {
+            return;
+        }
+        Session {
+            ctx,
+            peer: Peer::Direct(connection),
+            identity,
+            remote,
+            shutdown,
+            handshake: Some(handshake),
+        }
+        .run()
+        .instrument(span)
+        .await;
     }
-    if !require_client_certificate(&connection, ctx, remote) {
-        return;
-    }
-    // A verified certificate: a member, no longer a stranger to make room for.
-    handshake.proven();
-    if relay::is_relay(&connection) {
-        drop(handshake);
-        serve_relay(connection, ctx, shutdown).await;
-        return;
-    }
-    let Some(identity) = member_identity(&connection, ctx, remote) else {
-        return;
-    };
-    let span = info_span!("session", member = %identity.member, %remote);
-    if relayed(&connection, &identity, ctx, &shutdown)
-        .instrument(span.clone())
-        .await
-    {
-        return;
-    }
-    Session {
-        ctx,
-        peer: Peer::Direct(connection),
-        identity,
-        remote,
-        shutdown,
-        handshake: Some(handshake),
-    }
-    .run()
-    .instrument(span)
-    .await;
 }
 
 /// Another replica's relay (`--sharding`): served while this replica is active, closed

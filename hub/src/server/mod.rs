@@ -213,3 +213,43 @@ pub async fn serve(
     // Give agents a moment to learn of the close instead of timing out.
     let _ = timeout(Duration::from_secs(2), endpoint.wait_idle()).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::heartbeats::Heartbeats;
+    use super::incoming::handle_incoming;
+    use super::session::Session;
+    use crate::budget::HandshakePermit;
+
+    /// Bytes of the future `f` returns, without calling it.
+    fn output_size<A, Fut>(_: impl FnOnce(A) -> Fut) -> usize {
+        size_of::<Fut>()
+    }
+
+    fn output_size4<A, B, C, D, Fut>(_: impl FnOnce(A, B, C, D) -> Fut) -> usize {
+        size_of::<Fut>()
+    }
+
+    /// Every connected member holds one session task (the future of `handle_incoming`) and
+    /// one heartbeat task for its whole life; a rare, large future inlined in them (an API
+    /// call for a renewal or an enrollment) would cost each member its size. The bounds are
+    /// for debug builds, whose futures are larger than release builds' (docs/scale.md).
+    #[test]
+    fn the_tasks_every_member_holds_stay_small() {
+        let session = output_size4::<
+            quinn::Incoming,
+            HandshakePermit,
+            &'static std::sync::Arc<super::ServerContext>,
+            tokio_util::sync::CancellationToken,
+            _,
+        >(handle_incoming);
+        let run = output_size::<Session<'static>, _>(Session::run);
+        let heartbeats = output_size::<Heartbeats, _>(Heartbeats::serve);
+        eprintln!(
+            "futures: session task {session} B, Session::run {run} B, heartbeats {heartbeats} B"
+        );
+        assert!(session < 3072, "session task future: {session} B");
+        assert!(run < 2048, "session future: {run} B");
+        assert!(heartbeats < 1536, "heartbeat task future: {heartbeats} B");
+    }
+}

@@ -98,51 +98,59 @@ impl Session<'_> {
             })
     }
 
-    pub(super) async fn run(mut self) {
-        let Some((mut control, hello)) = self.handshake().await else {
-            return;
-        };
-        // The handshake is over: its permit goes back before the session takes one.
-        self.handshake.take();
-        if !self.may_start(&mut control).await {
-            return;
-        }
-        // Last, so that a member refused above never takes (or frees) a session's place.
-        let Some(_session) = self.admit_session(&mut control).await else {
-            return;
-        };
-        let session_id = self.ctx.next_session_id();
-        let ended = self.register(&session_id, &hello);
-        let member = &self.identity.member;
-        let in_sync =
-            self.ctx
-                .fleet
-                .session_started(member, &session_id, hello.last_applied_revision);
-        self.ctx.fleet.notify(member);
-        let welcome = self.welcome(&session_id, &hello);
-        let reason = match self.send(&mut control, &welcome, "control").await {
-            Err(reason) => reason,
-            Ok(()) => {
-                info!(%session_id, agent_version = %hello.agent_version,
+    /// Runs the session to its end. An `async` block rather than an `async fn`, whose future
+    /// would keep `self` twice for the session's life.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
+    pub(super) fn run(mut self) -> impl Future<Output = ()> {
+        async move {
+            let Some((mut control, hello)) = self.handshake().await else {
+                return;
+            };
+            // The handshake is over: its permit goes back before the session takes one.
+            self.handshake.take();
+            if !self.may_start(&mut control).await {
+                return;
+            }
+            // Last, so that a member refused above never takes (or frees) a session's place.
+            let Some(_session) = self.admit_session(&mut control).await else {
+                return;
+            };
+            let session_id = self.ctx.next_session_id();
+            let ended = self.register(&session_id, &hello);
+            let member = &self.identity.member;
+            let in_sync =
+                self.ctx
+                    .fleet
+                    .session_started(member, &session_id, hello.last_applied_revision);
+            self.ctx.fleet.notify(member);
+            let welcome = self.welcome(&session_id, &hello);
+            let reason = match self.send(&mut control, &welcome, "control").await {
+                Err(reason) => reason,
+                Ok(()) => {
+                    info!(%session_id, agent_version = %hello.agent_version,
                     kubernetes_version = %hello.kubernetes_version,
                     last_applied_revision = hello.last_applied_revision, "session established");
-                let holds = in_sync.then_some(hello.last_applied_revision);
-                self.serve(
-                    &mut control,
-                    &ended,
-                    &session_id,
-                    holds,
-                    hello.protocol_version,
-                )
-                .await
-            }
-        };
-        let last = self.peer.sample();
-        (self.ctx.registry).link_observed(member, &session_id, &last, SystemTime::now());
-        self.ctx.registry.disconnected(member, &session_id, &reason);
-        self.ctx.budget.remember(self.remote.ip(), Instant::now());
-        self.ctx.fleet.notify(member);
-        info!(%session_id, %reason, "session ended");
+                    let holds = in_sync.then_some(hello.last_applied_revision);
+                    self.serve(
+                        &mut control,
+                        &ended,
+                        &session_id,
+                        holds,
+                        hello.protocol_version,
+                    )
+                    .await
+                }
+            };
+            let last = self.peer.sample();
+            (self.ctx.registry).link_observed(member, &session_id, &last, SystemTime::now());
+            self.ctx.registry.disconnected(member, &session_id, &reason);
+            self.ctx.budget.remember(self.remote.ip(), Instant::now());
+            self.ctx.fleet.notify(member);
+            info!(%session_id, %reason, "session ended");
+        }
     }
 
     /// Registers the session; returns the token cancelled when it is replaced or revoked.
@@ -441,7 +449,9 @@ impl Session<'_> {
         if let Some(wait) = live.renewals.take(Instant::now()) {
             tokio::time::sleep(wait).await;
         }
-        let answer = self.renew(&request.csr_der).await;
+        // Boxed: a renewal reads the member's enrollment from the API server, a future of
+        // several KiB that every session's task would otherwise hold for its whole life.
+        let answer = Box::pin(self.renew(&request.csr_der)).await;
         if let EnrollResponse::Issued(issued) = &answer {
             live.cert_expiry =
                 cert_deadline(issued.not_after_unix_ms, SystemTime::now(), Instant::now());
