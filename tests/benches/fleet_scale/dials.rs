@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// How a dial ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Handshake, Hello and Welcome: a session.
     Welcomed,
     /// No answer within the handshake timeout (the timeout it waited).
@@ -34,26 +34,26 @@ impl Outcome {
 
 /// One dial of one agent.
 #[derive(Debug, Clone)]
-pub struct Dial {
-    pub agent: usize,
-    pub started: Instant,
-    pub ended: Instant,
-    pub outcome: Outcome,
+pub(crate) struct Dial {
+    pub(crate) agent: usize,
+    pub(crate) started: Instant,
+    pub(crate) ended: Instant,
+    pub(crate) outcome: Outcome,
     /// The pause before the agent's next dial (zero after a welcome).
-    pub then_waited: Duration,
+    pub(crate) then_waited: Duration,
 }
 
 /// Dials of every agent, in the order they ended.
 #[derive(Debug, Default)]
-pub struct DialLog(Mutex<Vec<Dial>>);
+pub(crate) struct DialLog(Mutex<Vec<Dial>>);
 
 impl DialLog {
-    pub fn record(&self, dial: Dial) {
+    pub(crate) fn record(&self, dial: Dial) {
         self.0.lock().unwrap().push(dial);
     }
 
     /// Dials that started at or after `since`.
-    pub fn since(&self, since: Instant) -> Vec<Dial> {
+    pub(crate) fn since(&self, since: Instant) -> Vec<Dial> {
         let log = self.0.lock().unwrap();
         log.iter().filter(|d| d.started >= since).cloned().collect()
     }
@@ -61,27 +61,32 @@ impl DialLog {
 
 /// Where the hub restart's time went, from the dials of every agent.
 #[derive(Debug)]
-pub struct Restart {
+pub(crate) struct Restart {
     /// Dials in all, and by outcome (label, count).
-    pub dials: usize,
-    pub by_outcome: Vec<(&'static str, usize)>,
+    pub(crate) dials: usize,
+    pub(crate) by_outcome: Vec<(&'static str, usize)>,
     /// Refusal messages (the first 70 characters) and how often.
-    pub refusals: Vec<(String, usize)>,
+    pub(crate) refusals: Vec<(String, usize)>,
     /// Agents by the number of dials they needed: (dials, agents).
-    pub per_agent: Vec<(usize, usize)>,
+    pub(crate) per_agent: Vec<(usize, usize)>,
     /// Silent dials that started in the gap between the old hub's exit and the new hub's
     /// first answer, and silent dials otherwise.
-    pub silent_in_gap: usize,
-    pub silent_otherwise: usize,
+    pub(crate) silent_in_gap: usize,
+    pub(crate) silent_otherwise: usize,
     /// Pauses between dials: longest, and summed over all agents.
-    pub longest_pause: Duration,
+    pub(crate) longest_pause: Duration,
     /// The last agent welcomed: its dials, relative to the new hub's start.
-    pub last: Vec<String>,
+    pub(crate) last: Vec<String>,
 }
 
 /// Summarises the dials of a hub restart: `stopped` when SIGTERM was sent, `exited` when the
 /// old hub had exited, `started` when the new one was spawned.
-pub fn restart(log: &DialLog, stopped: Instant, exited: Instant, started: Instant) -> Restart {
+pub(crate) fn restart(
+    log: &DialLog,
+    stopped: Instant,
+    exited: Instant,
+    started: Instant,
+) -> Restart {
     let dials = log.since(stopped);
     let mut by_outcome: Vec<(&'static str, usize)> = Vec::new();
     let mut refusals: Vec<(String, usize)> = Vec::new();
@@ -136,7 +141,7 @@ pub fn restart(log: &DialLog, stopped: Instant, exited: Instant, started: Instan
         })
         .collect();
     by_outcome.sort();
-    refusals.sort_by(|a, b| b.1.cmp(&a.1));
+    refusals.sort_by_key(|r| std::cmp::Reverse(r.1));
     Restart {
         dials: dials.len(),
         by_outcome,
