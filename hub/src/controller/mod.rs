@@ -8,6 +8,7 @@ pub mod dsj;
 pub mod dso;
 pub mod external_metrics;
 pub mod member;
+pub mod member_clusters;
 pub mod observe;
 
 use std::collections::BTreeSet;
@@ -33,6 +34,7 @@ use tracing::{info, warn};
 use crate::fleet::Fleet;
 use crate::metrics::HubMetrics;
 use crate::{Error, Result};
+pub use member_clusters::MemberClusterCache;
 
 /// The one field manager of every server-side apply the hub sends.
 pub const FIELD_MANAGER: &str = "kedge-hub";
@@ -153,7 +155,7 @@ pub struct Shared {
     /// Metrics.
     pub metrics: HubMetrics,
     /// Every MemberCluster, from a reflector (none in unit tests: read from the API then).
-    member_clusters: Option<Store<MemberCluster>>,
+    member_clusters: Option<MemberClusterCache>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -182,7 +184,7 @@ impl Shared {
         client: Client,
         fleet: Arc<Fleet>,
         metrics: HubMetrics,
-        member_clusters: Option<Store<MemberCluster>>,
+        member_clusters: Option<MemberClusterCache>,
     ) -> Self {
         let instance = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
@@ -199,10 +201,8 @@ impl Shared {
     /// Every MemberCluster, from the reflector cache once it has listed them (the API is
     /// read only before that, or without a cache).
     pub async fn member_clusters(&self) -> Result<Vec<Arc<MemberCluster>>> {
-        if let Some(store) = &self.member_clusters
-            && tokio::time::timeout(API_TIMEOUT, store.wait_until_ready())
-                .await
-                .is_ok_and(|ready| ready.is_ok())
+        if let Some(cache) = &self.member_clusters
+            && let Some(store) = cache.listed(API_TIMEOUT).await
         {
             return Ok(store.state());
         }
@@ -217,11 +217,7 @@ impl Shared {
     /// Whether a MemberCluster named `name` exists, from the reflector cache once it has
     /// listed them (one lookup, not a copy of the list); `None` when that cannot be known now.
     pub async fn member_cluster(&self, name: &str) -> Option<bool> {
-        let store = self.member_clusters.as_ref()?;
-        tokio::time::timeout(API_TIMEOUT, store.wait_until_ready())
-            .await
-            .ok()?
-            .ok()?;
+        let store = self.member_clusters.as_ref()?.listed(API_TIMEOUT).await?;
         Some(store.get(&ObjectRef::new(name)).is_some())
     }
 
@@ -229,7 +225,7 @@ impl Shared {
     pub fn member_clusters_cached(&self) -> Vec<Arc<MemberCluster>> {
         self.member_clusters
             .as_ref()
-            .map(Store::state)
+            .map(|cache| cache.store().state())
             .unwrap_or_default()
     }
 
@@ -492,7 +488,12 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (member_clusters, cache) = member_cluster_cache(&client, &health, &shutdown);
-    let shared = Arc::new(Shared::new(client, fleet, metrics, Some(member_clusters)));
+    let shared = Arc::new(Shared::new(
+        client,
+        fleet,
+        metrics,
+        Some(MemberClusterCache::new(member_clusters)),
+    ));
     let members = tokio::spawn(member::run(
         Arc::new(member::MemberContext::new(shared.clone())),
         shutdown.clone(),
