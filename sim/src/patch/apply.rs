@@ -781,6 +781,23 @@ pub fn apply_subresource(
             continue;
         }
         remove_at(&mut result, p);
+        // An object the removal left empty goes too, unless someone still applies it: an
+        // entry of a map keyed by data (a DSO's `memberClusterStatuses`) is a member of its
+        // own in structured-merge-diff, so its key leaves with its last field.
+        for depth in (2..p.len()).rev() {
+            let parent = &p[..depth];
+            let empty =
+                get_at(&result, parent).is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
+            if !empty
+                || new_set.contains(parent)
+                || others.contains(parent)
+                || has_descendant(&others, parent)
+                || has_descendant(&new_set, parent)
+            {
+                break;
+            }
+            remove_at(&mut result, parent);
+        }
     }
 
     let entry = Entry {
@@ -1157,6 +1174,45 @@ mod tests {
             "{}",
             c.message
         );
+    }
+
+    #[test]
+    fn a_status_map_applied_anew_keeps_only_the_keys_applied() {
+        let dso = |keys: std::ops::Range<usize>| {
+            let statuses: Map<String, Value> = keys
+                .map(|i| {
+                    (
+                        format!("member-{i}"),
+                        json!({"state": "Ready", "currentReplicas": 1}),
+                    )
+                })
+                .collect();
+            json!({"apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+                "metadata": {"name": "app", "namespace": "default"},
+                "status": {"memberClusterStatuses": statuses}})
+        };
+        let opts = ApplyOptions {
+            manager: "kedge-hub",
+            force: true,
+            now: T1,
+            subresource: Some("status"),
+        };
+        let live = ok(apply(
+            None,
+            &json!({"apiVersion": "kedge.dev/v1alpha1",
+            "kind": "DistributedScaledObject", "metadata": {"name": "app", "namespace": "default"},
+            "spec": {}}),
+            "kubectl",
+            false,
+            T0,
+        ));
+        let first = ok(apply_subresource(Some(&live), &dso(0..1000), opts));
+        let second = ok(apply_subresource(Some(&first), &dso(63..1063), opts));
+        let keys = second["status"]["memberClusterStatuses"]
+            .as_object()
+            .unwrap();
+        assert_eq!(keys.len(), 1000);
+        assert!(!keys.contains_key("member-0"));
     }
 
     #[test]
