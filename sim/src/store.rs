@@ -492,12 +492,22 @@ impl Store {
         match scope {
             WriteScope::Status => {
                 let status = new.get("status").cloned();
+                // The field manager's record of the write (the API layer tracked it in the
+                // request's object): a status applier that owned nothing would never prune
+                // what it stopped applying.
+                let managed = new
+                    .get("metadata")
+                    .and_then(|m| m.get("managedFields"))
+                    .cloned();
                 let mut merged = (*old).clone();
                 if let Some(root) = merged.as_object_mut() {
                     match status {
                         Some(s) => root.insert("status".into(), s),
                         None => root.remove("status"),
                     };
+                }
+                if let Some(managed) = managed {
+                    meta_mut(&mut merged).insert("managedFields".into(), managed);
                 }
                 new = merged;
             }

@@ -798,3 +798,64 @@ async fn unknown_fields_under_field_validation() {
     );
     sim.shutdown().await;
 }
+
+/// Server-side apply of a status through `/status` keeps its field manager's record, so the
+/// next apply prunes what it no longer sets: a DSO status that lists another set of members
+/// (of a fleet larger than the listing bound) holds the new set only, as kube-apiserver
+/// keeps it. kedge-sim dropped the record of status writes, and the union of every listing
+/// grew until it failed validation ("Too many: 1063").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_applied_anew_prunes_what_it_no_longer_sets() {
+    let sim = sim("ssa-status").await;
+    let client = sim.clusters()[0].client().expect("client");
+    install_crd(
+        &client,
+        &crd_file("distributedscaledobjects.kedge.dev.yaml"),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::default_namespaced_with(client, &dso_resource());
+    let spec = json!({"scaledObjectSpec": {"scaleTargetRef": {"name": "web"},
+        "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}});
+    api.create(&PostParams::default(), &dso("web", spec))
+        .await
+        .expect("create");
+    let status = |keys: std::ops::Range<usize>| {
+        let members: serde_json::Map<String, serde_json::Value> = keys
+            .map(|i| {
+                (
+                    format!("member-{i}"),
+                    json!({"state": "Ready", "currentReplicas": 1}),
+                )
+            })
+            .collect();
+        json!({"apiVersion": "kedge.dev/v1alpha1", "kind": "DistributedScaledObject",
+            "status": {"memberClusterStatuses": members}})
+    };
+    let params = PatchParams::apply("kedge-hub").force();
+    for keys in [0..1000, 63..1063, 500..1500] {
+        let start = keys.start;
+        let written = api
+            .patch_status("web", &params, &Patch::Apply(&status(keys)))
+            .await
+            .expect("a status of 1,000 members is valid");
+        let listed = written.data["status"]["memberClusterStatuses"]
+            .as_object()
+            .expect("listed")
+            .clone();
+        assert_eq!(listed.len(), 1000, "from member-{start}");
+        assert!(listed.contains_key(&format!("member-{start}")));
+        assert!(!listed.contains_key(&format!("member-{}", start.saturating_sub(1))) || start == 0);
+        let managers: Vec<_> = written
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|e| e.manager.as_deref() == Some("kedge-hub"))
+            .map(|e| (e.operation.clone(), e.subresource.clone()))
+            .collect();
+        assert_eq!(
+            managers,
+            [(Some("Apply".to_owned()), Some("status".to_owned()))]
+        );
+    }
+}
