@@ -325,6 +325,10 @@ impl RelayClient {
                         break (close_code::RECONNECT, "the active hub replica went away; reconnect".to_owned());
                     }
                 }
+                closed = relay.closed() => {
+                    debug!(error = %closed, "the relay to the active hub replica ended");
+                    break (close_code::RECONNECT, "the relay to the active hub replica ended; reconnect".to_owned());
+                }
                 changed = role.changed() => {
                     // Another replica leads now, or this one: the session starts over there
                     // (the agent dials this replica again, which relays or serves it).
@@ -471,7 +475,9 @@ fn relay_transport() -> quinn::TransportConfig {
         .receive_window(VarInt::from_u32(RELAY_WINDOW))
         .send_window(u64::from(RELAY_WINDOW))
         .keep_alive_interval(Some(Duration::from_secs(2)))
-        .max_idle_timeout(Some(VarInt::from_u32(10_000).into()));
+        // The Lease, not silence, says when the active replica is gone; a relay gives a busy
+        // shard time (the active replica's own idle timeout, 30 s by default, applies too).
+        .max_idle_timeout(Some(VarInt::from_u32(60_000).into()));
     transport
 }
 

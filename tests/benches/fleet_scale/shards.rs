@@ -74,6 +74,7 @@ pub(crate) async fn measure_sharded(members: usize, replicas: usize, rounds: usi
     })
     .await;
     let connected = started.elapsed();
+    eprintln!("{members} members over {replicas} replicas: every agent welcomed in {connected:.1?}");
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss: Vec<(u64, u64)> = idle.into_iter().zip(rss_of(&pids)).collect();
 
@@ -84,7 +85,9 @@ pub(crate) async fn measure_sharded(members: usize, replicas: usize, rounds: usi
     let on_victim: Vec<usize> = (0..members)
         .filter(|&i| fleet.on[i].load(Ordering::Acquire) == 0 && i % replicas == 1)
         .collect();
+    eprintln!("{members} members over {replicas} replicas: {} fan-out samples; killing replica 1", samples.len());
     let (failover, moved) = failover(&fleet, &mut hubs[1], &on_victim).await;
+    eprintln!("{members} members over {replicas} replicas: {moved} agents back in {failover:.1?}");
     // The other agents kept their sessions.
     let wrong = fleet.wrong.load(Ordering::Acquire);
     for agent in agents {
