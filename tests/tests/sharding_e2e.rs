@@ -170,6 +170,19 @@ async fn replicas_share_the_sessions_and_one_decides() {
         text.contains("relays its agents' sessions to the active replica"),
         "{text}"
     );
+    // Each relaying replica counts the session it relays; the active one counts both.
+    for p in &ports[1..] {
+        let metrics = ops_get(*p, "/metrics").await.unwrap();
+        assert!(
+            metrics.contains(r#"kedge_hub_relayed_sessions{kind="relaying"} 1"#),
+            "{metrics}"
+        );
+    }
+    let metrics = ops_get(ports[0], "/metrics").await.unwrap();
+    assert!(
+        metrics.contains(r#"kedge_hub_relayed_sessions{kind="served"} 2"#),
+        "{metrics}"
+    );
     let active_log = hubs[0].as_ref().unwrap().log_text();
     assert_eq!(
         active_log

@@ -190,10 +190,16 @@ async fn relayed(
     let Ok(_place) = ctx.budget.session() else {
         return false;
     };
-    match client
+    // Its address may now use the handshake reserve, as a session's here (see crate::budget).
+    let remote = connection.remote_address().ip();
+    ctx.budget.remember(remote, Instant::now());
+    ctx.metrics.relayed_session("relaying", 1);
+    let forwarded = client
         .forward(connection.clone(), identity, ctx.role.clone(), shutdown)
-        .await
-    {
+        .await;
+    ctx.metrics.relayed_session("relaying", -1);
+    ctx.budget.remember(remote, Instant::now());
+    match forwarded {
         Ok(()) => true,
         Err(error) => {
             warn!(%error, "cannot relay the session to the active hub replica; refusing it");
