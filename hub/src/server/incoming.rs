@@ -132,11 +132,14 @@ pub(super) fn handle_incoming(
             return;
         };
         let span = info_span!("session", member = %identity.member, %remote);
-        if ctx.relay.is_some()
-            && Box::pin(relayed(&connection, &identity, ctx, &shutdown))
-                .instrument(span.clone())
-                .await
-        {
+        if ctx.relay.is_some() && ctx.role.borrow().relay().is_some() {
+            // The handshake is over here; the active replica reads the Hello. A permit held
+            // for the relayed session's life would refuse every handshake beyond
+            // --max-handshakes-per-source.
+            drop(handshake);
+            Box::pin(relayed(&connection, &identity, ctx, &shutdown))
+                .instrument(span)
+                .await;
             return;
         }
         Session {
@@ -171,24 +174,27 @@ async fn serve_relay(
     relay::serve_relay(connection, ctx.clone(), shutdown).await;
 }
 
-/// Relays the session of `identity` to the active replica when this one is not active and
-/// knows where it is (`--sharding`). `false` when the session is this hub's to run, or to
-/// refuse (no active replica known, no relay to it, no room): the session then tells the
-/// agent why and the agent tries its next hub address.
+/// Relays the session of `identity` to the active replica (`--sharding`, this replica not
+/// active). Without a relay to it or room here, the agent's connection is closed with the
+/// retryable `SHUTDOWN`, and it tries its next hub address.
 async fn relayed(
     connection: &Connection,
     identity: &PeerIdentity,
     ctx: &ServerContext,
     shutdown: &CancellationToken,
-) -> bool {
-    let Some(client) = &ctx.relay else {
-        return false;
+) {
+    let refuse = |why: &str| {
+        warn!(
+            reason = why,
+            "cannot relay the session to the active hub replica; closing it"
+        );
+        connection.close(VarInt::from_u32(close_code::SHUTDOWN), why.as_bytes());
     };
-    if ctx.role.borrow().relay().is_none() {
-        return false;
-    }
+    let Some(client) = &ctx.relay else {
+        return refuse("this hub replica does not relay");
+    };
     let Ok(_place) = ctx.budget.session() else {
-        return false;
+        return refuse("this hub replica holds --max-connections sessions; try another");
     };
     // Its address may now use the handshake reserve, as a session's here (see crate::budget).
     let remote = connection.remote_address().ip();
@@ -199,12 +205,8 @@ async fn relayed(
         .await;
     ctx.metrics.relayed_session("relaying", -1);
     ctx.budget.remember(remote, Instant::now());
-    match forwarded {
-        Ok(()) => true,
-        Err(error) => {
-            warn!(%error, "cannot relay the session to the active hub replica; refusing it");
-            false
-        }
+    if let Err(error) = forwarded {
+        refuse(&format!("no relay to the active hub replica: {error}"));
     }
 }
 
