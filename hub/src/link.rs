@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// One reading of a session's connection.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// One reading of a session's connection (also what a relaying replica sends of its agents'
+/// connections, see `server/relay.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkSample {
     /// The agent's address as the connection now sees it (changes with QUIC migration).
     pub remote: Option<SocketAddr>,

@@ -83,56 +83,16 @@ enum Frame {
         not_after_unix: i64,
         serial: String,
         enrollment_uid: Option<String>,
-        sample: WireSample,
+        sample: LinkSample,
     },
     /// Replica → active: the first frame of one of the agent's streams.
     Stream { agent: u64 },
     /// Replica → active: a reading of the agent's connection.
-    Sample(WireSample),
+    Sample(LinkSample),
     /// Replica → active: the agent's connection ended.
     Ended { reason: String },
     /// Active → replica: close the agent's connection.
     Close { code: u32, reason: String },
-}
-
-/// A [`LinkSample`] on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-struct WireSample {
-    remote: Option<SocketAddr>,
-    bytes_sent: u64,
-    bytes_received: u64,
-    packets_sent: u64,
-    packets_received: u64,
-    lost_packets: u64,
-    rtt_us: u64,
-}
-
-impl From<LinkSample> for WireSample {
-    fn from(s: LinkSample) -> Self {
-        Self {
-            remote: s.remote,
-            bytes_sent: s.bytes_sent,
-            bytes_received: s.bytes_received,
-            packets_sent: s.packets_sent,
-            packets_received: s.packets_received,
-            lost_packets: s.lost_packets,
-            rtt_us: u64::try_from(s.rtt.as_micros()).unwrap_or(u64::MAX),
-        }
-    }
-}
-
-impl From<WireSample> for LinkSample {
-    fn from(s: WireSample) -> Self {
-        Self {
-            remote: s.remote,
-            bytes_sent: s.bytes_sent,
-            bytes_received: s.bytes_received,
-            packets_sent: s.packets_sent,
-            packets_received: s.packets_received,
-            lost_packets: s.lost_packets,
-            rtt: Duration::from_micros(s.rtt_us),
-        }
-    }
 }
 
 /// Writes one frame: its length (u32, big-endian), then postcard.
@@ -288,7 +248,7 @@ impl RelayClient {
             not_after_unix: identity.not_after_unix,
             serial: identity.serial.clone(),
             enrollment_uid: identity.enrollment_uid.clone(),
-            sample: LinkSample::of(&agent).into(),
+            sample: LinkSample::of(&agent),
         };
         write_frame(&mut control_send, &open).await?;
         let mut pipes = JoinSet::new();
@@ -320,7 +280,7 @@ impl RelayClient {
                     ),
                 },
                 _ = samples.tick() => {
-                    let sample = Frame::Sample(LinkSample::of(&agent).into());
+                    let sample = Frame::Sample(LinkSample::of(&agent));
                     if write_frame(&mut control_send, &sample).await.is_err() {
                         break (close_code::RECONNECT, "the active hub replica went away; reconnect".to_owned());
                     }
@@ -539,7 +499,7 @@ pub(super) async fn serve_relay(
                     close: Mutex::new(None),
                     close_requested: CancellationToken::new(),
                     streams: tokio::sync::Mutex::new(streams_rx),
-                    sample: Mutex::new(sample.into()),
+                    sample: Mutex::new(sample),
                 });
                 let identity = PeerIdentity {
                     member,
@@ -623,7 +583,7 @@ async fn relay_control(relayed: &Relayed, (mut send, mut recv): (SendStream, Rec
     loop {
         tokio::select! {
             frame = read_frame(&mut recv) => match frame {
-                Ok(Some(Frame::Sample(sample))) => *lock(&relayed.sample) = sample.into(),
+                Ok(Some(Frame::Sample(sample))) => *lock(&relayed.sample) = sample,
                 Ok(Some(Frame::Ended { reason })) => {
                     relayed.ended(kedge_protocol::clean_text(&reason, kedge_protocol::MAX_MESSAGE_BYTES));
                     return;
@@ -699,10 +659,10 @@ mod tests {
                 not_after_unix: 1_900_000_000,
                 serial: "0a1b".into(),
                 enrollment_uid: Some("uid".into()),
-                sample: sample.into(),
+                sample,
             },
             Frame::Stream { agent: 7 },
-            Frame::Sample(sample.into()),
+            Frame::Sample(sample),
             Frame::Ended {
                 reason: "gone".into(),
             },
@@ -716,7 +676,6 @@ mod tests {
             assert!(bytes.len() < MAX_FRAME, "{frame:?}");
             assert_eq!(postcard::from_bytes::<Frame>(&bytes).unwrap(), frame);
         }
-        assert_eq!(LinkSample::from(WireSample::from(sample)), sample);
     }
 
     #[tokio::test]
