@@ -154,6 +154,14 @@ impl Admission {
         });
     }
 
+    /// Waits until the `MemberCluster`s have been read, for at most `within`; whether they
+    /// have been (at once when they have, or when there is no hub cluster).
+    pub async fn read_within(&self, within: std::time::Duration) -> bool {
+        let mut enrolled = self.tx.subscribe();
+        let read = enrolled.wait_for(|e| !matches!(e, Enrolled::NotRead));
+        matches!(tokio::time::timeout(within, read).await, Ok(Ok(_)))
+    }
+
     /// Changes of what is enrolled.
     pub fn subscribe(&self) -> watch::Receiver<Enrolled> {
         self.tx.subscribe()
@@ -241,6 +249,7 @@ pub async fn revoke_live(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn members(entries: &[(&str, &str, bool)]) -> Enrolled {
         Enrolled::Members(
@@ -265,6 +274,28 @@ mod tests {
             Verdict::NotYet(_) => "not_yet",
             Verdict::Refuse { label, .. } => label,
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_session_before_the_list_waits_for_it_for_a_bounded_time() {
+        let admission = std::sync::Arc::new(Admission::new(Enrolled::NotRead));
+        // Nothing read: refused once the wait is over, not before.
+        let started = tokio::time::Instant::now();
+        assert!(!admission.read_within(Duration::from_secs(5)).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        // Read while it waits: admitted at once.
+        let reader = admission.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            reader.set(members(&[("a", "u1", false)]));
+        });
+        let started = tokio::time::Instant::now();
+        assert!(admission.read_within(Duration::from_secs(5)).await);
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
+        assert_eq!(label(admission.verdict("a", Some("u1"))), "admit");
+        // Already read, or no hub cluster: no wait at all.
+        assert!(admission.read_within(Duration::ZERO).await);
+        assert!(Admission::new(Enrolled::Anyone).read_within(Duration::ZERO).await);
     }
 
     #[test]

@@ -2,6 +2,12 @@ use clap::Parser;
 use kedge_hub::config::HubArgs;
 use tokio_util::sync::CancellationToken;
 
+/// The hub allocates and frees small strings and maps for every member at every decision;
+/// glibc's allocator spent a quarter of the hub's CPU on it at 10,000 members
+/// (docs/scale.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // One explicit crypto provider for every TLS user in the process (quinn, kube).

@@ -33,6 +33,8 @@
 //!   fan-out and the same `/scale` → member latency percentiles.
 //!
 //! With `FLEET_BENCH_REPLICAS` > 1 it measures sharded hub replicas instead (see `shards`).
+//! `FLEET_BENCH_CONNECTING` sets how many handshakes the virtual agents have in flight at
+//! once (64 by default).
 //!
 //! `cargo bench -p kedge-e2e --bench fleet_scale` (build the binaries first: `cargo build
 //! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
@@ -74,8 +76,18 @@ const WORKLOAD: &str = "app";
 const HEARTBEAT: &str = "5s";
 /// Longest any one step may take before the bench fails.
 const STEP_LIMIT: Duration = Duration::from_secs(300);
-/// Handshakes in flight at once (the hub's per-source budget is raised to match).
+/// Handshakes in flight at once, unless `FLEET_BENCH_CONNECTING` says (the hub's budgets are
+/// raised to twice as many: all virtual agents share one source address, where a real
+/// fleet's agents each have their own).
 const CONNECTING: usize = 64;
+
+fn connecting() -> usize {
+    std::env::var("FLEET_BENCH_CONNECTING")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(CONNECTING)
+}
 /// Virtual agents sharing one UDP socket.
 const AGENTS_PER_SOCKET: usize = 8;
 /// The agent's reconnect backoff (`--reconnect-initial`, `--reconnect-max` defaults).
@@ -516,8 +528,8 @@ fn hub_command(
         .args(["--namespace", HUB_NAMESPACE])
         .args(["--heartbeat-interval", HEARTBEAT])
         .args(["--max-connections", &limit])
-        .args(["--max-handshakes", &(CONNECTING * 2).to_string()])
-        .args(["--max-handshakes-per-source", &(CONNECTING * 2).to_string()])
+        .args(["--max-handshakes", &(connecting() * 2).to_string()])
+        .args(["--max-handshakes-per-source", &(connecting() * 2).to_string()])
         .arg("--kubeconfig")
         .arg(dir.join(format!("{HUB_CLUSTER}.kubeconfig")))
         .stdin(Stdio::null())
@@ -755,7 +767,7 @@ fn spawn_agents(
     let endpoints: Vec<quinn::Endpoint> = (0..configs.len().div_ceil(AGENTS_PER_SOCKET))
         .map(|_| quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap())
         .collect();
-    let connecting = Arc::new(Semaphore::new(CONNECTING));
+    let connecting = Arc::new(Semaphore::new(connecting()));
     let agents = configs
         .into_iter()
         .enumerate()
@@ -897,6 +909,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
     let rss_connected = memory(pid).rss;
 
     let dsos = create_dso(hub_client, &names, &fleet).await;
+    profiles_published(ops, members).await;
     let (samples, fanout_cpu) = fanout(&fleet, &dsos, ops, [pid, sim.pid], rounds).await;
     // The DSO's status follows the members' reports: it counts every member, and lists at
     // most `MAX_LISTED_MEMBERS` of them (a status with an entry per member of a large fleet
@@ -1274,6 +1287,22 @@ async fn settle(ops: u16) {
         assert!(start.elapsed() < STEP_LIMIT, "the hub never settled");
         count = now;
     }
+}
+
+/// Waits until the hub has published a ClusterProfile for each of `members` (256 every 2 s:
+/// 80 s at 10,000), so that the rounds measure a hub at rest, as KEDA's changes meet it,
+/// not one still writing its first profiles.
+async fn profiles_published(ops: u16, members: usize) {
+    let start = Instant::now();
+    let series = r#"kedge_hub_status_writes_total{controller="clusterprofile"}"#;
+    while (sample(&hub_metrics(ops).await, series) as usize) < members {
+        assert!(
+            start.elapsed() < STEP_LIMIT,
+            "the hub did not publish {members} ClusterProfiles in {STEP_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("{members} members: ClusterProfiles published after {:.1?}", start.elapsed());
 }
 
 /// The hub's DSO reconciliations so far: how many, and their mean duration.

@@ -23,6 +23,7 @@ use serde_json::json;
 
 use crate::common::memory;
 use crate::{
+    profiles_published,
     Fleet, HUB_NAMESPACE, Prepared, create_dso, fanout, free_port_tcp, free_port_udp, hub_command,
     new_fleet, prepare, spawn_agents, wait_until, wait_until_ready,
 };
@@ -81,6 +82,7 @@ pub(crate) async fn measure_sharded(members: usize, replicas: usize, rounds: usi
     let rss: Vec<(u64, u64)> = idle.into_iter().zip(rss_of(&pids)).collect();
 
     let dsos = create_dso(sim.client.clone(), &names, &fleet).await;
+    profiles_published(ports[0].1, members).await;
     let (samples, _) = fanout(&fleet, &dsos, ports[0].1, [pids[0], sim.pid], rounds).await;
     // From here on no replica count may change.
     fleet.frozen.store(true, Ordering::Release);
