@@ -295,7 +295,11 @@ mod tests {
         assert_eq!(label(admission.verdict("a", Some("u1"))), "admit");
         // Already read, or no hub cluster: no wait at all.
         assert!(admission.read_within(Duration::ZERO).await);
-        assert!(Admission::new(Enrolled::Anyone).read_within(Duration::ZERO).await);
+        assert!(
+            Admission::new(Enrolled::Anyone)
+                .read_within(Duration::ZERO)
+                .await
+        );
     }
 
     #[test]

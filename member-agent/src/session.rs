@@ -279,13 +279,21 @@ async fn serve(
         )
         .in_current_span(),
     );
+    // The hub ends a session by closing the connection with a code, which may arrive a
+    // packet after one of its streams ended: waited for briefly, so that a hub going away
+    // (SHUTDOWN) is known as such and not taken for a lost link, which backs off.
     let lost = |reason: String| {
-        Ok(SessionEnd::Lost {
-            reason,
-            established: true,
-            going_away: going_away(connection.close_reason().as_ref()),
-            again: closed_with(connection.close_reason().as_ref(), close_code::RECONNECT),
-        })
+        let connection = &connection;
+        async move {
+            let closed =
+                kedge_net::tls::close_reason_within(connection, kedge_net::tls::CLOSE_GRACE).await;
+            Ok(SessionEnd::Lost {
+                reason,
+                established: true,
+                going_away: going_away(closed.as_ref()),
+                again: closed_with(closed.as_ref(), close_code::RECONNECT),
+            })
+        }
     };
     let mut renewal = Renewal::new(params, welcome.protocol_version);
     loop {
@@ -298,14 +306,14 @@ async fn serve(
                 return Ok(SessionEnd::Shutdown);
             }
             reason = &mut heartbeats => {
-                return lost(reason.unwrap_or_else(|e| format!("heartbeat task failed: {e}")));
+                return lost(reason.unwrap_or_else(|e| format!("heartbeat task failed: {e}"))).await;
             }
             _ = tokio::time::sleep_until(renewal.due), if renewal.identity.is_some() => {
                 if let Some(request) = renewal.request()
                     && let Err(e) = control.send(&request).await
                 {
                     heartbeats.abort();
-                    return lost(lost_reason(&connection, e));
+                    return lost(lost_reason(&connection, e)).await;
                 }
             }
 
@@ -315,7 +323,7 @@ async fn serve(
                 }
                 if let Err(e) = control.send(&outgoing).await {
                     heartbeats.abort();
-                    return lost(lost_reason(&connection, e));
+                    return lost(lost_reason(&connection, e)).await;
                 }
             }
             message = control.recv() => match message {
@@ -337,21 +345,21 @@ async fn serve(
                     let reason = "hub sent scrape targets on a session older than pod metrics";
                     connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
                     heartbeats.abort();
-                    return lost(reason.to_owned());
+                    return lost(reason.to_owned()).await;
                 }
                 Ok(Some(_)) => {
                     let reason = "hub sent a handshake message mid-session";
                     connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), reason.as_bytes());
                     heartbeats.abort();
-                    return lost(reason.to_owned());
+                    return lost(reason.to_owned()).await;
                 }
                 Ok(None) => {
                     heartbeats.abort();
-                    return lost(lost_reason(&connection, "hub finished the control stream"));
+                    return lost(lost_reason(&connection, "hub finished the control stream")).await;
                 }
                 // The heartbeat task closed the connection: its reason is the real one.
                 Err(_) if heartbeats.is_finished() => {
-                    return lost((&mut heartbeats).await.unwrap_or_else(|e| format!("heartbeat task failed: {e}")));
+                    return lost((&mut heartbeats).await.unwrap_or_else(|e| format!("heartbeat task failed: {e}"))).await;
                 }
                 Err(e) => {
                     heartbeats.abort();
@@ -359,7 +367,7 @@ async fn serve(
                         warn!(error = %e, "bad frame from hub; closing");
                         connection.close(VarInt::from_u32(close_code::PROTOCOL_ERROR), e.to_string().as_bytes());
                     }
-                    return lost(lost_reason(&connection, e));
+                    return lost(lost_reason(&connection, e)).await;
                 }
             },
         }

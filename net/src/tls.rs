@@ -455,6 +455,23 @@ pub fn negotiated_alpn(connection: &quinn::Connection) -> Option<Vec<u8>> {
         .and_then(|data| data.protocol)
 }
 
+/// How long a peer whose stream ended waits for its connection's close: a hub ends a
+/// session by closing the connection with a code (`SHUTDOWN` when it goes away), and that
+/// close can arrive a packet after the end of a stream the hub's tasks let go first.
+pub const CLOSE_GRACE: Duration = Duration::from_millis(250);
+
+/// Why `connection` closed, waiting up to `grace` for a close that has not arrived yet;
+/// `None` when it is still open after that (the stream ended, the connection did not).
+pub async fn close_reason_within(
+    connection: &quinn::Connection,
+    grace: Duration,
+) -> Option<quinn::ConnectionError> {
+    if let Some(reason) = connection.close_reason() {
+        return Some(reason);
+    }
+    tokio::time::timeout(grace, connection.closed()).await.ok()
+}
+
 /// Why a TLS handshake failed, as a short stable label for metrics and logs.
 ///
 /// QUIC carries TLS alerts as transport error codes `0x100 + alert`.
@@ -524,6 +541,84 @@ mod tests {
             "{agent}"
         );
         assert!(agent.contains("max_concurrent_bidi_streams: 0,"), "{agent}");
+    }
+
+    /// A hub and an agent connected over loopback with real certificates.
+    async fn connected() -> (quinn::Endpoint, quinn::Connection, quinn::Connection) {
+        use crate::pki::{CertificateAuthority, Validity};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let now = time::OffsetDateTime::now_utc();
+        let validity = Validity::issued(now, time::Duration::hours(1));
+        let ca = CertificateAuthority::generate("close test CA", validity).unwrap();
+        let hub = ca
+            .issue_server(&["localhost".to_owned()], validity)
+            .unwrap();
+        let agent = ca.issue_member("edge-1", validity).unwrap();
+        let material = |c: &crate::pki::IssuedCert| {
+            TlsMaterial::from_pem(&c.cert_pem, &c.key_pem, ca.cert_pem()).unwrap()
+        };
+        let server = server_config(
+            material(&hub),
+            TransportTuning::hub(Duration::from_secs(15)),
+        )
+        .unwrap();
+        let endpoint = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        client.set_default_client_config(
+            client_config(
+                material(&agent),
+                TransportTuning::agent(),
+                kedge_protocol::ALPN,
+            )
+            .unwrap(),
+        );
+        let dialing = client
+            .connect(endpoint.local_addr().unwrap(), "localhost")
+            .unwrap();
+        let accepting = async { endpoint.accept().await.unwrap().await.unwrap() };
+        let (agent, hub) = tokio::join!(async { dialing.await.unwrap() }, accepting);
+        (endpoint, hub, agent)
+    }
+
+    #[tokio::test]
+    async fn a_close_that_follows_the_end_of_a_stream_is_still_read() {
+        let (_endpoint, hub, agent) = connected().await;
+        let (mut send, mut recv) = agent.open_bi().await.unwrap();
+        send.write_all(b"hello").await.unwrap();
+        let (mut hub_send, mut hub_recv) = hub.accept_bi().await.unwrap();
+        let mut hello = [0u8; 5];
+        hub_recv.read_exact(&mut hello).await.unwrap();
+        // The hub's stream ends first; its close with a code comes 50 ms later.
+        hub_send.finish().unwrap();
+        let closer = hub.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            closer.close(7u32.into(), b"going away");
+        });
+        assert!(recv.read_to_end(64).await.unwrap().is_empty());
+        // Read at once, the close is not there yet; within the grace, it is.
+        assert!(agent.close_reason().is_none());
+        let closed = close_reason_within(&agent, CLOSE_GRACE).await;
+        assert!(
+            matches!(&closed, Some(quinn::ConnectionError::ApplicationClosed(c))
+                if c.error_code == 7u32.into()),
+            "{closed:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_stays_open_is_waited_for_only_the_grace() {
+        let (_endpoint, _hub, agent) = connected().await;
+        let started = tokio::time::Instant::now();
+        assert!(
+            close_reason_within(&agent, Duration::from_millis(100))
+                .await
+                .is_none()
+        );
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        agent.close(1u32.into(), b"done");
+        // Already closed: no wait.
+        assert!(close_reason_within(&agent, Duration::ZERO).await.is_some());
     }
 
     #[test]

@@ -298,9 +298,11 @@ async fn follow(
             if beats.send(&AgentMessage::Heartbeat(beat)).await.is_err() {
                 break;
             }
-            let answer = tokio::time::timeout(interval * 3, beats.recv()).await;
-            if !matches!(answer, Ok(Ok(Some(HubMessage::HeartbeatAck(_))))) {
-                break;
+            match tokio::time::timeout(interval * 3, beats.recv()).await {
+                Ok(Ok(Some(HubMessage::HeartbeatAck(_)))) => {}
+                // As the agent: the stream ended with the connection, whose close says why.
+                Ok(_) => return,
+                Err(_) => break,
             }
         }
         beating.close(0u32.into(), b"no heartbeat answer");
@@ -362,12 +364,14 @@ async fn follow(
         }
     }
     heartbeats.abort();
-    let closed = match connection.close_reason() {
-        Some(quinn::ConnectionError::ApplicationClosed(c)) => {
-            u32::try_from(c.error_code.into_inner()).ok()
-        }
-        _ => None,
-    };
+    // As the agent: a close that follows the end of a stream is waited for briefly.
+    let closed =
+        match kedge_net::tls::close_reason_within(&connection, kedge_net::tls::CLOSE_GRACE).await {
+            Some(quinn::ConnectionError::ApplicationClosed(c)) => {
+                u32::try_from(c.error_code.into_inner()).ok()
+            }
+            _ => None,
+        };
     connection.close(0u32.into(), b"session over");
     (applied, closed)
 }
@@ -529,7 +533,10 @@ fn hub_command(
         .args(["--heartbeat-interval", HEARTBEAT])
         .args(["--max-connections", &limit])
         .args(["--max-handshakes", &(connecting() * 2).to_string()])
-        .args(["--max-handshakes-per-source", &(connecting() * 2).to_string()])
+        .args([
+            "--max-handshakes-per-source",
+            &(connecting() * 2).to_string(),
+        ])
         .arg("--kubeconfig")
         .arg(dir.join(format!("{HUB_CLUSTER}.kubeconfig")))
         .stdin(Stdio::null())
@@ -1302,7 +1309,10 @@ async fn profiles_published(ops: u16, members: usize) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("{members} members: ClusterProfiles published after {:.1?}", start.elapsed());
+    eprintln!(
+        "{members} members: ClusterProfiles published after {:.1?}",
+        start.elapsed()
+    );
 }
 
 /// The hub's DSO reconciliations so far: how many, and their mean duration.

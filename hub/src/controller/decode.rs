@@ -37,7 +37,16 @@ use super::{Shared, bounded, lock};
 /// wrong with it, e.g. `spec.scaledJobSpec.maxReplicaCount: invalid value: integer
 /// `5000000000`, expected i32`.
 pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, String> {
-    let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    let mut value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    // Nothing in the hub reads who manages which field, and the caches keep every object:
+    // a MemberCluster written by its enroller and by the hub carries two entries, as large
+    // as its spec (10,000 members: docs/scale.md, "What the hub keeps").
+    if let Some(meta) = value
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." || path.is_empty() {
@@ -488,6 +497,24 @@ mod tests {
             "{error}"
         );
         assert!(error.contains("3000000000"), "{error}");
+    }
+
+    #[test]
+    fn cached_objects_keep_no_managed_fields() {
+        let written = object(json!({
+            "apiVersion": "kedge.dev/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": "edge-1", "labels": {"tier": "a"}, "managedFields": [
+                {"manager": "kubectl-kedge", "operation": "Apply", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:tier": {}}}},
+                {"manager": "kedge-hub", "operation": "Apply", "subresource": "status",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {}}}}]},
+            "spec": {}
+        }));
+        let member: kedge_core::crd::MemberCluster = decode(&written).unwrap();
+        assert_eq!(member.metadata.managed_fields, None);
+        // Everything else of the metadata is kept.
+        assert_eq!(member.metadata.name.as_deref(), Some("edge-1"));
+        assert_eq!(member.metadata.labels.unwrap()["tier"], "a");
     }
 
     #[test]

@@ -23,9 +23,8 @@ use serde_json::json;
 
 use crate::common::memory;
 use crate::{
-    profiles_published,
     Fleet, HUB_NAMESPACE, Prepared, create_dso, fanout, free_port_tcp, free_port_udp, hub_command,
-    new_fleet, prepare, spawn_agents, wait_until, wait_until_ready,
+    new_fleet, prepare, profiles_published, spawn_agents, wait_until, wait_until_ready,
 };
 
 /// Runs `members` virtual agents over `replicas` sharded hubs.
