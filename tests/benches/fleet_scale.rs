@@ -771,8 +771,24 @@ fn spawn_agents(
     // A UDP socket per few agents (a real agent has its own): a thousand sessions closed or
     // answered at once would overflow one socket's receive buffer, and the lost packets
     // would be the bench's, not the hub's.
+    // Each gets the buffers the hub asks for: eight agents' traffic through the kernel's
+    // default 208 KiB dropped datagrams in a restart's bursts (net.core.rmem_max permitting),
+    // where each real agent has a socket of its own.
     let endpoints: Vec<quinn::Endpoint> = (0..configs.len().div_ceil(AGENTS_PER_SOCKET))
-        .map(|_| quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap())
+        .map(|_| {
+            let bound = kedge_net::udp::bind(
+                "127.0.0.1:0".parse().unwrap(),
+                kedge_net::udp::SOCKET_BUFFER,
+            )
+            .unwrap();
+            quinn::Endpoint::new(
+                quinn::EndpointConfig::default(),
+                None,
+                bound.socket,
+                Arc::new(quinn::TokioRuntime),
+            )
+            .unwrap()
+        })
         .collect();
     let connecting = Arc::new(Semaphore::new(connecting()));
     let agents = configs
