@@ -159,12 +159,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         .map_err(Error::Limits)?;
     let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
     let (server_config, hub_ca) = tls_setup(&args).await?;
-    // quinn's endpoint driver reads the socket on a thread of its own (see `server::Receiver`).
-    let receiver = server::Receiver::start().map_err(|source| Error::Listen {
-        addr: args.listen,
-        source,
-    })?;
-    let endpoint = receiver.enter(|| quic_endpoint(server_config, args.listen))?;
+    let endpoint = quic_endpoint(server_config, args.listen)?;
     let quic_addr = endpoint.local_addr().map_err(|source| Error::Listen {
         addr: args.listen,
         source,
@@ -266,8 +261,6 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     let ctx = Arc::new(ctx);
     info!(quic = %quic_addr, ops = %ops.local_addr, version = env!("CARGO_PKG_VERSION"), "kedge-hub ready");
     server::serve(endpoint, ctx, stop.clone()).await;
-    // The endpoint is closed: its receive thread may go.
-    drop(receiver);
     readiness.set(false);
     sweeper.join().await;
     let led = match leadership {

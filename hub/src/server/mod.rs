@@ -11,7 +11,6 @@ mod heartbeats;
 mod incoming;
 mod peer;
 mod rate;
-mod receiver;
 mod relay;
 mod session;
 mod streams;
@@ -35,7 +34,6 @@ use crate::metrics::HubMetrics;
 use crate::registry::SessionRegistry;
 
 use self::incoming::{admit, handle_incoming, turn_away};
-pub use self::receiver::Receiver;
 pub use self::relay::{RELAY_COMMON_NAME, RelayClient};
 
 type Control = FramedStream<RecvStream, SendStream, AgentMessage, HubMessage>;
