@@ -1317,11 +1317,13 @@ async fn settle(ops: u16) {
 /// not one still writing its first profiles.
 async fn profiles_published(ops: u16, members: usize) {
     let start = Instant::now();
+    // Twice the publisher's pace, and never less than a step.
+    let limit = STEP_LIMIT.max(Duration::from_millis(16 * members as u64));
     let series = r#"kedge_hub_status_writes_total{controller="clusterprofile"}"#;
     while (sample(&hub_metrics(ops).await, series) as usize) < members {
         assert!(
-            start.elapsed() < STEP_LIMIT,
-            "the hub did not publish {members} ClusterProfiles in {STEP_LIMIT:?}"
+            start.elapsed() < limit,
+            "the hub did not publish {members} ClusterProfiles in {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -441,9 +441,14 @@ fn relay_transport() -> quinn::TransportConfig {
     transport
 }
 
-/// Concurrent streams a relay allows: [`STREAMS_PER_AGENT`] for each of 16,384 agents.
-fn relay_streams() -> u32 {
-    (STREAMS_PER_AGENT * 16_384) as u32
+/// Concurrent streams a relay allows: [`STREAMS_PER_AGENT`] for each session the active
+/// replica admits (`--max-connections`, direct and relayed together), so that one relay
+/// may carry all of them: after a replica dies, its agents reach the others, whose relays
+/// then carry two shards. (A bound of 16,384 agents per relay left 3,600 of a killed
+/// replica's 10,000 agents without a session for minutes in the sharded bench.)
+fn relay_streams(max_connections: usize) -> VarInt {
+    let streams = STREAMS_PER_AGENT.saturating_mul(max_connections.max(1) as u64);
+    VarInt::from_u64(streams).unwrap_or(VarInt::MAX)
 }
 
 /// The active replica's end of one relay: runs a session for every relayed agent connection.
@@ -453,7 +458,7 @@ pub(super) async fn serve_relay(
     shutdown: CancellationToken,
 ) {
     // The hub's transport is sized for one agent's session; a relay carries a shard's.
-    relay.set_max_concurrent_bi_streams(VarInt::from_u32(relay_streams()));
+    relay.set_max_concurrent_bi_streams(relay_streams(ctx.limits.max_connections));
     relay.set_receive_window(VarInt::from_u32(RELAY_WINDOW));
     relay.set_send_window(u64::from(RELAY_WINDOW));
     let remote = relay.remote_address();
@@ -716,7 +721,15 @@ mod tests {
     }
 
     #[test]
-    fn a_relay_has_room_for_a_large_shard() {
-        assert!(u64::from(relay_streams()) >= STREAMS_PER_AGENT * 10_000);
+    fn a_relay_has_room_for_every_session_the_active_replica_admits() {
+        // 30,000 members over three replicas: one relay carries 20,000 agents after a
+        // replica dies.
+        for sessions in [1_024, 20_000, 30_064, 1_000_000] {
+            assert_eq!(
+                relay_streams(sessions).into_inner(),
+                STREAMS_PER_AGENT * sessions as u64
+            );
+        }
+        assert_eq!(relay_streams(usize::MAX), VarInt::MAX);
     }
 }
