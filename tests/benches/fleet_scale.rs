@@ -123,6 +123,9 @@ struct Fleet {
     frozen: AtomicBool,
     /// Desired states that changed a count while frozen.
     wrong: AtomicUsize,
+    /// Each of those: the agent, the count it held, the count it was told, when, and in
+    /// which of its sessions.
+    changes: Mutex<Vec<(usize, i32, i32, Instant, usize)>>,
     /// Bumped to make every even-numbered virtual agent close its session and reconnect
     /// (half the fleet's connections cut at once, the hub and the other half running on).
     flap: tokio::sync::watch::Sender<u64>,
@@ -340,6 +343,13 @@ async fn follow(
                 if held.0 != replicas {
                     if fleet.frozen.load(Ordering::Acquire) {
                         fleet.wrong.fetch_add(1, Ordering::AcqRel);
+                        fleet.changes.lock().unwrap().push((
+                            index,
+                            held.0,
+                            replicas,
+                            Instant::now(),
+                            session,
+                        ));
                     }
                     *held = (replicas, Some(Instant::now()));
                 }

@@ -187,6 +187,10 @@ pub struct MemberFacts {
     pub claim: Claim,
     /// The phase this hub process saw last, and since when.
     pub tracked: Option<(MemberPhase, SystemTime)>,
+    /// The member was sent a desired state it has not acknowledged: it may run what it was
+    /// told or what it reported last (an acknowledgement and a report lost with a relaying
+    /// replica that died, or with the member's link).
+    pub unconfirmed: bool,
 }
 
 impl MemberFacts {
@@ -201,6 +205,7 @@ impl MemberFacts {
             capacity: None,
             claim: Claim::Sole,
             tracked: None,
+            unconfirmed: false,
         }
     }
 }
@@ -233,6 +238,9 @@ pub struct MemberView {
     /// reached it yet, so the count is the previous status' (possibly one a hub wrote
     /// before it stopped, and older than what the member runs).
     pub count_unknown: bool,
+    /// Whether the member may run another count than its last report says: it was sent a
+    /// desired state it has not acknowledged ([`MemberFacts::unconfirmed`]).
+    pub unconfirmed: bool,
     /// A transient command failure to surface while the member stays Ready.
     pub failing: Option<String>,
     /// The controller the member reports as also scaling the workload.
@@ -449,6 +457,7 @@ pub fn view(
         room,
         reachable,
         count_unknown: report.is_none(),
+        unconfirmed: facts.unconfirmed,
         failing,
         other_controller,
     }

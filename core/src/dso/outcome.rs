@@ -105,6 +105,18 @@ pub struct DsoOutcome {
     pub requeue: Duration,
 }
 
+/// `names` joined, the first [`SPLIT_SHOWN`] of them and how many more.
+fn shown(names: &[&str]) -> String {
+    if names.len() <= SPLIT_SHOWN {
+        return names.join(", ");
+    }
+    format!(
+        "{} and {} more",
+        names[..SPLIT_SHOWN].join(", "),
+        names.len() - SPLIT_SHOWN
+    )
+}
+
 fn to_i32(v: u32) -> i32 {
     i32::try_from(v).unwrap_or(i32::MAX)
 }
@@ -162,12 +174,15 @@ pub fn outcome(input: &DsoInput<'_>) -> DsoOutcome {
     // older than what it runs: a hub stopped before it wrote its last decision. Planning
     // others around that count would move healthy members on a guess, so every member keeps
     // what it runs until the member reports or its gracePeriod runs out.
+    // So does a member that went away before it acknowledged what it was last told: it runs
+    // either count, and planning around the one it reported would scale healthy members
+    // down (or up) for a difference that may not exist.
     let awaiting: Vec<&str> = views
         .iter()
         .filter(|v| {
-            v.phase == MemberPhase::NotReported
-                && v.count_unknown
-                && elapsed(v.since, now) <= settings.grace_period
+            let unknown = (v.phase == MemberPhase::NotReported && v.count_unknown)
+                || (v.phase == MemberPhase::Unreachable && v.unconfirmed);
+            unknown && elapsed(v.since, now) <= settings.grace_period
         })
         .map(|v| v.name.as_str())
         .collect();
@@ -533,7 +548,7 @@ fn conditions(
             } else {
                 format!(
                     "every member keeps what it runs until {} report to this hub (or their gracePeriod ends)",
-                    awaiting.join(", ")
+                    shown(awaiting)
                 )
             },
         )

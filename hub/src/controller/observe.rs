@@ -55,6 +55,10 @@ pub fn facts(
         capacity: snapshot.and_then(|s| s.capacity),
         claim,
         tracked,
+        // Sent a state it never acknowledged (what it was never sent cannot be running).
+        unconfirmed: snapshot
+            .and_then(|s| s.released_revision.map(|sent| sent > s.acked_revision))
+            .unwrap_or(false),
     }
 }
 

@@ -50,6 +50,11 @@ impl Desired {
         self.released.send_replace(Some(Arc::new(state)));
     }
 
+    /// The revision of the state released to the session, if one was.
+    pub(super) fn released_revision(&self) -> Option<u64> {
+        self.released.borrow().as_ref().map(|state| state.revision)
+    }
+
     /// Whether the current session was given a state (a controller planned for it).
     pub(super) fn is_released(&self) -> bool {
         self.released.borrow().is_some()

@@ -48,6 +48,9 @@ pub struct MemberSnapshot {
     pub revision: u64,
     /// Latest revision the agent acknowledged.
     pub acked_revision: u64,
+    /// Revision of the desired state released to the member's current or last session (what
+    /// it was sent), if one was.
+    pub released_revision: Option<u64>,
     /// When the last report arrived.
     pub last_report: Option<SystemTime>,
 }
@@ -267,6 +270,7 @@ fn snapshot(
         failures: entry.map(|e| e.failures.clone()).unwrap_or_default(),
         revision: entry.map_or(0, |e| e.desired.revision),
         acked_revision: entry.map_or(0, |e| e.acked_revision),
+        released_revision: entry.and_then(|e| e.desired.released_revision()),
         last_report: entry.and_then(|e| e.last_report),
     }
 }

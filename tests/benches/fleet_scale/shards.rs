@@ -102,8 +102,10 @@ pub(crate) async fn measure_sharded(members: usize, replicas: usize, rounds: usi
         );
     }
     let on_victim_count = on_victim.len();
+    let killed_at = Instant::now();
     let (failover, moved) = failover(&fleet, &mut hubs[1], &on_victim).await;
     eprintln!("{members} members over {replicas} replicas: {moved} agents back in {failover:.1?}");
+    changes_since(&fleet, &on_victim, killed_at);
     // The other agents kept their sessions.
     let wrong = fleet.wrong.load(Ordering::Acquire);
     for agent in agents {
@@ -204,6 +206,34 @@ pub(crate) async fn failover(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Prints the counts changed since `since`: on how many agents (how many of them `victims`),
+/// from what to what, and when.
+fn changes_since(fleet: &Fleet, victims: &[usize], since: Instant) {
+    let changes = fleet.changes.lock().unwrap();
+    if changes.is_empty() {
+        return;
+    }
+    let victims: std::collections::BTreeSet<usize> = victims.iter().copied().collect();
+    let agents: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.0).collect();
+    let mut moves: std::collections::BTreeMap<(i32, i32), usize> = Default::default();
+    for c in changes.iter() {
+        *moves.entry((c.1, c.2)).or_default() += 1;
+    }
+    let at = |c: &(usize, i32, i32, Instant, usize)| c.3.saturating_duration_since(since);
+    let first = changes.iter().map(at).min().unwrap_or_default();
+    let last = changes.iter().map(at).max().unwrap_or_default();
+    let in_new_session = changes
+        .iter()
+        .filter(|c| fleet.sessions[c.0].load(Ordering::Acquire) == c.4 && c.4 > 1)
+        .count();
+    eprintln!(
+        "counts changed: {} times on {} agents ({} of them the killed replica's); held → told: {moves:?}; from +{first:.1?} to +{last:.1?} after the kill; {in_new_session} in a session after the first",
+        changes.len(),
+        agents.len(),
+        agents.intersection(&victims).count(),
+    );
 }
 
 /// Each replica's RSS now, KiB.
