@@ -527,7 +527,7 @@ mod tests {
             failures: vec![],
             revision: 1,
             acked_revision: 1,
-            released_revision: Some(1),
+            released: None,
             last_report: None,
         }
     }

@@ -46,6 +46,7 @@ pub fn facts(
             _ => None,
         })
     });
+    let unconfirmed = unconfirmed(snapshot, &workload);
     MemberFacts {
         name: member.to_owned(),
         workload,
@@ -55,11 +56,31 @@ pub fn facts(
         capacity: snapshot.and_then(|s| s.capacity),
         claim,
         tracked,
-        // Sent a state it never acknowledged (what it was never sent cannot be running).
-        unconfirmed: snapshot
-            .and_then(|s| s.released_revision.map(|sent| sent > s.acked_revision))
-            .unwrap_or(false),
+        unconfirmed,
     }
+}
+
+/// Whether the member was sent a count for `workload` other than the one it reported last,
+/// in a desired state it never acknowledged: it runs one or the other. (A state it was never
+/// sent, or one that tells it what it reports, leaves no doubt.)
+fn unconfirmed(snapshot: Option<&MemberSnapshot>, workload: &WorkloadRef) -> bool {
+    let Some(s) = snapshot else {
+        return false;
+    };
+    let Some(sent) = s
+        .released
+        .as_ref()
+        .filter(|r| r.revision > s.acked_revision)
+    else {
+        return false;
+    };
+    let told = sent
+        .workloads
+        .iter()
+        .find(|w| &w.workload == workload)
+        .and_then(|w| w.replicas);
+    let reported = s.workloads.get(workload).map(|r| r.spec_replicas);
+    told.is_some_and(|told| Some(told) != reported)
 }
 
 /// Member → the namespace grants of its MemberCluster, read only when a claim needs them.

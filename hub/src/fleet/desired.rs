@@ -50,9 +50,9 @@ impl Desired {
         self.released.send_replace(Some(Arc::new(state)));
     }
 
-    /// The revision of the state released to the session, if one was.
-    pub(super) fn released_revision(&self) -> Option<u64> {
-        self.released.borrow().as_ref().map(|state| state.revision)
+    /// The state released to the session, if one was.
+    pub(super) fn released(&self) -> Option<Arc<DesiredState>> {
+        self.released.borrow().clone()
     }
 
     /// Whether the current session was given a state (a controller planned for it).

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use kedge_protocol::{ClusterCapacity, CommandTarget, Failure};
+use kedge_protocol::{ClusterCapacity, CommandTarget, DesiredState, Failure};
 
 use crate::registry::{MemberSession, SessionRegistry};
 
@@ -48,9 +48,9 @@ pub struct MemberSnapshot {
     pub revision: u64,
     /// Latest revision the agent acknowledged.
     pub acked_revision: u64,
-    /// Revision of the desired state released to the member's current or last session (what
-    /// it was sent), if one was.
-    pub released_revision: Option<u64>,
+    /// The desired state released to the member's current or last session (what it was
+    /// sent), if one was.
+    pub released: Option<Arc<DesiredState>>,
     /// When the last report arrived.
     pub last_report: Option<SystemTime>,
 }
@@ -270,7 +270,7 @@ fn snapshot(
         failures: entry.map(|e| e.failures.clone()).unwrap_or_default(),
         revision: entry.map_or(0, |e| e.desired.revision),
         acked_revision: entry.map_or(0, |e| e.acked_revision),
-        released_revision: entry.and_then(|e| e.desired.released_revision()),
+        released: entry.and_then(|e| e.desired.released()),
         last_report: entry.and_then(|e| e.last_report),
     }
 }
