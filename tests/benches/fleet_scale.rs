@@ -105,6 +105,16 @@ const HANDSHAKE_TIMEOUTS: [Duration; 3] = [
     Duration::from_secs(10),
 ];
 
+/// A count a virtual agent was told while the bench held the total still.
+struct CountChange {
+    agent: usize,
+    held: i32,
+    told: i32,
+    at: Instant,
+    /// Which of the agent's sessions it came in.
+    session: usize,
+}
+
 /// What every virtual agent has been told, shared with the bench.
 #[derive(Default)]
 struct Fleet {
@@ -123,9 +133,8 @@ struct Fleet {
     frozen: AtomicBool,
     /// Desired states that changed a count while frozen.
     wrong: AtomicUsize,
-    /// Each of those: the agent, the count it held, the count it was told, when, and in
-    /// which of its sessions.
-    changes: Mutex<Vec<(usize, i32, i32, Instant, usize)>>,
+    /// Each of those.
+    changes: Mutex<Vec<CountChange>>,
     /// Bumped to make every even-numbered virtual agent close its session and reconnect
     /// (half the fleet's connections cut at once, the hub and the other half running on).
     flap: tokio::sync::watch::Sender<u64>,
@@ -343,13 +352,13 @@ async fn follow(
                 if held.0 != replicas {
                     if fleet.frozen.load(Ordering::Acquire) {
                         fleet.wrong.fetch_add(1, Ordering::AcqRel);
-                        fleet.changes.lock().unwrap().push((
-                            index,
-                            held.0,
-                            replicas,
-                            Instant::now(),
+                        fleet.changes.lock().unwrap().push(CountChange {
+                            agent: index,
+                            held: held.0,
+                            told: replicas,
+                            at: Instant::now(),
                             session,
-                        ));
+                        });
                     }
                     *held = (replicas, Some(Instant::now()));
                 }

@@ -23,8 +23,9 @@ use serde_json::json;
 
 use crate::common::memory;
 use crate::{
-    Fleet, HUB_NAMESPACE, Prepared, create_dso, fanout, free_port_tcp, free_port_udp, hub_command,
-    new_fleet, prepare, profiles_published, spawn_agents, wait_until, wait_until_ready,
+    CountChange, Fleet, HUB_NAMESPACE, Prepared, create_dso, fanout, free_port_tcp, free_port_udp,
+    hub_command, new_fleet, prepare, profiles_published, spawn_agents, wait_until,
+    wait_until_ready,
 };
 
 /// Runs `members` virtual agents over `replicas` sharded hubs.
@@ -216,17 +217,17 @@ fn changes_since(fleet: &Fleet, victims: &[usize], since: Instant) {
         return;
     }
     let victims: std::collections::BTreeSet<usize> = victims.iter().copied().collect();
-    let agents: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.0).collect();
+    let agents: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.agent).collect();
     let mut moves: std::collections::BTreeMap<(i32, i32), usize> = Default::default();
     for c in changes.iter() {
-        *moves.entry((c.1, c.2)).or_default() += 1;
+        *moves.entry((c.held, c.told)).or_default() += 1;
     }
-    let at = |c: &(usize, i32, i32, Instant, usize)| c.3.saturating_duration_since(since);
+    let at = |c: &CountChange| c.at.saturating_duration_since(since);
     let first = changes.iter().map(at).min().unwrap_or_default();
     let last = changes.iter().map(at).max().unwrap_or_default();
     let in_new_session = changes
         .iter()
-        .filter(|c| fleet.sessions[c.0].load(Ordering::Acquire) == c.4 && c.4 > 1)
+        .filter(|c| c.session > 1 && fleet.sessions[c.agent].load(Ordering::Acquire) == c.session)
         .count();
     eprintln!(
         "counts changed: {} times on {} agents ({} of them the killed replica's); held → told: {moves:?}; from +{first:.1?} to +{last:.1?} after the kill; {in_new_session} in a session after the first",
