@@ -1009,6 +1009,6 @@ fn the_members_awaited_are_named_up_to_twenty() {
     let o = run(&s, Some(30), &prev, &members, t(10));
     let (_, _, message) = condition(&o, "Ready");
     assert!(message.contains("m00, m01"), "{message}");
-    assert!(message.contains("m19 and 10 more"), "{message}");
+    assert!(message.contains("m19, and 10 more"), "{message}");
     assert!(!message.contains("m20"), "{message}");
 }

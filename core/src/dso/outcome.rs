@@ -105,16 +105,14 @@ pub struct DsoOutcome {
     pub requeue: Duration,
 }
 
-/// `names` joined, the first [`SPLIT_SHOWN`] of them and how many more.
-fn shown(names: &[&str]) -> String {
-    if names.len() <= SPLIT_SHOWN {
-        return names.join(", ");
+/// The first [`SPLIT_SHOWN`] of `items` joined, then how many more there are.
+fn shown<T: std::fmt::Display>(items: impl ExactSizeIterator<Item = T>) -> String {
+    let more = items.len().saturating_sub(SPLIT_SHOWN);
+    let mut shown: Vec<String> = items.take(SPLIT_SHOWN).map(|i| i.to_string()).collect();
+    if more > 0 {
+        shown.push(format!("and {more} more"));
     }
-    format!(
-        "{} and {} more",
-        names[..SPLIT_SHOWN].join(", "),
-        names.len() - SPLIT_SHOWN
-    )
+    shown.join(", ")
 }
 
 fn to_i32(v: u32) -> i32 {
@@ -548,7 +546,7 @@ fn conditions(
             } else {
                 format!(
                     "every member keeps what it runs until {} report to this hub (or their gracePeriod ends)",
-                    shown(awaiting)
+                    shown(awaiting.iter())
                 )
             },
         )
@@ -809,17 +807,7 @@ fn events(
     let (before, now) = (split(previous), split(status));
     if before != now {
         // An Event's note holds 1 KiB: the first members, then how many more.
-        let show = |d: &BTreeMap<String, i32>| {
-            let mut shown: Vec<String> = d
-                .iter()
-                .take(SPLIT_SHOWN)
-                .map(|(m, r)| format!("{m}={r}"))
-                .collect();
-            if d.len() > SPLIT_SHOWN {
-                shown.push(format!("and {} more", d.len() - SPLIT_SHOWN));
-            }
-            shown.join(", ")
-        };
+        let show = |d: &BTreeMap<String, i32>| shown(d.iter().map(|(m, r)| format!("{m}={r}")));
         let sum = |d: &BTreeMap<String, i32>| d.values().map(|v| i64::from(*v)).sum::<i64>();
         let reason = if sum(&before) == sum(&now) {
             EVENT_REBALANCED
