@@ -57,6 +57,9 @@ pub fn owner_key(namespace: &str, name: &str) -> String {
 #[instrument(skip(ctx, obj), fields(dso = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<DsoContext>) -> Result<Action> {
     let _timer = ctx.shared.metrics.reconcile_timer(CONTROLLER);
+    // What this reconciliation takes (its API calls included) paces the re-planning after
+    // fleet changes (see `pace`).
+    let _running = ctx.pace.start();
     let (namespace, _) = ns_name(&obj)?;
     let api: Api<DistributedScaledObject> = Api::namespaced(ctx.shared.client.clone(), &namespace);
     finalizer(&api, FINALIZER, obj, |event| async {

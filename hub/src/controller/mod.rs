@@ -10,6 +10,7 @@ pub mod external_metrics;
 pub mod member;
 pub mod member_clusters;
 pub mod observe;
+pub mod pace;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -59,7 +60,8 @@ pub async fn bounded<T>(
 const DSOS: &str = "DistributedScaledObjects";
 const DSJS: &str = "DistributedScaledJobs";
 
-/// Coalescing window of fleet changes before every DSO is reconciled again.
+/// Coalescing window of fleet changes before every DSO is reconciled again (at least: see
+/// [`pace`]).
 const FLEET_THROTTLE: Duration = Duration::from_millis(100);
 
 /// Publishes `events.k8s.io/v1` Events. Unlike kube's `Recorder`, which folds every event
@@ -396,13 +398,17 @@ fn sharing_a_target(
 
 /// A stream of the DSOs to re-plan after fleet changes: once per burst, the DSOs that
 /// involve a changed member (listed in `memberClusters`, every member for an empty list, or
-/// holding desired state there). A report from one member re-plans only its DSOs.
+/// holding desired state there). A report from one member re-plans only its DSOs. A burst
+/// waits for the reconciliations running and for their pause (see [`pace`]).
 fn fleet_changes(
     fleet: Arc<Fleet>,
     store: Store<DistributedScaledObject>,
+    pace: Arc<pace::Pace>,
 ) -> impl futures::Stream<Item = ObjectRef<DistributedScaledObject>> + Send + 'static {
     let rx = fleet.subscribe();
-    futures::stream::unfold((rx, fleet, store), |(mut rx, fleet, store)| async move {
+    futures::stream::unfold((rx, fleet, store), move |(mut rx, fleet, store)| {
+        let pace = pace.clone();
+        async move {
         loop {
             let counts_due = fleet
                 .counts_since()
@@ -414,6 +420,7 @@ fn fleet_changes(
                     if counts_due.is_some() => {}
             }
             tokio::time::sleep(FLEET_THROTTLE).await;
+            pace.settled().await;
             rx.borrow_and_update();
             let mut changed = fleet.take_changed();
             // Members with new counts only wait for the status write they show up in, unless
@@ -427,6 +434,7 @@ fn fleet_changes(
             }
             let involved = involving(&store.state(), &changed, &fleet.owners_on(&changed));
             return Some((futures::stream::iter(involved), (rx, fleet, store)));
+        }
         }
     })
     .flatten()
@@ -696,7 +704,7 @@ async fn run_dsos(
     info!("DistributedScaledObject controller started");
     let stop = shutdown.clone();
     controller
-        .reconcile_on(fleet_changes(fleet, store))
+        .reconcile_on(fleet_changes(fleet, store, ctx.pace.clone()))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(dso::reconcile, dso::error_policy, ctx)
         .for_each(|_| futures::future::ready(()))

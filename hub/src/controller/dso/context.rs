@@ -12,6 +12,7 @@ use kedge_core::dso::member::MemberPhase;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 
+use crate::controller::pace::Pace;
 use crate::controller::{STATUS_WRITE_INTERVAL, Shared, lock, scaled_object_resource};
 use crate::podmetrics::Reading;
 
@@ -38,6 +39,8 @@ pub struct DsoContext {
     errors: Mutex<HashMap<String, Vec<String>>>,
     /// The pod-metrics readings each DSO published last (metrics to take back).
     pod_readings: Mutex<HashMap<String, Vec<Reading>>>,
+    /// What the reconciliations cost lately: fleet-triggered re-planning waits for it.
+    pub pace: Arc<Pace>,
 }
 
 impl std::fmt::Debug for DsoContext {
@@ -73,6 +76,7 @@ impl DsoContext {
             status_writes: Mutex::default(),
             errors: Mutex::default(),
             pod_readings: Mutex::default(),
+            pace: Arc::default(),
         }
     }
 

@@ -1,0 +1,158 @@
+//! Paces the re-planning that fleet changes cause by what it costs.
+//!
+//! Every session that comes or goes, and every report with new counts, is a fleet change;
+//! the DSOs that involve it are planned again after a short coalescing window. In a
+//! reconnect storm (a hub restart, a flapping link in front of thousands of members) the
+//! changes never stop, and a DSO over 10,000 members takes ~100 ms to plan: back to back,
+//! re-planning took a quarter of the hub's CPU in a 10,000-member restart, away from the
+//! handshakes the storm is made of (docs/scale.md). So after a DSO reconciliation that took
+//! `d`, the next batch of fleet-triggered re-planning waits until [`FACTOR`] × `d` have
+//! passed since it ended: re-planning in a storm runs at most a quarter of the time, and a
+//! member that joins in it waits at most about (1 + [`FACTOR`]) × `d` longer for its
+//! commands. `d` is the whole reconciliation, its API calls included: a busy hub, or a slow
+//! hub cluster API server, re-plans less often rather than queueing more of the same work
+//! (never more than [`LONGEST`] apart on that account). Small fleets, whose reconciliations
+//! take a few milliseconds, only see the coalescing window.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// How many times a reconciliation's own duration the next fleet-triggered batch waits
+/// after it ends.
+pub const FACTOR: u32 = 3;
+
+/// The longest wait one reconciliation can impose on the next batch, however long it took (a
+/// status write that waits out its API timeout must not hold members' commands back long).
+pub const LONGEST: Duration = Duration::from_secs(2);
+
+/// What the DSO reconciliations have cost lately.
+#[derive(Debug, Default)]
+pub struct Pace {
+    state: Mutex<State>,
+    ended: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Reconciliations running now.
+    running: usize,
+    /// When the next fleet-triggered batch may start, at the earliest.
+    next: Option<Instant>,
+}
+
+impl Pace {
+    /// Marks a reconciliation as running until the returned guard is dropped.
+    pub fn start(&self) -> Running<'_> {
+        self.lock().running += 1;
+        Running {
+            pace: self,
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits until no reconciliation runs and the last one's pause has passed.
+    pub async fn settled(&self) {
+        loop {
+            let ended = self.ended.notified();
+            let wait = {
+                let state = self.lock();
+                if state.running > 0 {
+                    None
+                } else {
+                    match state.next {
+                        Some(next) if next > Instant::now() => Some(next),
+                        _ => return,
+                    }
+                }
+            };
+            match wait {
+                // A reconciliation that ends while this sleeps may move `next` later.
+                Some(next) => tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = ended => {}
+                },
+                None => ended.await,
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A reconciliation in progress (see [`Pace::start`]).
+#[derive(Debug)]
+pub struct Running<'a> {
+    pace: &'a Pace,
+    started: Instant,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let pause = (now - self.started).saturating_mul(FACTOR).min(LONGEST);
+        let mut state = self.pace.lock();
+        state.running -= 1;
+        let next = now + pause;
+        state.next = Some(state.next.map_or(next, |n| n.max(next)));
+        drop(state);
+        self.pace.ended.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How long `settled` takes from now, on a paused clock.
+    async fn settles_after(pace: &Pace) -> Duration {
+        let from = Instant::now();
+        pace.settled().await;
+        from.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_run_yet_is_settled_at_once() {
+        assert_eq!(settles_after(&Pace::default()).await, Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_batch_waits_three_times_what_the_last_reconciliation_took() {
+        let pace = Pace::default();
+        let running = pace.start();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        drop(running);
+        assert_eq!(settles_after(&pace).await, Duration::from_millis(450));
+        // Once passed, the pause is over.
+        assert_eq!(settles_after(&pace).await, Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_reconciliation_is_waited_for_and_then_its_pause() {
+        let pace = std::sync::Arc::new(Pace::default());
+        let other = pace.clone();
+        let task = tokio::spawn(async move {
+            let _running = other.start();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        });
+        tokio::task::yield_now().await;
+        // 100 ms still running, then 300 ms of pause.
+        assert_eq!(settles_after(&pace).await, Duration::from_millis(400));
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reconciliation_imposes_at_most_the_longest_pause() {
+        let pace = Pace::default();
+        let running = pace.start();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        drop(running);
+        assert_eq!(settles_after(&pace).await, LONGEST);
+    }
+}
