@@ -140,6 +140,12 @@ pub fn server_material(
     Ok((material, validity))
 }
 
+/// The key of the hub's address tokens in CA-Secret mode: the CA's key is what every replica
+/// and every restart shares (the server certificate is issued anew each time).
+pub fn address_tokens(ca: &CertificateAuthority) -> tls::AddressTokens {
+    tls::AddressTokens::derive(ca.key_pem().as_bytes())
+}
+
 /// Renews the hub's server certificate at two thirds of each certificate's lifetime, until
 /// `stop`. The new configuration applies to new connections only: sessions stay up.
 pub async fn renew_server_cert(
@@ -161,7 +167,8 @@ pub async fn renew_server_cert(
         }
         let renewed = server_material(&ca, &config, OffsetDateTime::now_utc()).and_then(
             |(material, validity)| {
-                let server = tls::enrolling_server_config(material, config.transport)?;
+                let server =
+                    tls::enrolling_server_config(material, config.transport, &address_tokens(&ca))?;
                 Ok((server, validity))
             },
         );

@@ -351,7 +351,7 @@ async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>
                 ca.clone(),
                 args.member_cert_lifetime,
             ));
-            let config = tls::enrolling_server_config(material, tuning)?;
+            let config = tls::enrolling_server_config(material, tuning, &ca::address_tokens(&ca))?;
             Ok((
                 config,
                 Some(HubCa {

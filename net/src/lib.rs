@@ -23,6 +23,7 @@ pub mod signals;
 pub mod supervise;
 pub mod telemetry;
 pub mod tls;
+pub mod token_log;
 pub mod udp;
 
 use std::path::PathBuf;
