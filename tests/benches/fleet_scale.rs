@@ -225,8 +225,11 @@ async fn virtual_agent(
                 let why = failure.why;
                 failed = if failure.answered { 0 } else { failed + 1 };
                 fleet.retries.fetch_add(1, Ordering::AcqRel);
-                if fleet.retries.load(Ordering::Acquire) <= 5 {
-                    eprintln!("member {index}: {why}; retrying");
+                if fleet.retries.load(Ordering::Acquire) <= 5
+                    || matches!(failure.outcome, dials::Outcome::Silent(_))
+                {
+                    let port = endpoint.local_addr().map_or(0, |a| a.port());
+                    eprintln!("member {index} (from port {port}): {why}; retrying");
                 }
                 dial.outcome = failure.outcome;
                 current += 1;
@@ -974,7 +977,23 @@ async fn measure(members: usize, rounds: usize) -> Row {
     // Half the fleet's connections cut at once while the hub and the other half run on: the
     // half reconnects, the hub accepts them (handshakes bounded by --max-handshakes) without
     // losing an established session, and each reconnected agent already holds its state.
+    let retries_sent = |metrics: Option<String>| {
+        metrics
+            .as_deref()
+            .and_then(|m| m.lines().find(|l| l.starts_with("kedge_hub_retries_total")))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or_default()
+    };
+    let metrics_url = format!("http://127.0.0.1:{ops}/metrics");
+    let retries_before_flap = retries_sent(http_get(&metrics_url).await);
     let flap = flap(&fleet, ops, members).await;
+    // Reconnecting agents prove their address with the token the hub gave them: no Retry.
+    eprintln!(
+        "{members} members: flap: {} QUIC Retries sent for {} reconnects",
+        retries_sent(http_get(&metrics_url).await) - retries_before_flap,
+        members / 2
+    );
 
     // Reconnect storm: the hub is stopped as a rollout stops it (SIGTERM) and a new one
     // starts on the same address; every agent reconnects and must be sent its state again
@@ -1032,6 +1051,21 @@ async fn measure(members: usize, rounds: usize) -> Row {
         "{members} members: {}",
         dials::restart(&fleet.dials, stopped, exited, started_again)
     );
+    // What the new hub counted of the attempts it turned away or lost, by reason, and its DSO
+    // reconciliations.
+    if let Some(metrics) = http_get(&format!("http://127.0.0.1:{ops}/metrics")).await {
+        for line in metrics.lines().filter(|l| {
+            !l.starts_with('#')
+                && (l.contains("handshake_failures")
+                    || l.contains("sessions_refused")
+                    || l.contains("kedge_hub_retries")
+                    || (l.contains("controller=\"distributedscaledobject\"")
+                        && (l.contains("reconciles_total")
+                            || l.contains("reconcile_duration_seconds_sum"))))
+        }) {
+            eprintln!("{members} members: restarted hub: {line}");
+        }
+    }
     let storm = Storm {
         stop: stop_took,
         resynced: started_again.elapsed(),

@@ -77,6 +77,8 @@ pub(crate) struct Restart {
     pub(crate) longest_pause: Duration,
     /// The last agent welcomed: its dials, relative to the new hub's start.
     pub(crate) last: Vec<String>,
+    /// When each silent dial started, relative to the new hub's start, and its agent.
+    pub(crate) silent_at: Vec<String>,
 }
 
 /// Summarises the dials of a hub restart: `stopped` when SIGTERM was sent, `exited` when the
@@ -155,6 +157,11 @@ pub(crate) fn restart(
             .max()
             .unwrap_or_default(),
         last,
+        silent_at: dials
+            .iter()
+            .filter(silent)
+            .map(|d| format!("agent {} at {}", d.agent, at(d.started)))
+            .collect(),
     }
 }
 
@@ -189,6 +196,9 @@ impl std::fmt::Display for Restart {
         }
         for line in &self.last {
             writeln!(f, "restart last agent: {line}")?;
+        }
+        if !self.silent_at.is_empty() {
+            writeln!(f, "restart silent dials: {}", self.silent_at.join(", "))?;
         }
         Ok(())
     }
