@@ -24,9 +24,10 @@ use tokio::time::Instant;
 /// after it ends.
 pub const FACTOR: u32 = 3;
 
-/// The longest wait one reconciliation can impose on the next batch, however long it took (a
-/// status write that waits out its API timeout must not hold members' commands back long).
-pub const LONGEST: Duration = Duration::from_secs(2);
+/// The longest wait one reconciliation can impose on the next batch, however long it took: a
+/// member that joins waits at most this and one reconciliation for its commands (a slow API
+/// server, or a reconciliation of 10,000 members on a busy hub, takes 0.5 s and more).
+pub const LONGEST: Duration = Duration::from_secs(1);
 
 /// What the DSO reconciliations have cost lately.
 #[derive(Debug, Default)]
