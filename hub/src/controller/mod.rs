@@ -406,9 +406,8 @@ fn fleet_changes(
     pace: Arc<pace::Pace>,
 ) -> impl futures::Stream<Item = ObjectRef<DistributedScaledObject>> + Send + 'static {
     let rx = fleet.subscribe();
-    futures::stream::unfold((rx, fleet, store), move |(mut rx, fleet, store)| {
-        let pace = pace.clone();
-        async move {
+    let state = (rx, fleet, store, pace);
+    futures::stream::unfold(state, |(mut rx, fleet, store, pace)| async move {
         loop {
             let counts_due = fleet
                 .counts_since()
@@ -433,8 +432,7 @@ fn fleet_changes(
                 continue;
             }
             let involved = involving(&store.state(), &changed, &fleet.owners_on(&changed));
-            return Some((futures::stream::iter(involved), (rx, fleet, store)));
-        }
+            return Some((futures::stream::iter(involved), (rx, fleet, store, pace)));
         }
     })
     .flatten()

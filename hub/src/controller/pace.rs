@@ -6,13 +6,14 @@
 //! changes never stop, and a DSO over 10,000 members takes ~100 ms to plan: back to back,
 //! re-planning took a quarter of the hub's CPU in a 10,000-member restart, away from the
 //! handshakes the storm is made of (docs/scale.md). So after a DSO reconciliation that took
-//! `d`, the next batch of fleet-triggered re-planning waits until [`FACTOR`] × `d` have
-//! passed since it ended: re-planning in a storm runs at most a quarter of the time, and a
-//! member that joins in it waits at most about (1 + [`FACTOR`]) × `d` longer for its
-//! commands. `d` is the whole reconciliation, its API calls included: a busy hub, or a slow
-//! hub cluster API server, re-plans less often rather than queueing more of the same work
-//! (never more than [`LONGEST`] apart on that account). Small fleets, whose reconciliations
-//! take a few milliseconds, only see the coalescing window.
+//! `d`, the next batch of fleet-triggered re-planning waits until [`FACTOR`] × `d` (at most
+//! [`LONGEST`]) have passed since it ended: re-planning in a storm runs at most a quarter of
+//! the time while reconciliations take under [`LONGEST`] / [`FACTOR`], and is followed by a
+//! [`LONGEST`] pause when they take longer; a member that joins in it waits at most that
+//! pause and one reconciliation longer for its commands. `d` is the whole reconciliation, its
+//! API calls included: a busy hub, or a slow hub cluster API server, re-plans less often
+//! rather than queueing more of the same work. Small fleets, whose reconciliations take a few
+//! milliseconds, only see the coalescing window.
 
 use std::sync::Mutex;
 use std::time::Duration;
