@@ -141,17 +141,20 @@ pub fn server_material(
 }
 
 /// The key of the hub's address tokens in CA-Secret mode: the CA's key is what every replica
-/// and every restart shares (the server certificate is issued anew each time).
+/// and every restart shares (the server certificate is issued anew each time). Made once per
+/// process and handed to every renewal, with its log of the tokens used.
 pub fn address_tokens(ca: &CertificateAuthority) -> tls::AddressTokens {
     tls::AddressTokens::derive(ca.key_pem().as_bytes())
 }
 
 /// Renews the hub's server certificate at two thirds of each certificate's lifetime, until
-/// `stop`. The new configuration applies to new connections only: sessions stay up.
+/// `stop`. The new configuration applies to new connections only: sessions stay up. It seals
+/// address tokens with `tokens`, as the configuration it replaces did.
 pub async fn renew_server_cert(
     endpoint: quinn::Endpoint,
     ca: Arc<CertificateAuthority>,
     config: ServerCertConfig,
+    tokens: tls::AddressTokens,
     mut current: Validity,
     stop: CancellationToken,
 ) {
@@ -167,8 +170,7 @@ pub async fn renew_server_cert(
         }
         let renewed = server_material(&ca, &config, OffsetDateTime::now_utc()).and_then(
             |(material, validity)| {
-                let server =
-                    tls::enrolling_server_config(material, config.transport, &address_tokens(&ca))?;
+                let server = tls::enrolling_server_config(material, config.transport, &tokens)?;
                 Ok((server, validity))
             },
         );

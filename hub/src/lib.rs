@@ -253,6 +253,7 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
             endpoint.clone(),
             hub_ca.ca,
             hub_ca.server,
+            hub_ca.tokens,
             hub_ca.validity,
             stop.clone(),
         ));
@@ -322,6 +323,8 @@ async fn serve_scaler(
 struct HubCa {
     ca: Arc<kedge_net::pki::CertificateAuthority>,
     server: ca::ServerCertConfig,
+    /// The address tokens' key and log, for the renewals too.
+    tokens: tls::AddressTokens,
     validity: kedge_net::pki::Validity,
     enroller: Arc<enroll::Enroller>,
 }
@@ -351,12 +354,14 @@ async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>
                 ca.clone(),
                 args.member_cert_lifetime,
             ));
-            let config = tls::enrolling_server_config(material, tuning, &ca::address_tokens(&ca))?;
+            let tokens = ca::address_tokens(&ca);
+            let config = tls::enrolling_server_config(material, tuning, &tokens)?;
             Ok((
                 config,
                 Some(HubCa {
                     ca,
                     server,
+                    tokens,
                     validity,
                     enroller,
                 }),

@@ -430,12 +430,12 @@ fn hub_server_config(
     tls.session_storage = ServerSessionMemoryCache::new(RESUMABLE_SESSIONS);
     tls.send_tls13_tickets = 1;
     let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
-    let mut config = quinn::ServerConfig::new(Arc::new(quic), tokens.0.clone());
+    let mut config = quinn::ServerConfig::new(Arc::new(quic), tokens.key.clone());
     let mut validation = quinn::ValidationTokenConfig::default();
     validation
         .lifetime(ADDRESS_TOKEN_LIFETIME)
         .sent(ADDRESS_TOKENS_SENT)
-        .log(Arc::new(crate::token_log::UsedTokens::default()));
+        .log(tokens.used.clone());
     config.validation_token_config(validation);
     config.transport_config(transport(tuning, Side::Server));
     limit_incoming(&mut config);
@@ -452,14 +452,23 @@ fn hub_server_config(
 /// agent's answer got a second Retry, which QUIC clients discard) and sent every agent
 /// through a Retry after a restart. The tokens prove only that a peer received packets at
 /// its address; forging one takes the secret it is derived from.
+///
+/// It also holds the log of the tokens used, so that every configuration built with it (a
+/// renewal's too) takes each token once.
 #[derive(Clone)]
-pub struct AddressTokens(Arc<ring::hkdf::Prk>);
+pub struct AddressTokens {
+    key: Arc<ring::hkdf::Prk>,
+    used: Arc<crate::token_log::UsedTokens>,
+}
 
 impl AddressTokens {
-    /// The key derived from `secret` (HKDF-SHA256 with a label of its own).
+    /// The key derived from `secret` (HKDF-SHA256 with a label of its own), and an empty log.
     pub fn derive(secret: &[u8]) -> Self {
         let salt = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"kedge-hub address tokens v1");
-        Self(Arc::new(salt.extract(secret)))
+        Self {
+            key: Arc::new(salt.extract(secret)),
+            used: Arc::default(),
+        }
     }
 
     /// The key derived from `material`'s private key.
@@ -710,6 +719,28 @@ mod tests {
         hub_send.finish().unwrap();
         assert_eq!(recv.read_to_end(16).await.unwrap(), b"ping");
         (validated, agent)
+    }
+
+    /// A token used before a renewal is not good again after it: every configuration built
+    /// with the same `AddressTokens` shares its log.
+    #[test]
+    fn a_renewal_keeps_the_log_of_the_tokens_used() {
+        use quinn::TokenLog;
+        let tokens = AddressTokens::derive(b"the hub CA's key");
+        let renewal = tokens.clone();
+        let now = std::time::SystemTime::now();
+        assert!(
+            tokens
+                .used
+                .check_and_insert(7, now, ADDRESS_TOKEN_LIFETIME)
+                .is_ok()
+        );
+        assert!(
+            renewal
+                .used
+                .check_and_insert(7, now, ADDRESS_TOKEN_LIFETIME)
+                .is_err()
+        );
     }
 
     /// A Retry sent before the hub renews its server certificate (CA-Secret mode) still
