@@ -4,20 +4,27 @@
 //! deleting it revokes the member: the hub refuses its certificate and ends its live
 //! session (see [`revoke_live`]).
 //!
+//! The list is kept by a watch, which lags behind the API server (by milliseconds, or by
+//! seconds on a loaded hub cluster). An admission from it is safe: a member deleted a moment
+//! ago is revoked once the watch says so. A refusal is not: an agent that enrolls right after
+//! its `MemberCluster` was created, or a `MemberCluster` created again, would be told it is
+//! revoked. So every refusal is confirmed by a read of the hub cluster first
+//! ([`Admission::confirmed_verdict`], and [`revoke_live`] for live sessions).
+//!
 //! A hub without a hub cluster (`--controllers false`: sessions only, for tests and
 //! benchmarks) admits every certificate its CA signed, as before.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kedge_core::crd::MemberCluster;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch_stream};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -105,10 +112,24 @@ pub fn verdict(enrolled: &Enrolled, member: &str, cert_uid: Option<&str>) -> Ver
     }
 }
 
+/// How long a refusal may wait for the read that confirms it; past that the agent is told to
+/// retry (`Unavailable`), never that it is revoked.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(5);
+
+/// Reads confirming refusals at once: a burst of revoked members' dials does not become a
+/// burst of requests to the hub cluster.
+const CONFIRMING: usize = 16;
+
+/// How soon [`revoke_live`] tries again after the hub cluster could not be read.
+const CONFIRM_RETRY: Duration = Duration::from_secs(2);
+
 /// The admission state shared by the QUIC server (new sessions) and [`revoke_live`].
 #[derive(Debug)]
 pub struct Admission {
     tx: watch::Sender<Enrolled>,
+    /// Where refusals are confirmed; unset without a hub cluster (or before its client).
+    reads: OnceLock<Api<MemberCluster>>,
+    confirming: Semaphore,
 }
 
 impl Admission {
@@ -117,6 +138,65 @@ impl Admission {
     pub fn new(initial: Enrolled) -> Self {
         Self {
             tx: watch::Sender::new(initial),
+            reads: OnceLock::new(),
+            confirming: Semaphore::new(CONFIRMING),
+        }
+    }
+
+    /// Confirms refusals by reading `api` from now on (the first call wins).
+    pub fn read_from(&self, api: Api<MemberCluster>) {
+        let _ = self.reads.set(api);
+    }
+
+    /// [`Admission::verdict`] for a new session, with a refusal confirmed by a read of the
+    /// member's `MemberCluster` (when the hub has a hub cluster): the watched list may not
+    /// have the object yet. A read that fails or takes longer than [`CONFIRM_WITHIN`] is
+    /// [`Verdict::NotYet`]: the agent retries, it is not told it is revoked.
+    pub async fn confirmed_verdict(&self, member: &str, cert_uid: Option<&str>) -> Verdict {
+        let cached = self.verdict(member, cert_uid);
+        match (&cached, self.reads.get()) {
+            // Boxed: every session's task holds the largest state of this future for its
+            // whole life, and the API call is rare (`server::tests`).
+            (Verdict::Refuse { .. }, Some(api)) => {
+                Box::pin(self.confirm(api, member, cert_uid)).await
+            }
+            _ => cached,
+        }
+    }
+
+    /// The verdict on `member` from a fresh read of its `MemberCluster` in `api`.
+    async fn confirm(
+        &self,
+        api: &Api<MemberCluster>,
+        member: &str,
+        cert_uid: Option<&str>,
+    ) -> Verdict {
+        // A list by name, not a get: `list` is the verb every hub's RBAC grants for
+        // MemberClusters (`get` comes with enrollment only).
+        let params = ListParams::default().fields(&format!("metadata.name={member}"));
+        let read = async {
+            let _permit = self.confirming.acquire().await;
+            list(api, &params).await
+        };
+        match tokio::time::timeout(CONFIRM_WITHIN, read).await {
+            Ok(Ok(enrolled)) => verdict(&enrolled, member, cert_uid),
+            Ok(Err(error)) => Verdict::NotYet(format!(
+                "the hub could not read MemberCluster {member:?} to confirm its refusal \
+                 ({error}); retrying"
+            )),
+            Err(_) => Verdict::NotYet(format!(
+                "the hub could not read MemberCluster {member:?} to confirm its refusal within \
+                 {CONFIRM_WITHIN:?}; retrying"
+            )),
+        }
+    }
+
+    /// Every `MemberCluster` as the hub cluster has it now (a fresh list, not the watched
+    /// one); the watched list when there is no hub cluster to read.
+    async fn read_all(&self) -> Result<Enrolled, String> {
+        match self.reads.get() {
+            Some(api) => list(api, &ListParams::default()).await,
+            None => Ok(self.tx.borrow().clone()),
         }
     }
 
@@ -168,6 +248,31 @@ impl Admission {
     }
 }
 
+/// The `MemberCluster`s of `api` that `params` select, read now (within [`CONFIRM_WITHIN`]).
+async fn list(api: &Api<MemberCluster>, params: &ListParams) -> Result<Enrolled, String> {
+    match tokio::time::timeout(CONFIRM_WITHIN, api.list_metadata(params)).await {
+        Ok(Ok(list)) => Ok(Enrolled::Members(
+            list.items
+                .iter()
+                .filter_map(|object| enrollment(&object.metadata))
+                .collect(),
+        )),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {CONFIRM_WITHIN:?}")),
+    }
+}
+
+/// One `MemberCluster`'s name and enrollment, from its metadata.
+fn enrollment(meta: &kube::core::ObjectMeta) -> Option<(String, Enrollment)> {
+    Some((
+        meta.name.clone()?,
+        Enrollment {
+            uid: meta.uid.clone().unwrap_or_default(),
+            deleting: meta.deletion_timestamp.is_some(),
+        },
+    ))
+}
+
 /// Keeps `admission` in step with the hub cluster's `MemberCluster`s (metadata only) until
 /// `shutdown`. A watch error keeps the last known list (a hub cluster hiccup revokes no one);
 /// the watcher retries with backoff.
@@ -177,15 +282,6 @@ pub async fn watch_members(
     shutdown: CancellationToken,
 ) {
     let mut listing: BTreeMap<String, Enrollment> = BTreeMap::new();
-    let enrollment = |meta: &kube::core::ObjectMeta| -> Option<(String, Enrollment)> {
-        Some((
-            meta.name.clone()?,
-            Enrollment {
-                uid: meta.uid.clone().unwrap_or_default(),
-                deleting: meta.deletion_timestamp.is_some(),
-            },
-        ))
-    };
     let stream = watch_stream(api, watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
     loop {
@@ -219,7 +315,10 @@ pub async fn watch_members(
 }
 
 /// Ends every live session admission no longer admits, each time what is enrolled changes,
-/// until `shutdown`: deleting a `MemberCluster` drops its agent within a second.
+/// until `shutdown`: deleting a `MemberCluster` drops its agent within a second. The watched
+/// list only names the candidates; a fresh list of the hub cluster confirms them, since the
+/// watch may not yet have a `MemberCluster` a session was admitted for. When that list
+/// cannot be read, it tries again after [`CONFIRM_RETRY`].
 pub async fn revoke_live(
     admission: Arc<Admission>,
     registry: Arc<SessionRegistry>,
@@ -227,17 +326,40 @@ pub async fn revoke_live(
 ) {
     let mut changes = admission.subscribe();
     loop {
-        for (member, cert_uid) in registry.live_members() {
-            if let Verdict::Refuse { label, message } =
-                admission.verdict(&member, cert_uid.as_deref())
-                && registry.revoke(&member, &message)
-            {
-                warn!(target: AUDIT, member, reason = label, %message, "live session revoked");
+        let candidates: Vec<_> = registry
+            .live_members()
+            .into_iter()
+            .filter(|(member, cert_uid)| {
+                matches!(
+                    admission.verdict(member, cert_uid.as_deref()),
+                    Verdict::Refuse { .. }
+                )
+            })
+            .collect();
+        let mut retry = false;
+        if !candidates.is_empty() {
+            match admission.read_all().await {
+                Ok(enrolled) => {
+                    for (member, cert_uid) in candidates {
+                        if let Verdict::Refuse { label, message } =
+                            verdict(&enrolled, &member, cert_uid.as_deref())
+                            && registry.revoke(&member, &message)
+                        {
+                            warn!(target: AUDIT, member, reason = label, %message, "live session revoked");
+                        }
+                    }
+                }
+                Err(error) => {
+                    warn!(%error, candidates = candidates.len(), retry = ?CONFIRM_RETRY,
+                        "cannot list MemberClusters to confirm revocations; trying again");
+                    retry = true;
+                }
             }
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
             changed = changes.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(CONFIRM_RETRY), if retry => {}
         }
         // A burst of changes (a list) is handled once.
         tokio::time::sleep(Duration::from_millis(20)).await;

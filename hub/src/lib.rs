@@ -435,6 +435,7 @@ async fn lead(
     let Some(client) = controller::connect(&config, &stop).await else {
         return Ok(());
     };
+    admission.read_from(kube::Api::all(client.clone()));
     supervisor.spawn(
         "the MemberCluster watch",
         admission::watch_members(

@@ -84,6 +84,10 @@ pub struct Faults {
     pub latency: Duration,
     /// Fraction (0.0–1.0) of requests answered with `500 InternalError`.
     pub error_rate: f64,
+    /// Open watches receive each change this long after it was stored, while reads see it
+    /// at once: a kube-apiserver whose watch cache lags behind etcd, or a slow watch
+    /// connection. Events stay in order.
+    pub watch_lag: Duration,
 }
 
 /// Image repository (`ghcr.io/kedge-dev/kedge-hub`, no tag or digest) → local executable.

@@ -53,6 +53,9 @@ pub struct Event {
     pub old: Option<Obj>,
     /// `obj` serialized once, shared by every watch that sends it unchanged.
     pub json: std::sync::OnceLock<Vec<u8>>,
+    /// When the change was stored (a lagging watch, [`crate::Faults::watch_lag`], sends it
+    /// that long after).
+    pub at: std::time::Instant,
 }
 
 /// How dependents are handled when an owner is deleted.
@@ -315,6 +318,7 @@ impl Store {
             obj,
             old,
             json: std::sync::OnceLock::new(),
+            at: std::time::Instant::now(),
         });
         if self.log.len() >= self.log_cap {
             self.log.pop_front();

@@ -191,6 +191,10 @@ impl WatchState {
                         if ev.rv <= self.last_rv {
                             continue;
                         }
+                        let lag = self.c.faults().watch_lag;
+                        if !lag.is_zero() {
+                            tokio::time::sleep_until(Instant::from_std(ev.at + lag)).await;
+                        }
                         self.last_rv = ev.rv;
                         // Its CRD is gone: kube-apiserver tears the resource's storage down
                         // and ends its watches; a new list answers 404.

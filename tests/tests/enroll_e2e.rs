@@ -423,6 +423,93 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
     );
 }
 
+/// The hub's watched list of `MemberCluster`s lags behind the API server (here by 3 s, as a
+/// loaded kube-apiserver's watch cache can). An agent that enrolls and dials right after its
+/// `MemberCluster` was created is admitted, not told it is revoked; its session is not
+/// revoked when an earlier change reaches the hub before its own; and a deletion still
+/// revokes the live session and refuses the next one. CI caught the first case as a flake
+/// (the list a few milliseconds old); without the confirming reads each step fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_membercluster_watch_neither_refuses_nor_revokes_a_new_member() {
+    const LAG: Duration = Duration::from_secs(3);
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = EnrollFleet::start(dir.path(), &["edge-1"], "1h").await;
+    // The hub has listed its MemberClusters (none) once it checks live sessions after it.
+    wait_for(Duration::from_secs(20), "the hub's first list", || async {
+        fleet
+            .hub
+            .log_text()
+            .contains("MemberClusters changed; checking live sessions")
+            .then_some(())
+    })
+    .await;
+    let hub = fleet.sim.cluster("hub").unwrap();
+    hub.set_faults(kedge_sim::Faults {
+        watch_lag: LAG,
+        ..Default::default()
+    });
+    // An earlier change, which reaches the hub while edge-1's does not yet.
+    let earlier = std::time::Instant::now();
+    fleet.create_member("edge-0").await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    fleet.create_member("edge-1").await;
+    let token = fleet
+        .create_token("edge-1", OffsetDateTime::now_utc(), HOUR)
+        .await;
+    let (key, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
+    let EnrollResponse::Issued(cert) = fleet.enroll(&token, csr).await else {
+        panic!("edge-1 enrolls");
+    };
+    let answer = fleet.hello_answer(&cert.cert_pem, &key).await;
+    assert!(
+        matches!(answer, Some(HubMessage::Welcome(_))),
+        "a new member is admitted before the hub's watch has it: {answer:?}"
+    );
+    let (connection, _control, _) = fleet.scripted_session(&cert.cert_pem, &key).await;
+    assert!(
+        earlier.elapsed() < LAG,
+        "the session opened before edge-0's change reached the hub ({:?})",
+        earlier.elapsed()
+    );
+    // edge-0's change arrives (and the hub checks its live sessions) while edge-1's is still
+    // on its way: the session stays.
+    let stays = tokio::time::timeout(
+        LAG + Duration::from_secs(2) - earlier.elapsed(),
+        connection.closed(),
+    )
+    .await;
+    assert!(stays.is_err(), "the session was closed: {stays:?}");
+    let log = fleet.hub.log_text();
+    assert!(!log.contains("live session revoked"), "{log}");
+    assert!(!log.contains("session refused"), "{log}");
+
+    // Deleted: the live session is revoked once the hub hears of it, and a new one refused.
+    Api::<kedge_core::crd::MemberCluster>::all(fleet.hub_client.clone())
+        .delete("edge-1", &Default::default())
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(LAG + Duration::from_secs(5), connection.closed())
+        .await
+        .expect("the hub revokes the session of a deleted member");
+    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
+        panic!("expected an application close, got {closed}");
+    };
+    assert_eq!(
+        close.error_code.into_inner(),
+        u64::from(close_code::REVOKED)
+    );
+    let answer = fleet.hello_answer(&cert.cert_pem, &key).await;
+    let Some(HubMessage::Refused(refusal)) = answer else {
+        panic!("expected a refusal, got {answer:?}");
+    };
+    assert_eq!(
+        refusal.code,
+        kedge_protocol::RefusalCode::Revoked,
+        "{refusal:?}"
+    );
+    assert!(refusal.message.contains("no MemberCluster"), "{refusal:?}");
+}
+
 /// A token outlives neither its member nor a `MemberCluster` created again under the same
 /// name, also when the member is deleted with plain `kubectl delete mc` (no `kubectl kedge`):
 /// the garbage collector deletes the token with its owner, and a token Secret that survives

@@ -514,6 +514,43 @@ async fn injected_faults() {
     cms.list(&ListParams::default()).await.expect("slow list");
     assert!(start.elapsed() >= Duration::from_millis(300));
 
+    // A lagging watch: a read sees a change at once, an open watch only after the lag.
+    cluster.set_faults(Faults::default());
+    let mut stream = cms
+        .watch(&Default::default(), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    cluster.set_faults(Faults {
+        watch_lag: Duration::from_millis(700),
+        ..Faults::default()
+    });
+    let start = std::time::Instant::now();
+    let lagging = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("lagging".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &lagging)
+        .await
+        .expect("create");
+    assert!(cms.get_opt("lagging").await.expect("get").is_some());
+    let seen = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(event) = stream.next().await {
+            if let Ok(kube::api::WatchEvent::Added(cm)) = event
+                && cm.metadata.name.as_deref() == Some("lagging")
+            {
+                return start.elapsed();
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("the change reaches the watch");
+    assert!(seen >= Duration::from_millis(700), "{seen:?}");
+
     cluster.set_faults(Faults::default());
     cms.list(&ListParams::default())
         .await

@@ -135,7 +135,8 @@ fn cluster_rules(install: &HubInstall) -> Vec<Value> {
             &["patch"],
         ),
         // Members: listed for a DSO's placement and watched (metadata) by admission: only
-        // members with a MemberCluster get a session. Enrollment creates them, not the hub.
+        // members with a MemberCluster get a session; a refusal is confirmed by a list (by
+        // name, or of all for live sessions). Enrollment creates them, not the hub.
         rule("kedge.dev", &["memberclusters"], &["list", "watch"]),
         rule("kedge.dev", &["memberclusters/status"], &["patch"]),
         // The ScaledObject the hub owns per DSO (and DSJ): watched through the owner,

@@ -154,7 +154,7 @@ impl Session<'_> {
         }
         let member = &self.identity.member;
         let cert_uid = self.identity.enrollment_uid.as_deref();
-        let mut verdict = self.ctx.admission.verdict(member, cert_uid);
+        let mut verdict = self.ctx.admission.confirmed_verdict(member, cert_uid).await;
         // A hub that has just started has not listed its MemberClusters yet, and the agents
         // it replaced are all dialling it: the session waits for the list rather than being
         // refused after a full handshake and dialling again (a quarter of a 10,000-member
@@ -162,7 +162,7 @@ impl Session<'_> {
         if matches!(verdict, Verdict::NotYet(_))
             && self.ctx.admission.read_within(ADMISSION_WAIT).await
         {
-            verdict = self.ctx.admission.verdict(member, cert_uid);
+            verdict = self.ctx.admission.confirmed_verdict(member, cert_uid).await;
         }
         match verdict {
             Verdict::Admit => {}

@@ -37,6 +37,36 @@ pub struct EnrollFleet {
 /// An agent's side of a stream.
 pub type AgentSide = FramedStream<quinn::RecvStream, quinn::SendStream, HubMessage, AgentMessage>;
 
+/// A scripted agent's first exchange with the hub at `addr` through `endpoint`: the QUIC
+/// connection with `config`, the control stream, and the hub's answer to its `Hello`
+/// (speaking `protocol_version`).
+pub async fn scripted_hello(
+    endpoint: &quinn::Endpoint,
+    config: quinn::ClientConfig,
+    addr: SocketAddr,
+    protocol_version: u16,
+) -> (quinn::Connection, AgentSide, Option<HubMessage>) {
+    let connection = endpoint
+        .connect_with(config, addr, "localhost")
+        .unwrap()
+        .await
+        .unwrap();
+    let (send, recv) = connection.open_bi().await.unwrap();
+    let mut control = AgentSide::new(recv, send);
+    control
+        .send(&AgentMessage::Hello(Hello {
+            protocol_version,
+            agent_version: format!("scripted-v{protocol_version}"),
+            kubernetes_version: String::new(),
+            last_applied_revision: 0,
+            namespaces: vec![],
+        }))
+        .await
+        .unwrap();
+    let answer = control.recv().await.unwrap();
+    (connection, control, answer)
+}
+
 /// A scripted agent's session with the hub at `addr`: the QUIC connection with `material`,
 /// the control stream after `Hello` (speaking `protocol_version`) and `Welcome`, and a
 /// heartbeat stream kept alive in the background (at most ~17 minutes). A hub that refuses
@@ -52,24 +82,9 @@ pub async fn scripted_agent(
     let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let (connection, control, welcome) = loop {
-        let connection = endpoint
-            .connect_with(config.clone(), addr, "localhost")
-            .unwrap()
-            .await
-            .unwrap();
-        let (send, recv) = connection.open_bi().await.unwrap();
-        let mut control = AgentSide::new(recv, send);
-        control
-            .send(&AgentMessage::Hello(Hello {
-                protocol_version,
-                agent_version: format!("scripted-v{protocol_version}"),
-                kubernetes_version: String::new(),
-                last_applied_revision: 0,
-                namespaces: vec![],
-            }))
-            .await
-            .unwrap();
-        match control.recv().await.unwrap() {
+        let (connection, control, answer) =
+            scripted_hello(&endpoint, config.clone(), addr, protocol_version).await;
+        match answer {
             Some(HubMessage::Welcome(welcome)) => break (connection, control, welcome),
             Some(HubMessage::Refused(refusal))
                 if refusal.code == kedge_protocol::RefusalCode::Unavailable
@@ -278,6 +293,18 @@ impl EnrollFleet {
         )
         .await
         .unwrap()
+    }
+
+    /// The hub's answer to a scripted agent's `Hello` with `cert_pem`/`key_pem`, once.
+    pub async fn hello_answer(&self, cert_pem: &str, key_pem: &str) -> Option<HubMessage> {
+        let material = TlsMaterial::from_pem(cert_pem, key_pem, &self.ca_pem().await).unwrap();
+        let config =
+            tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
+        let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = self.ports.quic_addr();
+        scripted_hello(&endpoint, config, addr, PROTOCOL_VERSION)
+            .await
+            .2
     }
 
     /// Opens a session as a scripted agent with `cert_pem`/`key_pem`: Hello, Welcome, and
