@@ -419,7 +419,7 @@ fn fleet_changes(
                     if counts_due.is_some() => {}
             }
             tokio::time::sleep(FLEET_THROTTLE).await;
-            pace.settled().await;
+            pace.settled_or(pace::quiet(&mut rx, pace::QUIET)).await;
             rx.borrow_and_update();
             let mut changed = fleet.take_changed();
             // Members with new counts only wait for the status write they show up in, unless

@@ -14,11 +14,18 @@
 //! API calls included: a busy hub, or a slow hub cluster API server, re-plans less often
 //! rather than queueing more of the same work. Small fleets, whose reconciliations take a few
 //! milliseconds, only see the coalescing window.
+//!
+//! The pause is for storms, whose changes never stop. When the fleet has been quiet for
+//! [`QUIET`] (no session came or went, no report changed a plan) the rest of the pause is cut
+//! short ([`Pace::settled_or`] with [`quiet`]): the member that comes back last in a storm
+//! waits the reconciliation running then, [`QUIET`] and its own, not a whole pause. Changes
+//! that come in bursts further apart than [`QUIET`] can then re-plan once per burst: at
+//! most a reconciliation per `QUIET` + coalescing window + reconciliation.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 /// How many times a reconciliation's own duration the next fleet-triggered batch waits
@@ -29,6 +36,9 @@ pub const FACTOR: u32 = 3;
 /// member that joins waits at most this and one reconciliation for its commands (a slow API
 /// server, or a reconciliation of 10,000 members on a busy hub, takes 0.5 s and more).
 pub const LONGEST: Duration = Duration::from_secs(1);
+
+/// How long the fleet must be quiet for the next batch to skip the rest of the pause.
+pub const QUIET: Duration = Duration::from_millis(100);
 
 /// What the DSO reconciliations have cost lately.
 #[derive(Debug, Default)]
@@ -55,8 +65,11 @@ impl Pace {
         }
     }
 
-    /// Waits until no reconciliation runs and the last one's pause has passed.
-    pub async fn settled(&self) {
+    /// Waits until no reconciliation runs and the last one's pause has passed, or, once
+    /// `early` has resolved (the fleet went [`quiet`]), until no reconciliation runs.
+    pub async fn settled_or(&self, early: impl Future<Output = ()>) {
+        let mut early = std::pin::pin!(early);
+        let mut cut = false;
         loop {
             let ended = self.ended.notified();
             let wait = {
@@ -65,18 +78,17 @@ impl Pace {
                     None
                 } else {
                     match state.next {
-                        Some(next) if next > Instant::now() => Some(next),
+                        Some(next) if next > Instant::now() && !cut => Some(next),
                         _ => return,
                     }
                 }
             };
-            match wait {
-                // A reconciliation that ends while this sleeps may move `next` later.
-                Some(next) => tokio::select! {
-                    () = tokio::time::sleep_until(next) => {}
-                    () = ended => {}
-                },
-                None => ended.await,
+            // A reconciliation that ends while this sleeps may move `next` later.
+            tokio::select! {
+                () = tokio::time::sleep_until(wait.unwrap_or_else(Instant::now)),
+                    if wait.is_some() => {}
+                () = ended => {}
+                () = &mut early, if !cut => cut = true,
             }
         }
     }
@@ -85,6 +97,18 @@ impl Pace {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Resolves once `changes` has not changed for `quiet` (never once its sender is gone).
+pub async fn quiet<T>(changes: &mut watch::Receiver<T>, quiet: Duration) {
+    loop {
+        changes.borrow_and_update();
+        match tokio::time::timeout(quiet, changes.changed()).await {
+            Err(_) => return,
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => std::future::pending::<()>().await,
+        }
     }
 }
 
@@ -112,11 +136,40 @@ impl Drop for Running<'_> {
 mod tests {
     use super::*;
 
-    /// How long `settled` takes from now, on a paused clock.
+    /// How long `settled_or` takes from now with a fleet that never goes quiet, on a paused
+    /// clock.
     async fn settles_after(pace: &Pace) -> Duration {
+        settles_after_or(pace, std::future::pending()).await
+    }
+
+    /// How long `settled_or(early)` takes from now, on a paused clock.
+    async fn settles_after_or(pace: &Pace, early: impl Future<Output = ()>) -> Duration {
         let from = Instant::now();
-        pace.settled().await;
+        pace.settled_or(early).await;
         from.elapsed()
+    }
+
+    /// A pace after one reconciliation of `took` (its pause is `FACTOR` × `took`).
+    async fn after_one(took: Duration) -> Pace {
+        let pace = Pace::default();
+        let running = pace.start();
+        tokio::time::sleep(took).await;
+        drop(running);
+        pace
+    }
+
+    /// A fleet whose members come back every `every` for `count` times, from now.
+    fn storm(every: Duration, count: u32) -> watch::Receiver<u64> {
+        let (tx, rx) = watch::channel(0);
+        tokio::spawn(async move {
+            for i in 1..=u64::from(count) {
+                tokio::time::sleep(every).await;
+                tx.send_replace(i);
+            }
+            // The fleet's changes outlive the storm.
+            std::future::pending::<()>().await;
+        });
+        rx
     }
 
     #[tokio::test(start_paused = true)]
@@ -126,10 +179,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_next_batch_waits_three_times_what_the_last_reconciliation_took() {
-        let pace = Pace::default();
-        let running = pace.start();
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        drop(running);
+        let pace = after_one(Duration::from_millis(150)).await;
         assert_eq!(settles_after(&pace).await, Duration::from_millis(450));
         // Once passed, the pause is over.
         assert_eq!(settles_after(&pace).await, Duration::ZERO);
@@ -151,10 +201,49 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_reconciliation_imposes_at_most_the_longest_pause() {
-        let pace = Pace::default();
-        let running = pace.start();
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        drop(running);
+        let pace = after_one(Duration::from_secs(10)).await;
         assert_eq!(settles_after(&pace).await, LONGEST);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_fleet_cuts_the_pause_short() {
+        let pace = after_one(Duration::from_millis(300)).await;
+        // The last member of a storm came back 20 ms ago: the batch goes once the fleet has
+        // been quiet for `QUIET`, not after the 900 ms pause.
+        let mut changes = storm(Duration::from_millis(20), 1);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let took = settles_after_or(&pace, quiet(&mut changes, QUIET)).await;
+        assert_eq!(took, QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_storm_waits_out_the_pause() {
+        let pace = after_one(Duration::from_millis(300)).await;
+        // A member every 50 ms for 2 s: never quiet, so the whole pause.
+        let mut changes = storm(Duration::from_millis(50), 40);
+        let took = settles_after_or(&pace, quiet(&mut changes, QUIET)).await;
+        assert_eq!(took, Duration::from_millis(900));
+        // The storm ends at 2 s: quiet `QUIET` after its last member.
+        let mut changes = storm(Duration::from_millis(50), 10);
+        let pace = after_one(Duration::from_millis(300)).await;
+        let took = settles_after_or(&pace, quiet(&mut changes, QUIET)).await;
+        assert_eq!(took, Duration::from_millis(500 - 300) + QUIET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_fleet_still_waits_for_the_running_reconciliation() {
+        let pace = std::sync::Arc::new(Pace::default());
+        let other = pace.clone();
+        let task = tokio::spawn(async move {
+            let _running = other.start();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+        tokio::task::yield_now().await;
+        // Quiet from the start: no pause after it, but the reconciliation runs to its end.
+        assert_eq!(
+            settles_after_or(&pace, std::future::ready(())).await,
+            Duration::from_millis(200)
+        );
+        task.await.unwrap();
     }
 }
