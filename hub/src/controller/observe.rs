@@ -224,6 +224,98 @@ mod tests {
         assert_eq!(c["b"], Claim::Won(vec!["default/second".into()]));
     }
 
+    fn workload(name: &str) -> WorkloadRef {
+        WorkloadRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    /// A member that reported `reported` replicas of `web` (`None`: nothing), was sent
+    /// `sent` for it at revision 2 (`Some(None)`: held; `None`: nothing sent), and
+    /// acknowledged revision `acked`.
+    fn member(reported: Option<i32>, sent: Option<Option<i32>>, acked: u64) -> MemberSnapshot {
+        use kedge_protocol::{DesiredState, WorkloadReplicas, WorkloadStatus};
+        MemberSnapshot {
+            name: "a".into(),
+            session: None,
+            session_reported: true,
+            workloads: reported
+                .map(|n| WorkloadStatus {
+                    exists: true,
+                    spec_replicas: n,
+                    ..WorkloadStatus::absent(workload("web"))
+                })
+                .into_iter()
+                .collect(),
+            capacity: None,
+            failures: Vec::new(),
+            revision: 2,
+            acked_revision: acked,
+            released: sent.map(|replicas| {
+                Arc::new(DesiredState {
+                    revision: 2,
+                    workloads: vec![WorkloadReplicas {
+                        workload: workload("web"),
+                        replicas,
+                        owner: "default/web".into(),
+                    }],
+                    ..Default::default()
+                })
+            }),
+            last_report: None,
+        }
+    }
+
+    #[test]
+    fn a_count_sent_and_not_acknowledged_is_unconfirmed_when_it_is_not_the_reported_one() {
+        let web = workload("web");
+        for (case, snapshot, want) in [
+            ("nothing sent", member(Some(3), None, 0), false),
+            (
+                "sent 5, acknowledged",
+                member(Some(3), Some(Some(5)), 2),
+                false,
+            ),
+            (
+                "sent 5, acknowledged later",
+                member(Some(3), Some(Some(5)), 3),
+                false,
+            ),
+            (
+                "sent 5, not acknowledged, reports 3",
+                member(Some(3), Some(Some(5)), 1),
+                true,
+            ),
+            (
+                "sent 3, not acknowledged, reports 3",
+                member(Some(3), Some(Some(3)), 1),
+                false,
+            ),
+            (
+                "held, not acknowledged",
+                member(Some(3), Some(None), 1),
+                false,
+            ),
+            (
+                "sent 5, not acknowledged, no report",
+                member(None, Some(Some(5)), 1),
+                true,
+            ),
+        ] {
+            assert_eq!(unconfirmed(Some(&snapshot), &web), want, "{case}");
+        }
+        assert!(
+            !unconfirmed(None, &web),
+            "a member the hub knows nothing of"
+        );
+        // What it was sent for another workload says nothing about this one.
+        let sent_web = member(Some(3), Some(Some(5)), 1);
+        assert!(!unconfirmed(Some(&sent_web), &workload("api")));
+    }
+
     fn in_namespace(mut d: DistributedScaledObject, namespace: &str) -> DistributedScaledObject {
         d.metadata.namespace = Some(namespace.to_owned());
         d

@@ -65,6 +65,16 @@ impl Reported {
     }
 }
 
+impl FromIterator<WorkloadStatus> for Reported {
+    fn from_iter<I: IntoIterator<Item = WorkloadStatus>>(statuses: I) -> Self {
+        let mut reported = Reported::default();
+        for status in statuses {
+            reported.insert(status);
+        }
+        reported
+    }
+}
+
 /// What [`Fleet::record_report`] did with a report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recorded {
