@@ -282,6 +282,8 @@ pub async fn watch_members(
     shutdown: CancellationToken,
 ) {
     let mut listing: BTreeMap<String, Enrollment> = BTreeMap::new();
+    // `PartialObjectMeta`: metadata-only requests. The list a restarted hub reads before it
+    // admits anyone is then a fraction of the full objects (every member's status).
     let stream = watch_stream(api, watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
     loop {
@@ -298,6 +300,10 @@ pub async fn watch_members(
             Some(Ok(Event::Init)) => listing.clear(),
             Some(Ok(Event::InitApply(object))) => listing.extend(enrollment(&object.metadata)),
             Some(Ok(Event::InitDone)) => {
+                info!(
+                    members = listing.len(),
+                    "MemberClusters listed; admitting their members"
+                );
                 admission.set(Enrolled::Members(std::mem::take(&mut listing)));
             }
             Some(Ok(Event::Apply(object))) => {

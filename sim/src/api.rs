@@ -435,6 +435,9 @@ fn get(c: &ClusterShared, r: &Req, t: &Target, name: &str) -> Result<Response> {
         table["metadata"] = json!({"resourceVersion": store.rv.to_string()});
         return ok(&table);
     }
+    if r.wants_metadata() {
+        return ok(&crate::table::partial_metadata(&obj));
+    }
     ok(&obj)
 }
 
@@ -520,6 +523,15 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         let mut table = table_of(r, &t.def, &items, c.now());
         table["metadata"] = meta;
         return ok(&table);
+    }
+    if r.wants_metadata() {
+        let items: Vec<Value> = items.iter().map(crate::table::partial_metadata).collect();
+        return ok(&json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta,
+            "items": items,
+        }));
     }
     ok(&json!({
         "kind": format!("{}List", t.def.kind),

@@ -50,6 +50,13 @@ impl Req {
     pub(crate) fn wants_table(&self) -> bool {
         self.accept().contains("as=Table")
     }
+
+    /// Whether the client asked for metadata only (`as=PartialObjectMetadata` for an object
+    /// or a watch, `as=PartialObjectMetadataList` for a list), as kube's `*_metadata` calls
+    /// and metadata watchers do.
+    pub(crate) fn wants_metadata(&self) -> bool {
+        !self.wants_table() && self.accept().contains("as=PartialObjectMetadata")
+    }
 }
 
 /// Label and field selectors of a request.

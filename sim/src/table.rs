@@ -111,7 +111,8 @@ pub fn to_table_with<O: Borrow<Value>>(
     })
 }
 
-fn partial_metadata(o: &Value) -> Value {
+/// `o` as a `meta.k8s.io/v1` `PartialObjectMetadata`: its metadata only.
+pub(crate) fn partial_metadata(o: &Value) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",

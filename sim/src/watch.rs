@@ -49,6 +49,8 @@ struct WatchState {
     deadline: Instant,
     cancel: CancellationToken,
     table: bool,
+    /// Objects as `PartialObjectMetadata` (a metadata watch).
+    metadata: bool,
     table_header_sent: bool,
     done: bool,
 }
@@ -126,6 +128,7 @@ pub(crate) fn watch(
         deadline: Instant::now() + timeout,
         cancel: c.watch_token(),
         table,
+        metadata: r.wants_metadata(),
         table_header_sent: false,
         done: false,
     };
@@ -258,7 +261,7 @@ impl WatchState {
         };
         let same_version =
             ev.obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str());
-        if !self.table && same_version {
+        if !self.table && !self.metadata && same_version {
             let obj = ev
                 .json
                 .get_or_init(|| serde_json::to_vec(&*ev.obj).unwrap_or_default());
@@ -293,6 +296,8 @@ impl WatchState {
             self.table_header_sent = true;
             t["metadata"] = json!({"resourceVersion": crate::util::meta_str(obj, "resourceVersion").unwrap_or_default()});
             serde_json::to_writer(&mut out, &t).ok()?;
+        } else if self.metadata {
+            serde_json::to_writer(&mut out, &crate::table::partial_metadata(obj)).ok()?;
         } else if obj.get("apiVersion").and_then(Value::as_str) == Some(self.api_version.as_str()) {
             serde_json::to_writer(&mut out, obj).ok()?;
         } else {

@@ -434,12 +434,12 @@ async fn a_lagging_membercluster_watch_neither_refuses_nor_revokes_a_new_member(
     const LAG: Duration = Duration::from_secs(3);
     let dir = tempfile::tempdir().unwrap();
     let fleet = EnrollFleet::start(dir.path(), &["edge-1"], "1h").await;
-    // The hub has listed its MemberClusters (none) once it checks live sessions after it.
+    // The lag applies to the hub's watch once it has listed (none yet).
     wait_for(Duration::from_secs(20), "the hub's first list", || async {
         fleet
             .hub
             .log_text()
-            .contains("MemberClusters changed; checking live sessions")
+            .contains("MemberClusters listed; admitting their members")
             .then_some(())
     })
     .await;

@@ -558,6 +558,90 @@ async fn injected_faults() {
     sim.shutdown().await;
 }
 
+/// Metadata-only requests (kube's `*_metadata` calls, a `PartialObjectMeta` watcher) get
+/// `PartialObjectMetadata`, as from kube-apiserver: the metadata and nothing of the data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_requests_get_partial_object_metadata() {
+    let sim = sim("m1").await;
+    let client = sim.clusters()[0].client().expect("client");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cm = |name: &str| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([("app".to_owned(), "web".to_owned())].into()),
+            ..Default::default()
+        },
+        data: Some([("big".to_owned(), "x".repeat(4096))].into()),
+        ..Default::default()
+    };
+    cms.create(&PostParams::default(), &cm("a"))
+        .await
+        .expect("create");
+    let kind = |types: &Option<kube::core::TypeMeta>| {
+        types
+            .as_ref()
+            .map(|t| (t.api_version.clone(), t.kind.clone()))
+    };
+    let partial = Some((
+        "meta.k8s.io/v1".to_owned(),
+        "PartialObjectMetadata".to_owned(),
+    ));
+
+    let got = cms.get_metadata("a").await.expect("get");
+    assert_eq!(kind(&got.types), partial);
+    assert_eq!(got.metadata.labels.unwrap()["app"], "web");
+
+    let list = cms
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("list");
+    assert_eq!(list.types.kind, "PartialObjectMetadataList");
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(kind(&list.items[0].types), partial);
+    assert!(list.metadata.resource_version.is_some());
+
+    let mut events = cms
+        .watch_metadata(&Default::default(), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    cms.create(&PostParams::default(), &cm("b"))
+        .await
+        .expect("create");
+    let seen = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await {
+            if let kube::api::WatchEvent::Added(o) = event.expect("event") {
+                assert_eq!(kind(&o.types), partial);
+                seen.push(o.metadata.name.unwrap());
+                if seen.len() == 2 {
+                    return seen;
+                }
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("both objects");
+    assert_eq!(seen, ["a", "b"]);
+
+    // The body of a metadata list holds no data at all.
+    let body = client
+        .request_text(
+            axum::http::Request::get("/api/v1/namespaces/default/configmaps")
+                .header(
+                    "Accept",
+                    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+                )
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .expect("raw list");
+    assert!(!body.contains("xxxx"), "{body}");
+    sim.shutdown().await;
+}
+
 /// Deleting a CRD ends the watches of its resource (kube-apiserver tears its storage
 /// down), after the DELETED events of its objects; a list then answers 404. The hub's
 /// `/readyz` relies on this to notice a watch that cannot list.
