@@ -497,17 +497,21 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         Some(a) => Box::new(store.list_after(&t.def.key, ns, a)),
         None => Box::new(store.list(&t.def.key, ns)),
     };
-    let mut items: Vec<&crate::store::Obj> = Vec::new();
+    // The objects are shared (`Arc`): the store is locked only while they are picked, not
+    // while they are converted and serialized (a list of 10,000 objects held every write
+    // back for as long).
+    let mut objects: Vec<crate::store::Obj> = Vec::new();
     let mut more = false;
     for o in iter.filter(matches) {
-        if limit.is_some_and(|l| items.len() >= l) {
+        if limit.is_some_and(|l| objects.len() >= l) {
             more = true;
             break;
         }
-        items.push(o);
+        objects.push(o.clone());
     }
+    drop(store);
     let mut meta = json!({"resourceVersion": list_rv.to_string()});
-    if more && let Some(last) = items.last() {
+    if more && let Some(last) = objects.last() {
         let key = format!(
             "{list_rv}\0{}\0{}",
             meta_str(last, "namespace").unwrap_or_default(),
@@ -515,17 +519,11 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         );
         meta["continue"] = json!(hex_encode(key.as_bytes()));
     }
-    let items: Vec<Value> = items
-        .iter()
-        .map(|o| versioned(&t.def, &t.version, o))
-        .collect();
-    if r.wants_table() {
-        let mut table = table_of(r, &t.def, &items, c.now());
-        table["metadata"] = meta;
-        return ok(&table);
-    }
     if r.wants_metadata() {
-        let items: Vec<Value> = items.iter().map(crate::table::partial_metadata).collect();
+        let items: Vec<Value> = objects
+            .iter()
+            .map(|o| crate::table::partial_metadata(o))
+            .collect();
         return ok(&json!({
             "kind": "PartialObjectMetadataList",
             "apiVersion": "meta.k8s.io/v1",
@@ -533,12 +531,49 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
             "items": items,
         }));
     }
-    ok(&json!({
-        "kind": format!("{}List", t.def.kind),
-        "apiVersion": t.def.api_version(&t.version),
-        "metadata": meta,
-        "items": items,
-    }))
+    if r.wants_table() {
+        let items: Vec<Value> = objects
+            .iter()
+            .map(|o| versioned(&t.def, &t.version, o))
+            .collect();
+        let mut table = table_of(r, &t.def, &items, c.now());
+        table["metadata"] = meta;
+        return ok(&table);
+    }
+    // An object stored in the version asked for is serialized as it is, not copied.
+    let api_version = t.def.api_version(&t.version);
+    let items: Vec<std::borrow::Cow<'_, Value>> = objects
+        .iter()
+        .map(|o| {
+            let same = o.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str());
+            if same && crate::events::converted(&t.def, &api_version, o).is_none() {
+                std::borrow::Cow::Borrowed(&**o)
+            } else {
+                std::borrow::Cow::Owned(versioned(&t.def, &t.version, o))
+            }
+        })
+        .collect();
+    #[derive(serde::Serialize)]
+    struct List<'a> {
+        kind: String,
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        metadata: Value,
+        items: Vec<std::borrow::Cow<'a, Value>>,
+    }
+    let body = serde_json::to_vec(&List {
+        kind: format!("{}List", t.def.kind),
+        api_version: &api_version,
+        metadata: meta,
+        items,
+    })
+    .unwrap_or_default();
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
 /// Parses a JSON (or YAML) request body into an object.
