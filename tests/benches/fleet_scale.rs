@@ -38,7 +38,9 @@
 //!
 //! `cargo bench -p kedge-e2e --bench fleet_scale` (build the binaries first: `cargo build
 //! --release --workspace --bins`), or `make bench-fleet`. Linux only (`/proc`). Prints a
-//! Markdown table.
+//! Markdown table. A release `kedge-hub` or `kedge-sim` older than its sources stops the
+//! bench (`FLEET_BENCH_STALE_OK=1` runs it anyway), unless `KEDGE_HUB_BIN` or
+//! `KEDGE_SIM_BIN` names another build.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -1408,6 +1410,26 @@ async fn main() {
     if let Some(config) = std::env::var_os(push::PUSHER_ENV) {
         push::run_pusher(&config.to_string_lossy()).await;
         return;
+    }
+    // The hub and kedge-sim it starts are release binaries it does not build (unless
+    // KEDGE_HUB_BIN or KEDGE_SIM_BIN name others): a stale one stops it, unless
+    // FLEET_BENCH_STALE_OK=1 says that is meant.
+    let crates = ["core", "net", "protocol", "scaler-api"];
+    for (binary, overridden, own) in [
+        ("kedge-hub", "KEDGE_HUB_BIN", "hub"),
+        ("kedge-sim", "KEDGE_SIM_BIN", "sim"),
+    ] {
+        if std::env::var_os(overridden).is_some() {
+            continue;
+        }
+        let own_crates: Vec<&str> = crates.iter().copied().chain([own]).collect();
+        if let Some(why) = common::stale(&bin_dir().join(binary), &own_crates) {
+            assert!(
+                std::env::var_os("FLEET_BENCH_STALE_OK").is_some(),
+                "{why} (or set FLEET_BENCH_STALE_OK=1)"
+            );
+            eprintln!("warning: {why}");
+        }
     }
     let counts = common::counts("FLEET_BENCH_MEMBERS", "100,1000");
     let rounds: usize = env_or("FLEET_BENCH_ROUNDS", 10);

@@ -106,3 +106,41 @@ pub(crate) fn counts(name: &str, default: &str) -> Vec<usize> {
         })
         .collect()
 }
+
+/// Why the release binary at `binary` may not be the code in the workspace: it is missing, or
+/// older than a source file of one of `crates` (workspace directories). `cargo bench` builds
+/// the bench, not the binaries it starts; a stale one measures code that is gone.
+pub(crate) fn stale(binary: &std::path::Path, crates: &[&str]) -> Option<String> {
+    let built = match std::fs::metadata(binary).and_then(|m| m.modified()) {
+        Ok(built) => built,
+        Err(e) => return Some(format!("{}: {e}", binary.display())),
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut newest: Option<(std::time::SystemTime, std::path::PathBuf)> = None;
+    let mut pending: Vec<std::path::PathBuf> = crates
+        .iter()
+        .flat_map(|c| [root.join(c).join("src"), root.join(c).join("Cargo.toml")])
+        .collect();
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                pending.extend(entries.flatten().map(|e| e.path()));
+            }
+        } else if let Ok(modified) = meta.modified()
+            && newest.as_ref().is_none_or(|(t, _)| modified > *t)
+        {
+            newest = Some((modified, path));
+        }
+    }
+    let (changed, file) = newest?;
+    (changed > built).then(|| {
+        format!(
+            "{} was built before {} changed: rebuild it (cargo build --release --workspace --bins)",
+            binary.display(),
+            file.strip_prefix(&root).unwrap_or(&file).display()
+        )
+    })
+}
