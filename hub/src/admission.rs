@@ -364,13 +364,17 @@ pub async fn revoke_live(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            changed = changes.changed() => if changed.is_err() { return },
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                // A burst of changes (a list) is handled once.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                changes.borrow_and_update();
+                info!("MemberClusters changed; checking live sessions");
+            }
             _ = tokio::time::sleep(CONFIRM_RETRY), if retry => {}
         }
-        // A burst of changes (a list) is handled once.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        changes.borrow_and_update();
-        info!("MemberClusters changed; checking live sessions");
     }
 }
 

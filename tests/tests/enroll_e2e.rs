@@ -511,6 +511,87 @@ async fn a_lagging_membercluster_watch_neither_refuses_nor_revokes_a_new_member(
     assert!(refusal.message.contains("no MemberCluster"), "{refusal:?}");
 }
 
+/// A revocation the hub cannot confirm waits; it is not done on the watched list alone, and
+/// an agent the hub cannot confirm is refused as `Unavailable`, not `Revoked`. The hub
+/// cluster answers every request with an error for a few seconds (its open watches go on):
+/// the deleted member's live session stays, a new session of it is told to retry, and the
+/// hub revokes the session at its next try once the hub cluster answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_the_hub_cannot_confirm_waits_for_the_hub_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    // A Lease that outlives the outage.
+    let fleet =
+        EnrollFleet::start_with(dir.path(), &["edge-1"], "1h", &["--lease-duration", "30s"]).await;
+    fleet.create_member("edge-1").await;
+    let token = fleet
+        .create_token("edge-1", OffsetDateTime::now_utc(), HOUR)
+        .await;
+    let (key, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
+    let EnrollResponse::Issued(cert) = fleet.enroll(&token, csr).await else {
+        panic!("edge-1 enrolls");
+    };
+    let (connection, _control, _) = fleet.scripted_session(&cert.cert_pem, &key).await;
+
+    // The deletion reaches the hub's watch while every read of the hub cluster fails.
+    let hub = fleet.sim.cluster("hub").unwrap();
+    hub.set_faults(kedge_sim::Faults {
+        watch_lag: Duration::from_secs(1),
+        ..Default::default()
+    });
+    Api::<kedge_core::crd::MemberCluster>::all(fleet.hub_client.clone())
+        .delete("edge-1", &Default::default())
+        .await
+        .unwrap();
+    hub.set_faults(kedge_sim::Faults {
+        watch_lag: Duration::from_secs(1),
+        error_rate: 1.0,
+        ..Default::default()
+    });
+    wait_for(
+        Duration::from_secs(10),
+        "a revocation it cannot confirm",
+        || async {
+            fleet
+                .hub
+                .log_text()
+                .contains("cannot list MemberClusters to confirm revocations")
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        connection.close_reason().is_none(),
+        "revoked without a confirmation: {:?}",
+        connection.close_reason()
+    );
+    let answer = fleet.hello_answer(&cert.cert_pem, &key).await;
+    let Some(HubMessage::Refused(refusal)) = answer else {
+        panic!("expected a refusal, got {answer:?}");
+    };
+    assert_eq!(
+        refusal.code,
+        kedge_protocol::RefusalCode::Unavailable,
+        "{refusal:?}"
+    );
+    assert!(
+        refusal.message.contains("to confirm its refusal"),
+        "{refusal:?}"
+    );
+
+    // The hub cluster answers again: the next try revokes.
+    hub.set_faults(kedge_sim::Faults::default());
+    let closed = tokio::time::timeout(Duration::from_secs(10), connection.closed())
+        .await
+        .expect("revoked once the hub cluster answers");
+    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
+        panic!("expected an application close, got {closed}");
+    };
+    assert_eq!(
+        close.error_code.into_inner(),
+        u64::from(close_code::REVOKED)
+    );
+}
+
 /// A token outlives neither its member nor a `MemberCluster` created again under the same
 /// name, also when the member is deleted with plain `kubectl delete mc` (no `kubectl kedge`):
 /// the garbage collector deletes the token with its owner, and a token Secret that survives

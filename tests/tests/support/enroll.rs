@@ -295,9 +295,11 @@ impl EnrollFleet {
         .unwrap()
     }
 
-    /// The hub's answer to a scripted agent's `Hello` with `cert_pem`/`key_pem`, once.
+    /// The hub's answer to a scripted agent's `Hello` with `cert_pem`/`key_pem`, once (the
+    /// CA from its file: the hub cluster may be failing on purpose).
     pub async fn hello_answer(&self, cert_pem: &str, key_pem: &str) -> Option<HubMessage> {
-        let material = TlsMaterial::from_pem(cert_pem, key_pem, &self.ca_pem().await).unwrap();
+        let ca_pem = std::fs::read_to_string(self.ca_path()).unwrap();
+        let material = TlsMaterial::from_pem(cert_pem, key_pem, &ca_pem).unwrap();
         let config =
             tls::client_config(material, TransportTuning::default(), kedge_protocol::ALPN).unwrap();
         let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -399,8 +401,6 @@ pub fn start_ca_hub(
         NS,
         "--lease-namespace",
         NS,
-        "--lease-duration",
-        "2s",
         "--server-dns-names",
         "localhost",
         "--member-cert-lifetime",
@@ -411,6 +411,10 @@ pub fn start_ca_hub(
     .iter()
     .map(|s| s.to_string())
     .collect();
+    // A short Lease, unless the test asks for another.
+    if !extra.contains(&"--lease-duration") {
+        args.extend(["--lease-duration".to_owned(), "2s".to_owned()]);
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     Proc::spawn(&bin("kedge-hub"), &args, dir.join(log))
 }
