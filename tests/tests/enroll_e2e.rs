@@ -193,6 +193,14 @@ async fn renewed(control: &mut support::enroll::AgentSide) -> EnrollResponse {
     }
 }
 
+/// The code of the application close that ended a connection; anything else fails the test.
+fn application_close(closed: quinn::ConnectionError) -> u64 {
+    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
+        panic!("expected an application close, got {closed}");
+    };
+    close.error_code.into_inner()
+}
+
 fn refusal(answer: &EnrollResponse) -> (EnrollRefusalCode, String) {
     match answer {
         EnrollResponse::Refused(r) => (r.code, r.message.clone()),
@@ -286,11 +294,8 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
         let closed = tokio::time::timeout(Duration::from_secs(5), connection.closed())
             .await
             .expect("closed by the hub");
-        let quinn::ConnectionError::ApplicationClosed(close) = closed else {
-            panic!("expected an application close, got {closed}");
-        };
         assert_eq!(
-            close.error_code.into_inner(),
+            application_close(closed),
             u64::from(close_code::BAD_IDENTITY)
         );
     }
@@ -321,11 +326,8 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
     })
     .await
     .expect("the hub closes the session");
-    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
-        panic!("expected an application close, got {closed}");
-    };
     assert_eq!(
-        close.error_code.into_inner(),
+        application_close(closed),
         u64::from(close_code::CERT_EXPIRED)
     );
     let closed_at_ms = kedge_protocol::unix_ms(std::time::SystemTime::now());
@@ -338,13 +340,7 @@ async fn bad_tokens_and_foreign_requests_are_refused_and_expired_sessions_closed
 
     // Renewal over a session is refused once the MemberCluster was deleted and created again:
     // an old enrollment's session cannot obtain a certificate of the new one.
-    let token_2 = fleet
-        .create_token("edge-2", OffsetDateTime::now_utc(), HOUR)
-        .await;
-    let (key_2, csr_2) = kedge_net::pki::member_csr("edge-2").unwrap();
-    let EnrollResponse::Issued(cert_2) = fleet.enroll(&token_2, csr_2).await else {
-        panic!("edge-2 enrolls");
-    };
+    let (key_2, cert_2) = fleet.enrolled("edge-2").await;
     let (_connection_2, mut control_2, _) = fleet.scripted_session(&cert_2.cert_pem, &key_2).await;
     let renew = |member: &str| {
         let (_, csr_der) = kedge_net::pki::member_csr(member).unwrap();
@@ -454,13 +450,7 @@ async fn a_lagging_membercluster_watch_neither_refuses_nor_revokes_a_new_member(
     fleet.create_member("edge-0").await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     fleet.create_member("edge-1").await;
-    let token = fleet
-        .create_token("edge-1", OffsetDateTime::now_utc(), HOUR)
-        .await;
-    let (key, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
-    let EnrollResponse::Issued(cert) = fleet.enroll(&token, csr).await else {
-        panic!("edge-1 enrolls");
-    };
+    let (key, cert) = fleet.enrolled("edge-1").await;
     let answer = fleet.hello_answer(&cert.cert_pem, &key).await;
     assert!(
         matches!(answer, Some(HubMessage::Welcome(_))),
@@ -492,17 +482,8 @@ async fn a_lagging_membercluster_watch_neither_refuses_nor_revokes_a_new_member(
     let closed = tokio::time::timeout(LAG + Duration::from_secs(5), connection.closed())
         .await
         .expect("the hub revokes the session of a deleted member");
-    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
-        panic!("expected an application close, got {closed}");
-    };
-    assert_eq!(
-        close.error_code.into_inner(),
-        u64::from(close_code::REVOKED)
-    );
-    let answer = fleet.hello_answer(&cert.cert_pem, &key).await;
-    let Some(HubMessage::Refused(refusal)) = answer else {
-        panic!("expected a refusal, got {answer:?}");
-    };
+    assert_eq!(application_close(closed), u64::from(close_code::REVOKED));
+    let refusal = fleet.hello_refused(&cert.cert_pem, &key).await;
     assert_eq!(
         refusal.code,
         kedge_protocol::RefusalCode::Revoked,
@@ -523,19 +504,15 @@ async fn a_revocation_the_hub_cannot_confirm_waits_for_the_hub_cluster() {
     let fleet =
         EnrollFleet::start_with(dir.path(), &["edge-1"], "1h", &["--lease-duration", "30s"]).await;
     fleet.create_member("edge-1").await;
-    let token = fleet
-        .create_token("edge-1", OffsetDateTime::now_utc(), HOUR)
-        .await;
-    let (key, csr) = kedge_net::pki::member_csr("edge-1").unwrap();
-    let EnrollResponse::Issued(cert) = fleet.enroll(&token, csr).await else {
-        panic!("edge-1 enrolls");
-    };
+    let (key, cert) = fleet.enrolled("edge-1").await;
     let (connection, _control, _) = fleet.scripted_session(&cert.cert_pem, &key).await;
 
-    // The deletion reaches the hub's watch while every read of the hub cluster fails.
+    // The deletion reaches the hub's watch while every read of the hub cluster fails (the
+    // lag leaves room for this test to be descheduled between the two).
+    const LAG: Duration = Duration::from_secs(3);
     let hub = fleet.sim.cluster("hub").unwrap();
     hub.set_faults(kedge_sim::Faults {
-        watch_lag: Duration::from_secs(1),
+        watch_lag: LAG,
         ..Default::default()
     });
     Api::<kedge_core::crd::MemberCluster>::all(fleet.hub_client.clone())
@@ -543,12 +520,12 @@ async fn a_revocation_the_hub_cannot_confirm_waits_for_the_hub_cluster() {
         .await
         .unwrap();
     hub.set_faults(kedge_sim::Faults {
-        watch_lag: Duration::from_secs(1),
+        watch_lag: LAG,
         error_rate: 1.0,
         ..Default::default()
     });
     wait_for(
-        Duration::from_secs(10),
+        LAG + Duration::from_secs(10),
         "a revocation it cannot confirm",
         || async {
             fleet
@@ -561,35 +538,29 @@ async fn a_revocation_the_hub_cannot_confirm_waits_for_the_hub_cluster() {
     .await;
     assert!(
         connection.close_reason().is_none(),
-        "revoked without a confirmation: {:?}",
-        connection.close_reason()
+        "revoked without a confirmation: {:?}\n{}",
+        connection.close_reason(),
+        fleet.hub.log_text()
     );
-    let answer = fleet.hello_answer(&cert.cert_pem, &key).await;
-    let Some(HubMessage::Refused(refusal)) = answer else {
-        panic!("expected a refusal, got {answer:?}");
-    };
-    assert_eq!(
-        refusal.code,
-        kedge_protocol::RefusalCode::Unavailable,
-        "{refusal:?}"
-    );
+    let refusal = fleet.hello_refused(&cert.cert_pem, &key).await;
     assert!(
-        refusal.message.contains("to confirm its refusal"),
-        "{refusal:?}"
+        refusal.code == kedge_protocol::RefusalCode::Unavailable
+            && refusal.message.contains("to confirm its refusal"),
+        "{refusal:?}\n{}",
+        fleet.hub.log_text()
     );
 
     // The hub cluster answers again: the next try revokes.
     hub.set_faults(kedge_sim::Faults::default());
     let closed = tokio::time::timeout(Duration::from_secs(10), connection.closed())
         .await
-        .expect("revoked once the hub cluster answers");
-    let quinn::ConnectionError::ApplicationClosed(close) = closed else {
-        panic!("expected an application close, got {closed}");
-    };
-    assert_eq!(
-        close.error_code.into_inner(),
-        u64::from(close_code::REVOKED)
-    );
+        .unwrap_or_else(|_| {
+            panic!(
+                "not revoked once the hub cluster answers\n{}",
+                fleet.hub.log_text()
+            )
+        });
+    assert_eq!(application_close(closed), u64::from(close_code::REVOKED));
 }
 
 /// A token outlives neither its member nor a `MemberCluster` created again under the same

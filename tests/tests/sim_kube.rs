@@ -461,6 +461,21 @@ async fn keda_scales_targets_and_serves_external_metrics() {
     sim.shutdown().await;
 }
 
+/// A watch of `cms` opened before `faults` are set on `cluster`.
+async fn watch_before(
+    cms: &Api<ConfigMap>,
+    cluster: &kedge_sim::Cluster,
+    faults: Faults,
+) -> futures::stream::BoxStream<'static, kube::Result<kube::api::WatchEvent<ConfigMap>>> {
+    let stream = cms
+        .watch(&Default::default(), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    cluster.set_faults(faults);
+    stream
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn injected_faults() {
     let sim = sim("f1").await;
@@ -474,15 +489,15 @@ async fn injected_faults() {
         .expect("healthy list");
 
     // An open watch ends when the API becomes unavailable.
-    let mut stream = cms
-        .watch(&Default::default(), "0")
-        .await
-        .expect("watch")
-        .boxed();
-    cluster.set_faults(Faults {
-        unavailable: true,
-        ..Faults::default()
-    });
+    let mut stream = watch_before(
+        &cms,
+        cluster,
+        Faults {
+            unavailable: true,
+            ..Faults::default()
+        },
+    )
+    .await;
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
         while let Some(ev) = stream.next().await {
             if ev.is_err() {
@@ -516,15 +531,15 @@ async fn injected_faults() {
 
     // A lagging watch: a read sees a change at once, an open watch only after the lag.
     cluster.set_faults(Faults::default());
-    let mut stream = cms
-        .watch(&Default::default(), "0")
-        .await
-        .expect("watch")
-        .boxed();
-    cluster.set_faults(Faults {
-        watch_lag: Duration::from_millis(700),
-        ..Faults::default()
-    });
+    let mut stream = watch_before(
+        &cms,
+        cluster,
+        Faults {
+            watch_lag: Duration::from_millis(700),
+            ..Faults::default()
+        },
+    )
+    .await;
     let start = std::time::Instant::now();
     let lagging = ConfigMap {
         metadata: kube::api::ObjectMeta {

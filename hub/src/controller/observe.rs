@@ -187,6 +187,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::fleet::testing::workload;
 
     fn dso(
         name: &str,
@@ -222,15 +223,6 @@ mod tests {
         let c = claims(&first, &names, &none, &none, &all, &BTreeMap::new);
         assert_eq!(c["a"], Claim::Sole);
         assert_eq!(c["b"], Claim::Won(vec!["default/second".into()]));
-    }
-
-    fn workload(name: &str) -> WorkloadRef {
-        WorkloadRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "default".into(),
-            name: name.into(),
-        }
     }
 
     /// A member that reported `reported` replicas of `web` (`None`: nothing), was sent

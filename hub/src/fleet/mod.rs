@@ -275,9 +275,9 @@ fn snapshot(
     }
 }
 
-/// What the tests of every part of the fleet build on.
+/// What the tests of every part of the fleet (and of what reads it) build on.
 #[cfg(test)]
-mod testing {
+pub(crate) mod testing {
     use std::time::Duration;
 
     use kedge_protocol::{StatusReport, WorkloadRef, WorkloadReplicas, WorkloadStatus};
@@ -297,7 +297,7 @@ mod testing {
         )))
     }
 
-    pub(super) fn workload(name: &str) -> WorkloadRef {
+    pub(crate) fn workload(name: &str) -> WorkloadRef {
         WorkloadRef {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),

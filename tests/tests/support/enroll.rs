@@ -295,6 +295,23 @@ impl EnrollFleet {
         .unwrap()
     }
 
+    /// Enrolls `member` (its `MemberCluster` exists) with a fresh token and key: the key
+    /// (PEM) and the certificate the hub issued; a refusal fails the test.
+    pub async fn enrolled(&self, member: &str) -> (String, kedge_protocol::IssuedCertificate) {
+        let token = self
+            .create_token(
+                member,
+                time::OffsetDateTime::now_utc(),
+                Duration::from_secs(3600),
+            )
+            .await;
+        let (key, csr) = kedge_net::pki::member_csr(member).unwrap();
+        match self.enroll(&token, csr).await {
+            EnrollResponse::Issued(cert) => (key, cert),
+            EnrollResponse::Refused(refusal) => panic!("{member} enrolls: {refusal:?}"),
+        }
+    }
+
     /// The hub's answer to a scripted agent's `Hello` with `cert_pem`/`key_pem`, once (the
     /// CA from its file: the hub cluster may be failing on purpose).
     pub async fn hello_answer(&self, cert_pem: &str, key_pem: &str) -> Option<HubMessage> {
@@ -307,6 +324,15 @@ impl EnrollFleet {
         scripted_hello(&endpoint, config, addr, PROTOCOL_VERSION)
             .await
             .2
+    }
+
+    /// The hub's refusal of a scripted agent's `Hello` with `cert_pem`/`key_pem`; anything
+    /// else fails the test.
+    pub async fn hello_refused(&self, cert_pem: &str, key_pem: &str) -> kedge_protocol::Refusal {
+        match self.hello_answer(cert_pem, key_pem).await {
+            Some(HubMessage::Refused(refusal)) => refusal,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 
     /// Opens a session as a scripted agent with `cert_pem`/`key_pem`: Hello, Welcome, and
