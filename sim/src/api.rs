@@ -1,5 +1,6 @@
 //! The HTTP face of one virtual cluster: discovery, CRUD, patch, watch.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::Router;
@@ -111,12 +112,12 @@ pub(crate) fn error_response(e: &Error) -> Response {
     )
 }
 
-pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, v: &impl serde::Serialize) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
     (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn ok(v: &Value) -> Result<Response> {
+fn ok(v: &impl serde::Serialize) -> Result<Response> {
     Ok(json_response(StatusCode::OK, v))
 }
 
@@ -399,10 +400,19 @@ fn load(store: &crate::store::Store, t: &Target, name: &str) -> Result<crate::st
 /// events.k8s.io/v1 (`crate::events`), any other kind from its storage version
 /// (`crate::convert`, e.g. an HPA in autoscaling/v1).
 fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Value {
-    if let Some(event) = crate::events::converted(def, &def.api_version(version), obj) {
-        return event;
+    versioned_ref(def, version, obj).into_owned()
+}
+
+/// [`versioned`], borrowing `obj` when it is stored in the version asked for.
+fn versioned_ref<'a>(def: &ResourceDef, version: &str, obj: &'a Value) -> Cow<'a, Value> {
+    let api_version = def.api_version(version);
+    if let Some(event) = crate::events::converted(def, &api_version, obj) {
+        return Cow::Owned(event);
     }
-    crate::convert::to_served(def, version, obj)
+    if obj.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+        return Cow::Borrowed(obj);
+    }
+    Cow::Owned(crate::convert::to_served(def, version, obj))
 }
 
 /// The stored object as a write through `t` sees it: an Event stored through the other
@@ -541,39 +551,23 @@ fn list(c: &ClusterShared, r: &Req, t: &Target) -> Result<Response> {
         return ok(&table);
     }
     // An object stored in the version asked for is serialized as it is, not copied.
-    let api_version = t.def.api_version(&t.version);
-    let items: Vec<std::borrow::Cow<'_, Value>> = objects
-        .iter()
-        .map(|o| {
-            let same = o.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str());
-            if same && crate::events::converted(&t.def, &api_version, o).is_none() {
-                std::borrow::Cow::Borrowed(&**o)
-            } else {
-                std::borrow::Cow::Owned(versioned(&t.def, &t.version, o))
-            }
-        })
-        .collect();
     #[derive(serde::Serialize)]
     struct List<'a> {
         kind: String,
         #[serde(rename = "apiVersion")]
-        api_version: &'a str,
+        api_version: String,
         metadata: Value,
-        items: Vec<std::borrow::Cow<'a, Value>>,
+        items: Vec<Cow<'a, Value>>,
     }
-    let body = serde_json::to_vec(&List {
+    ok(&List {
         kind: format!("{}List", t.def.kind),
-        api_version: &api_version,
+        api_version: t.def.api_version(&t.version),
         metadata: meta,
-        items,
+        items: objects
+            .iter()
+            .map(|o| versioned_ref(&t.def, &t.version, o))
+            .collect(),
     })
-    .unwrap_or_default();
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response())
 }
 
 /// Parses a JSON (or YAML) request body into an object.

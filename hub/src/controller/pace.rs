@@ -18,7 +18,7 @@
 //! The pause is for storms, whose changes never stop. When the fleet has been quiet for
 //! [`QUIET`] (no session came or went, no report changed a plan) the rest of the pause is cut
 //! short ([`Pace::settled_or`] with [`quiet`]): the member that comes back last in a storm
-//! waits the reconciliation running then, [`QUIET`] and its own, not a whole pause. Changes
+//! waits for the reconciliation running then, [`QUIET`] and its own, not a whole pause. Changes
 //! that come in bursts further apart than [`QUIET`] can then re-plan once per burst: at
 //! most a reconciliation per `QUIET` + coalescing window + reconciliation.
 

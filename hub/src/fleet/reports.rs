@@ -65,6 +65,8 @@ impl Reported {
     }
 }
 
+/// For tests that build a member's snapshot by hand.
+#[cfg(test)]
 impl FromIterator<WorkloadStatus> for Reported {
     fn from_iter<I: IntoIterator<Item = WorkloadStatus>>(statuses: I) -> Self {
         let mut reported = Reported::default();
