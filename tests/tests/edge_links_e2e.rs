@@ -453,9 +453,13 @@ async fn outages_fail_static_move_the_share_only_after_the_grace_period_and_resu
     for again in [&second, &third] {
         let bytes = again["link"]["handshakeBytes"].as_u64().unwrap();
         println!("reconnect handshake: {bytes} bytes (the first one: {full})");
+        // The whole link entries: a resent datagram shows in the packets and losses.
         assert!(
             bytes <= full + full / 10,
-            "a reconnect ({bytes} B) costs what the first connection did ({full} B)"
+            "a reconnect ({bytes} B) costs what the first connection did ({full} B)\n\
+             first: {}\nreconnect: {}",
+            first["link"],
+            again["link"]
         );
     }
     let dropped = stats_after.to_hub.blacked_out - stats.to_hub.blacked_out;
