@@ -893,6 +893,7 @@ async fn fanout(
     let members = fleet.held.len();
     let mut samples = Vec::with_capacity(rounds * members);
     let mut fanout_cpu = [Duration::ZERO; 4];
+    let _profile = Profile::start("fanout", [pid, sim_pid, std::process::id()]);
     for round in 0..rounds {
         // Each change starts from a settled hub, as KEDA's changes do (it polls every 30 s
         // by default): not while the last change's reports are still being planned.
@@ -922,6 +923,58 @@ async fn fanout(
         }
     }
     (samples, fanout_cpu)
+}
+
+/// `perf record` of the hub, the simulated hub cluster and the virtual agents over one
+/// phase, when `FLEET_BENCH_PERF` names the file to write (`perf report -i FILE --sort
+/// pid,dso,sym` reads it): the fan-out rounds, or with `FLEET_BENCH_PERF_PHASE=restart` the
+/// new hub's start until every agent is re-synced. perf's sampling costs CPU, so the
+/// profiled phase's figures are not comparable with other runs'.
+struct Profile(Option<std::process::Child>);
+
+impl Profile {
+    fn start(phase: &str, pids: [u32; 3]) -> Self {
+        let Some(file) = std::env::var_os("FLEET_BENCH_PERF") else {
+            return Self(None);
+        };
+        let profiled = std::env::var("FLEET_BENCH_PERF_PHASE");
+        if profiled.as_deref().unwrap_or("fanout") != phase {
+            return Self(None);
+        }
+        let pids = pids.map(|p| p.to_string()).join(",");
+        let child = std::process::Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "499",
+                "--call-graph",
+                "dwarf",
+                "-p",
+                &pids,
+                "-o",
+            ])
+            .arg(&file)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("FLEET_BENCH_PERF is set but perf did not start: {e}"));
+        eprintln!(
+            "perf record of processes {pids} into {}",
+            file.to_string_lossy()
+        );
+        Self(Some(child))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            // perf writes its file when interrupted.
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
 }
 
 async fn measure(members: usize, rounds: usize) -> Row {
@@ -1019,6 +1072,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
     let started_again = Instant::now();
     let hub = start_hub(dir.path(), "hub-restarted.log", members, quic, ops);
     let new_pid = hub.id().unwrap();
+    let profile = Profile::start("restart", [new_pid, sim.pid, std::process::id()]);
     let mut peak_rss = 0;
     let retries_before = fleet.retries.load(Ordering::Acquire);
     let mut reconnected = None;
@@ -1045,6 +1099,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    drop(profile);
     eprintln!(
         "{members} members: restart: SIGTERM → exited {stop_took:.2?}; new hub ready (leading) after {:.2?}",
         ready_at.unwrap_or_default()
