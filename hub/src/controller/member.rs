@@ -36,8 +36,12 @@ const THROTTLE: Duration = Duration::from_millis(500);
 /// is): writing every heartbeat would be 2,000 writes a second at 10,000 members with 5 s
 /// heartbeats. Liveness itself is the hub's, not this field's.
 pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
-/// Heartbeat-only status writes a second, on average, whatever the fleet size.
-const HEARTBEAT_WRITES_PER_SECOND: usize = 50;
+/// Refreshes a second, on average, whatever the fleet size: status writes that bring a Ready
+/// member's new session (address, link, the session in `Ready`'s message) or only its
+/// heartbeat time. A hub restart or a network blip gives thousands of members a new session
+/// at once; written at once, 10,000 such writes took the hub cluster's API server more CPU
+/// than the 10,000 handshakes took the hub, in the very seconds the agents reconnect.
+const REFRESH_WRITES_PER_SECOND: usize = 50;
 /// Status writes one pass keeps in flight. After a hub restart or a reconnect storm every
 /// member's status changes at once; written one after the other, 10,000 of them took minutes.
 const WRITES_IN_FLIGHT: usize = 16;
@@ -251,6 +255,10 @@ pub enum Worth {
     Nothing,
     /// Only the heartbeat time (and link figures), written [`HEARTBEAT_REFRESH`] ago or more.
     Heartbeat,
+    /// A new session of a member that was and is `Ready`, with nothing else changed: its
+    /// address, link figures and the session named in `Ready`'s message. Its state, versions,
+    /// certificate and capacity are what the status says already.
+    Session,
     /// Something else changed.
     Change,
 }
@@ -274,7 +282,11 @@ pub fn worth_writing(current: Option<&MemberClusterStatus>, wanted: &MemberClust
         *link = written.clone();
     }
     if &same_beat != current {
-        return Worth::Change;
+        return if new_session_only(current, &same_beat) {
+            Worth::Session
+        } else {
+            Worth::Change
+        };
     }
     match (&current.last_heartbeat_time, &wanted.last_heartbeat_time) {
         (Some(written), Some(now)) => {
@@ -289,14 +301,41 @@ pub fn worth_writing(current: Option<&MemberClusterStatus>, wanted: &MemberClust
     }
 }
 
-/// How many heartbeat-only writes a pass may make after `since` the previous one: at most
-/// [`HEARTBEAT_WRITES_PER_SECOND`] on average. Up to 1,500 members that refreshes each every
-/// [`HEARTBEAT_REFRESH`]; a larger fleet's heartbeat times are refreshed less often (10,000
-/// members: every 200 s, as a Node's status is when nothing changes), oldest first, instead
-/// of bursts of thousands of writes every 30 s.
-fn heartbeat_budget(since: Duration) -> usize {
-    let budget = since.as_secs_f64() * HEARTBEAT_WRITES_PER_SECOND as f64;
-    (budget as usize).clamp(1, HEARTBEAT_WRITES_PER_SECOND * RESYNC.as_secs() as usize)
+/// Whether `wanted` differs from `current` only in what a new session of a member that stays
+/// `Ready` brings: its address, its link figures, its heartbeat time and the message of a
+/// condition whose status and reason stay.
+fn new_session_only(current: &MemberClusterStatus, wanted: &MemberClusterStatus) -> bool {
+    let ready = Some(MemberPhase::Ready.as_str());
+    if current.state.as_deref() != ready || wanted.state.as_deref() != ready {
+        return false;
+    }
+    let mut same = wanted.clone();
+    same.address.clone_from(&current.address);
+    same.link.clone_from(&current.link);
+    same.last_heartbeat_time
+        .clone_from(&current.last_heartbeat_time);
+    for condition in &mut same.conditions {
+        if let Some(written) = current.conditions.iter().find(|c| {
+            c.type_ == condition.type_
+                && c.status == condition.status
+                && c.reason == condition.reason
+        }) {
+            condition.message.clone_from(&written.message);
+        }
+    }
+    &same == current
+}
+
+/// How many refreshes ([`Worth::Session`], then [`Worth::Heartbeat`]) a pass may write after
+/// `since` the previous one: at most [`REFRESH_WRITES_PER_SECOND`] on average. Up to 1,500
+/// members that refreshes each heartbeat time every [`HEARTBEAT_REFRESH`]; a larger fleet's
+/// are refreshed less often (10,000 members: every 200 s, as a Node's status is when nothing
+/// changes), oldest first, instead of bursts of thousands of writes every 30 s. After a hub
+/// restart, 10,000 members' new sessions show in their statuses within 200 s, while their
+/// state (`Ready`) never stopped being right.
+fn refresh_budget(since: Duration) -> usize {
+    let budget = since.as_secs_f64() * REFRESH_WRITES_PER_SECOND as f64;
+    (budget as usize).clamp(1, REFRESH_WRITES_PER_SECOND * RESYNC.as_secs() as usize)
 }
 
 /// The status of a registered member that has not connected since the hub started.
@@ -326,6 +365,43 @@ pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
     status
 }
 
+/// The statuses of `wanted` worth writing over what `current` says is written: every
+/// [`Worth::Change`], then as many refreshes as `refreshes` allows: new sessions
+/// ([`Worth::Session`]) before heartbeat times, the oldest heartbeat times first.
+fn worth_its_write<'a>(
+    wanted: BTreeMap<String, MemberClusterStatus>,
+    current: impl Fn(&str) -> Option<&'a MemberClusterStatus>,
+    refreshes: usize,
+) -> Vec<(String, MemberClusterStatus)> {
+    let mut writes = Vec::new();
+    let mut sessions = Vec::new();
+    let mut heartbeats = Vec::new();
+    for (name, status) in wanted {
+        let current = current(&name);
+        match worth_writing(current, &status) {
+            Worth::Change => writes.push((name, status)),
+            Worth::Session => sessions.push((name, status)),
+            Worth::Heartbeat => {
+                let written = current.and_then(|c| c.last_heartbeat_time.clone());
+                heartbeats.push((written, name, status));
+            }
+            Worth::Nothing => {}
+        }
+    }
+    heartbeats.sort_by(|a, b| a.0.cmp(&b.0));
+    writes.extend(
+        sessions
+            .into_iter()
+            .chain(
+                heartbeats
+                    .into_iter()
+                    .map(|(_, name, status)| (name, status)),
+            )
+            .take(refreshes),
+    );
+    writes
+}
+
 /// Writes MemberCluster status from the fleet until `shutdown`.
 pub async fn run(ctx: Arc<MemberContext>, shutdown: CancellationToken) {
     let mut changes = ctx.shared.fleet.subscribe();
@@ -333,9 +409,9 @@ pub async fn run(ctx: Arc<MemberContext>, shutdown: CancellationToken) {
     let mut last_pass = tokio::time::Instant::now();
     loop {
         ctx.shared.metrics.reconciled(CONTROLLER);
-        let beats = heartbeat_budget(last_pass.elapsed());
+        let refreshes = refresh_budget(last_pass.elapsed());
         last_pass = tokio::time::Instant::now();
-        match sync(&ctx, &shutdown, beats).await {
+        match sync(&ctx, &shutdown, refreshes).await {
             Ok(()) => backoff = Duration::ZERO,
             Err(error) => {
                 warn!(%error, "MemberCluster status not written");
@@ -368,7 +444,7 @@ pub async fn run(ctx: Arc<MemberContext>, shutdown: CancellationToken) {
 /// active hub, which recomputes every status from its own sessions: waiting for thousands of
 /// writes would hold the Lease (and the standby) for as long.
 #[instrument(skip_all)]
-async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, beats: usize) -> Result<()> {
+async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, refreshes: usize) -> Result<()> {
     let api: Api<MemberCluster> = Api::all(ctx.shared.client.clone());
     let registered: BTreeMap<String, Arc<MemberCluster>> = ctx
         .shared
@@ -408,27 +484,8 @@ async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, beats: usize) -
             }
         }
     }
-    let mut writes = Vec::new();
-    let mut heartbeats = Vec::new();
-    for (name, status) in wanted {
-        let current = registered.get(&name).and_then(|m| m.status.as_ref());
-        match worth_writing(current, &status) {
-            Worth::Change => writes.push((name, status)),
-            Worth::Heartbeat => {
-                let written = current.and_then(|c| c.last_heartbeat_time.clone());
-                heartbeats.push((written, name, status));
-            }
-            Worth::Nothing => {}
-        }
-    }
-    // The oldest heartbeat times first, as many as the budget allows.
-    heartbeats.sort_by(|a, b| a.0.cmp(&b.0));
-    writes.extend(
-        heartbeats
-            .into_iter()
-            .take(beats)
-            .map(|(_, name, status)| (name, status)),
-    );
+    let current = |name: &str| registered.get(name).and_then(|m| m.status.as_ref());
+    let mut writes = worth_its_write(wanted, current, refreshes);
     if link_mode == LinkMode::Probe
         && let Some((name, status)) = writes.first_mut()
     {
@@ -607,16 +664,104 @@ mod tests {
             (refreshed.bytes_received, refreshed.rtt_milliseconds),
             (60, 612)
         );
-        // A new session is a change.
+        // A new session is a refresh of its own.
         beat(&mut later, 5_000 + 1_000);
         if let Some(session) = later.session.as_mut() {
             std::sync::Arc::make_mut(session).connected_since_unix_ms += 1_000;
         }
-        assert_eq!(worth(&later), Worth::Change);
+        assert_eq!(worth(&later), Worth::Session);
         // Anything else that changes is written at once, the heartbeat with it.
         beat(&mut later, 5_000 + 1_000);
         later.capacity.as_mut().unwrap().requested_cpu_millis += 100;
         assert_eq!(worth(&later), Worth::Change);
+    }
+
+    /// A new session of the member as a reconnect brings it: another session, address and
+    /// session start.
+    fn reconnected(snapshot: &mut MemberSnapshot) -> &mut MemberSession {
+        let session = std::sync::Arc::make_mut(snapshot.session.as_mut().unwrap());
+        session.session_id = "s-2".into();
+        session.remote_addr = "127.0.0.1:10".into();
+        session.connected_since_unix_ms += 60_000;
+        session.last_heartbeat_unix_ms += 60_000;
+        session.link.bytes_received += 3_500;
+        session
+    }
+
+    #[test]
+    fn a_ready_members_new_session_is_a_refresh_and_anything_more_a_change() {
+        let written = status(&snapshot(SessionState::Connected), None).unwrap();
+        let worth = |later: &MemberSnapshot| {
+            worth_writing(Some(&written), &status(later, Some(&written)).unwrap())
+        };
+        let mut later = snapshot(SessionState::Connected);
+        reconnected(&mut later);
+        assert_eq!(worth(&later), Worth::Session);
+        let refreshed = status(&later, Some(&written)).unwrap();
+        assert_eq!(refreshed.address.as_deref(), Some("127.0.0.1:10"));
+        assert_eq!(
+            refreshed.conditions[0].message,
+            "session s-2 from 127.0.0.1:10"
+        );
+        // An upgraded agent, a renewed certificate, another Kubernetes: written at once.
+        let mut upgraded = snapshot(SessionState::Connected);
+        reconnected(&mut upgraded).agent_version = "0.2.0".into();
+        assert_eq!(worth(&upgraded), Worth::Change);
+        let mut renewed = snapshot(SessionState::Connected);
+        reconnected(&mut renewed).cert_not_after_unix += 86_400;
+        assert_eq!(worth(&renewed), Worth::Change);
+        let mut moved = snapshot(SessionState::Connected);
+        reconnected(&mut moved).kubernetes_version = "v1.34.0".into();
+        assert_eq!(worth(&moved), Worth::Change);
+        // Back from Unreachable, or gone: a change of state.
+        let down = status(&snapshot(SessionState::Unreachable), None).unwrap();
+        let mut back = snapshot(SessionState::Connected);
+        reconnected(&mut back);
+        let back = status(&back, Some(&down)).unwrap();
+        assert_eq!(worth_writing(Some(&down), &back), Worth::Change);
+        assert_eq!(worth_writing(Some(&back), &down), Worth::Change);
+    }
+
+    #[test]
+    fn changes_go_at_once_and_refreshes_within_the_budget_new_sessions_first() {
+        let written = status(&snapshot(SessionState::Connected), None).unwrap();
+        let member = |n: usize| format!("m{n}");
+        let mut current = BTreeMap::new();
+        let mut wanted = BTreeMap::new();
+        for n in 0..9 {
+            let mut later = snapshot(SessionState::Connected);
+            let mut was = written.clone();
+            match n % 3 {
+                // A heartbeat alone, 30 s and more after the one written: m6's the oldest.
+                0 => {
+                    was.last_heartbeat_time = Some(from_unix_ms(10_000 - 1_000 * n as i64));
+                    let session = std::sync::Arc::make_mut(later.session.as_mut().unwrap());
+                    session.last_heartbeat_unix_ms += 60_000;
+                }
+                // A new session.
+                1 => {
+                    reconnected(&mut later);
+                }
+                // A change.
+                _ => reconnected(&mut later).agent_version = "0.2.0".into(),
+            }
+            wanted.insert(member(n), status(&later, Some(&was)).unwrap());
+            current.insert(member(n), was);
+        }
+        let names = |budget: usize| -> Vec<String> {
+            worth_its_write(wanted.clone(), |name| current.get(name), budget)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect()
+        };
+        // The three changes whatever the budget, then the three new sessions, then the
+        // heartbeat written longest ago.
+        assert_eq!(names(1), ["m2", "m5", "m8", "m1"]);
+        assert_eq!(names(4), ["m2", "m5", "m8", "m1", "m4", "m7", "m6"]);
+        assert_eq!(
+            names(250),
+            ["m2", "m5", "m8", "m1", "m4", "m7", "m6", "m3", "m0"]
+        );
     }
 
     #[test]
@@ -652,12 +797,12 @@ mod tests {
     }
 
     #[test]
-    fn heartbeat_writes_are_bounded_whatever_the_fleet_size() {
-        // A pass every 5 s (at rest) may refresh 250 heartbeat times: 50 a second.
-        assert_eq!(heartbeat_budget(RESYNC), 250);
-        assert_eq!(heartbeat_budget(Duration::from_millis(500)), 25);
+    fn refreshes_are_bounded_whatever_the_fleet_size() {
+        // A pass every 5 s (at rest) may refresh 250 statuses: 50 a second.
+        assert_eq!(refresh_budget(RESYNC), 250);
+        assert_eq!(refresh_budget(Duration::from_millis(500)), 25);
         // Never none, never more than a resync interval's worth.
-        assert_eq!(heartbeat_budget(Duration::ZERO), 1);
-        assert_eq!(heartbeat_budget(Duration::from_secs(3_600)), 250);
+        assert_eq!(refresh_budget(Duration::ZERO), 1);
+        assert_eq!(refresh_budget(Duration::from_secs(3_600)), 250);
     }
 }
