@@ -104,8 +104,19 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     })
 }
 
+/// ring's provider, preferring `TLS_AES_128_GCM_SHA256` (rustls' own order puts
+/// `TLS_AES_256_GCM_SHA384` first). Every session's key exchange (X25519) and certificates
+/// (ECDSA P-256) give 128-bit security, so AES-256 adds none; AES-128 and SHA-256 are the
+/// cheaper cipher and key schedule, and 10,000 agents reconnecting to a restarted hub do
+/// 10,000 key schedules on each side at once (SHA-384's blocks were 3.4% of the new hub's
+/// CPU; docs/scale.md, fifth round). A client's order decides (rustls' servers follow it),
+/// so an agent built before this keeps AES-256 and still connects.
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+    Arc::new(provider)
 }
 
 /// A server certificate verifier for peers whose certificates carry no identity worth
@@ -612,6 +623,57 @@ mod tests {
             "{agent}"
         );
         assert!(agent.contains("max_concurrent_bidi_streams: 0,"), "{agent}");
+    }
+
+    #[test]
+    fn sessions_negotiate_aes_128_gcm_with_sha_256() {
+        use crate::pki::{CertificateAuthority, Validity};
+        use rustls::pki_types::ServerName;
+        let now = time::OffsetDateTime::now_utc();
+        let validity = Validity::issued(now, time::Duration::hours(1));
+        let ca = CertificateAuthority::generate("suite test CA", validity).unwrap();
+        let hub = ca
+            .issue_server(&["localhost".to_owned()], validity)
+            .unwrap();
+        let material = TlsMaterial::from_pem(&hub.cert_pem, &hub.key_pem, ca.cert_pem()).unwrap();
+        let negotiated = |client: CryptoProvider| {
+            let server = rustls::ServerConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(material.chain.clone(), material.key.clone_key())
+                .unwrap();
+            let client = rustls::ClientConfig::builder_with_provider(Arc::new(client))
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_root_certificates(material.roots().unwrap())
+                .with_no_client_auth();
+            let name = ServerName::try_from("localhost").unwrap();
+            let mut client = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+            let mut server = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+            let mut wire = Vec::new();
+            while client.is_handshaking() || server.is_handshaking() {
+                wire.clear();
+                client.write_tls(&mut wire).unwrap();
+                server.read_tls(&mut wire.as_slice()).unwrap();
+                server.process_new_packets().unwrap();
+                wire.clear();
+                server.write_tls(&mut wire).unwrap();
+                client.read_tls(&mut wire.as_slice()).unwrap();
+                client.process_new_packets().unwrap();
+            }
+            client.negotiated_cipher_suite().unwrap().suite()
+        };
+        let ours = Arc::try_unwrap(provider()).unwrap();
+        assert_eq!(
+            negotiated(ours),
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+        );
+        // A client with rustls' own order (an agent built before) still connects.
+        assert_eq!(
+            negotiated(rustls::crypto::ring::default_provider()),
+            rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+        );
     }
 
     /// A hub and an agent connected over loopback with real certificates.
