@@ -212,7 +212,14 @@ pub fn status(
         certificate_expiry: Some(from_unix_ms(
             session.cert_not_after_unix.saturating_mul(1000),
         )),
-        capacity: snapshot.capacity.as_ref().map(capacity),
+        // What the status says until this process has the member's report: a restarted hub
+        // has none before the agent's first full report, and the capacity would vanish from
+        // the status for a write and come back with the next.
+        capacity: snapshot
+            .capacity
+            .as_ref()
+            .map(capacity)
+            .or_else(|| old.and_then(|o| o.capacity.clone())),
         link: Some(link(session)),
         conditions: vec![if connected {
             ready_condition(
@@ -713,6 +720,14 @@ mod tests {
         let mut moved = snapshot(SessionState::Connected);
         reconnected(&mut moved).kubernetes_version = "v1.34.0".into();
         assert_eq!(worth(&moved), Worth::Change);
+        // A restarted hub before the agent's first report: the capacity written stays.
+        let mut unreported = snapshot(SessionState::Connected);
+        reconnected(&mut unreported);
+        unreported.capacity = None;
+        assert_eq!(worth(&unreported), Worth::Session);
+        let kept = status(&unreported, Some(&written)).unwrap();
+        assert_eq!(kept.capacity, written.capacity);
+        assert!(written.capacity.is_some());
         // Back from Unreachable, or gone: a change of state.
         let down = status(&snapshot(SessionState::Unreachable), None).unwrap();
         let mut back = snapshot(SessionState::Connected);
