@@ -625,16 +625,28 @@ mod tests {
         assert!(agent.contains("max_concurrent_bidi_streams: 0,"), "{agent}");
     }
 
-    #[test]
-    fn sessions_negotiate_aes_128_gcm_with_sha_256() {
-        use crate::pki::{CertificateAuthority, Validity};
-        use rustls::pki_types::ServerName;
+    /// A CA named `name` and a hub certificate for `localhost` from it, both valid for an
+    /// hour from now (the validity, for more certificates).
+    fn hub_pki(
+        name: &str,
+    ) -> (
+        crate::pki::CertificateAuthority,
+        crate::pki::IssuedCert,
+        crate::pki::Validity,
+    ) {
         let now = time::OffsetDateTime::now_utc();
-        let validity = Validity::issued(now, time::Duration::hours(1));
-        let ca = CertificateAuthority::generate("suite test CA", validity).unwrap();
+        let validity = crate::pki::Validity::issued(now, time::Duration::hours(1));
+        let ca = crate::pki::CertificateAuthority::generate(name, validity).unwrap();
         let hub = ca
             .issue_server(&["localhost".to_owned()], validity)
             .unwrap();
+        (ca, hub, validity)
+    }
+
+    #[test]
+    fn sessions_negotiate_aes_128_gcm_with_sha_256() {
+        use rustls::pki_types::ServerName;
+        let (ca, hub, _) = hub_pki("suite test CA");
         let material = TlsMaterial::from_pem(&hub.cert_pem, &hub.key_pem, ca.cert_pem()).unwrap();
         let negotiated = |client: CryptoProvider| {
             let server = rustls::ServerConfig::builder_with_provider(provider())
@@ -678,14 +690,8 @@ mod tests {
 
     /// A hub and an agent connected over loopback with real certificates.
     async fn connected() -> (quinn::Endpoint, quinn::Connection, quinn::Connection) {
-        use crate::pki::{CertificateAuthority, Validity};
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let now = time::OffsetDateTime::now_utc();
-        let validity = Validity::issued(now, time::Duration::hours(1));
-        let ca = CertificateAuthority::generate("close test CA", validity).unwrap();
-        let hub = ca
-            .issue_server(&["localhost".to_owned()], validity)
-            .unwrap();
+        let (ca, hub, validity) = hub_pki("close test CA");
         let agent = ca.issue_member("edge-1", validity).unwrap();
         let material = |c: &crate::pki::IssuedCert| {
             TlsMaterial::from_pem(&c.cert_pem, &c.key_pem, ca.cert_pem()).unwrap()
