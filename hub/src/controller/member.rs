@@ -39,8 +39,9 @@ pub const HEARTBEAT_REFRESH: Duration = Duration::from_secs(30);
 /// Refreshes a second, on average, whatever the fleet size: status writes that bring a Ready
 /// member's new session (address, link, the session in `Ready`'s message) or only its
 /// heartbeat time. A hub restart or a network blip gives thousands of members a new session
-/// at once; written at once, 10,000 such writes took the hub cluster's API server more CPU
-/// than the 10,000 handshakes took the hub, in the very seconds the agents reconnect.
+/// at once; written at once, 10,000 such writes took the simulated hub cluster twice the CPU
+/// the hub's 10,000 TLS handshakes took, in the very seconds the agents reconnect
+/// (docs/scale.md, fifth round).
 const REFRESH_WRITES_PER_SECOND: usize = 50;
 /// Status writes one pass keeps in flight. After a hub restart or a reconnect storm every
 /// member's status changes at once; written one after the other, 10,000 of them took minutes.
