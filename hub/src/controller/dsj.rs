@@ -37,13 +37,13 @@ use kedge_core::validate;
 use kedge_protocol::{JobCreate, JobDelete, JobPhase, JobStatus, Propagation};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, instrument, warn};
 
 use super::external_metrics::{Source, read};
+use super::runner::Action;
 use crate::fleet::{JobCommands, MemberJobs};
 use crate::registry::SessionState;
 use crate::{Error, Result};
@@ -93,14 +93,13 @@ pub async fn reconcile(obj: Arc<DistributedScaledJob>, ctx: Arc<DsjContext>) -> 
     let _timer = ctx.shared.metrics.reconcile_timer(CONTROLLER);
     let (namespace, _) = ns_name(&obj)?;
     let api: Api<DistributedScaledJob> = Api::namespaced(ctx.shared.client.clone(), &namespace);
-    finalizer(&api, FINALIZER, obj, |event| async {
+    super::with_finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(dsj) => apply(dsj, &ctx).await,
             Finalizer::Cleanup(dsj) => delete_jobs_of(&dsj, &ctx),
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// A deleted DSJ: every member whose agent has reported its Jobs is told to delete this

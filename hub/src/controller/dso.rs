@@ -19,13 +19,13 @@ use kedge_core::{podmetrics, tenancy, validate};
 use kedge_protocol::WorkloadReplicas;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tracing::{debug, instrument, warn};
 
 use super::observe;
+use super::runner::Action;
 use crate::podmetrics::{Configured, ConfiguredMember, certs};
 use crate::{Error, Result};
 
@@ -62,14 +62,13 @@ pub async fn reconcile(obj: Arc<DistributedScaledObject>, ctx: Arc<DsoContext>) 
     let _running = ctx.pace.start();
     let (namespace, _) = ns_name(&obj)?;
     let api: Api<DistributedScaledObject> = Api::namespaced(ctx.shared.client.clone(), &namespace);
-    finalizer(&api, FINALIZER, obj, |event| async {
+    super::with_finalizer(&api, FINALIZER, obj, |event| async {
         match event {
             Finalizer::Apply(dso) => apply(&dso, &ctx).await,
             Finalizer::Cleanup(dso) => cleanup(&dso, &ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
 /// Requeues a failed reconciliation, counts the failure and keeps its message for the

@@ -11,6 +11,7 @@ pub mod member;
 pub mod member_clusters;
 pub mod observe;
 pub mod pace;
+pub mod runner;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::PredicateConfig;
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -54,6 +55,35 @@ pub async fn bounded<T>(
         Ok(result) => Ok(result?),
         Err(_) => Err(Error::Timeout { what }),
     }
+}
+
+/// kube-runtime's [`finalizer`](kube::runtime::finalizer()) for reconciliations run by
+/// [`runner`]: kube's `Action` does not tell its requeue, so the action `reconcile` decides is
+/// kept beside it. When the finalizer was only added or removed, that write triggers the next
+/// reconciliation.
+pub async fn with_finalizer<K, Fut>(
+    api: &Api<K>,
+    name: &str,
+    obj: Arc<K>,
+    reconcile: impl FnOnce(kube::runtime::finalizer::Event<K>) -> Fut,
+) -> Result<runner::Action>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    Fut: std::future::Future<Output = Result<runner::Action>>,
+{
+    let decided = Mutex::new(None);
+    let decided_ref = &decided;
+    kube::runtime::finalizer(api, name, obj, |event| async move {
+        let action = reconcile(event).await?;
+        *decided_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some(action);
+        Ok(kube::runtime::controller::Action::await_change())
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))?;
+    Ok(decided
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or(runner::Action::await_change()))
 }
 
 /// The watches of the DSO and DSJ controllers, as `health` names them.
@@ -676,7 +706,6 @@ async fn run_dsos(
     .touched_objects();
     // A DSO that appears, changes or goes may change who wins a workload it shares with
     // others: reconcile those too, so both sides show the conflict (and its end).
-    let contenders = store.clone();
     let others = decode::watch::<DistributedScaledObject>(
         client,
         "DistributedScaledObjects (shared workloads)",
@@ -686,11 +715,7 @@ async fn run_dsos(
     )
     .backoff(health.backoff())
     .touched_objects();
-    let controller = Controller::for_stream(dso_changes, store.clone())
-        .owns_stream_with(so_changes, scaled_object_resource())
-        .watches_stream(others, move |changed| {
-            sharing_a_target(&contenders, &changed)
-        });
+    let shared_target = sharing_a_target_of(store.clone(), others);
     let fleet = shared.fleet.clone();
     let ctx = Arc::new(dso::DsoContext::new(
         shared,
@@ -700,14 +725,66 @@ async fn run_dsos(
     ));
     let reporter = spawn_reporter(ctx.clone(), dso::HOOKS, bad_dso_rx);
     info!("DistributedScaledObject controller started");
-    let stop = shutdown.clone();
-    controller
-        .reconcile_on(fleet_changes(fleet, store, ctx.pace.clone()))
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(dso::reconcile, dso::error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let triggers = futures::stream::select_all([
+        themselves(dso_changes).boxed(),
+        owners_of(so_changes).boxed(),
+        shared_target.boxed(),
+        fleet_changes(fleet, store.clone(), ctx.pace.clone()).boxed(),
+    ]);
+    runner::run(
+        store,
+        triggers,
+        dso::reconcile,
+        dso::error_policy,
+        ctx,
+        shutdown.clone(),
+    )
+    .await;
     reporter.abort();
+}
+
+/// The objects of a watch (its errors are the watch's health's to report).
+fn themselves<K: Resource + 'static>(
+    changes: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K::DynamicType: Default,
+{
+    changes.filter_map(|o| futures::future::ready(o.ok().map(|o| ObjectRef::from_obj(&o))))
+}
+
+/// The owners of kind `K` of the children a watch reports.
+fn owners_of<K: Resource + 'static>(
+    children: impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K::DynamicType: Default,
+{
+    children
+        .filter_map(|child| futures::future::ready(child.ok()))
+        .flat_map(|child| {
+            let namespace = child.metadata.namespace.as_deref();
+            let owners: Vec<_> = child
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .filter_map(|o| ObjectRef::from_owner_ref(namespace, o, K::DynamicType::default()))
+                .collect();
+            futures::stream::iter(owners)
+        })
+}
+
+/// The other DSOs that share a workload with each DSO `changes` reports.
+fn sharing_a_target_of(
+    store: Store<DistributedScaledObject>,
+    changes: impl futures::Stream<Item = Result<DistributedScaledObject, watcher::Error>>
+    + Send
+    + 'static,
+) -> impl futures::Stream<Item = ObjectRef<DistributedScaledObject>> + Send + 'static {
+    changes
+        .filter_map(|o| futures::future::ready(o.ok()))
+        .flat_map(move |changed| futures::stream::iter(sharing_a_target(&store, &changed)))
 }
 
 /// Runs the DistributedScaledJob controller until `shutdown`.
@@ -729,20 +806,25 @@ async fn run_dsjs(
     .backoff(health.backoff())
     .reflect(dsj_writer)
     .applied_objects();
-    let controller = Controller::for_stream(dsj_changes, store.clone()).owns_with(
+    let owned = watcher::watcher(
         Api::<DynamicObject>::all_with(client, &scaled_object_resource()),
-        scaled_object_resource(),
         watcher::Config::default(),
-    );
-    let ctx = Arc::new(dsj::DsjContext::new(shared, store));
+    )
+    .default_backoff()
+    .touched_objects();
+    let ctx = Arc::new(dsj::DsjContext::new(shared, store.clone()));
     let reporter = spawn_reporter(ctx.clone(), dsj::HOOKS, bad_dsj_rx);
     info!("DistributedScaledJob controller started");
-    let stop = shutdown.clone();
-    controller
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(dsj::reconcile, dsj::error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    let triggers = futures::stream::select(themselves(dsj_changes), owners_of(owned));
+    runner::run(
+        store,
+        triggers,
+        dsj::reconcile,
+        dsj::error_policy,
+        ctx,
+        shutdown.clone(),
+    )
+    .await;
     reporter.abort();
 }
 
