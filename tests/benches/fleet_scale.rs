@@ -142,6 +142,8 @@ struct Fleet {
     flap: tokio::sync::watch::Sender<u64>,
     /// Per member: the index of the address its current session is on (sharded replicas).
     on: Vec<AtomicUsize>,
+    /// Per member: its current connection, whose counters say what crossed it.
+    links: Vec<Mutex<Option<quinn::Connection>>>,
     /// Every dial of every agent and how it ended.
     dials: dials::DialLog,
     /// The agents back off after every failed dial, even while a hub restarts (the agent's
@@ -260,6 +262,7 @@ async fn virtual_agent(
             fleet.welcomed.fetch_add(1, Ordering::AcqRel);
         }
         fleet.on[index].store(current % hubs.len(), Ordering::Release);
+        *fleet.links[index].lock().unwrap() = Some(connection.clone());
         let closed;
         (last_applied, closed) = follow(connection, control, welcome, index, number, &fleet).await;
         fleet.ended.fetch_add(1, Ordering::AcqRel);
@@ -599,6 +602,9 @@ struct Row {
     /// agents), and wall time, summed over the rounds from the `/scale` write until every
     /// member held the new count.
     fanout_cpu: [Duration; 4],
+    /// What crossed the agents' connections over the rounds, the settling after each
+    /// included.
+    fanout_traffic: Traffic,
     storm: Storm,
     flap: Flap,
     push: Push,
@@ -780,6 +786,7 @@ fn new_fleet(members: usize) -> Arc<Fleet> {
         sessions: (0..members).map(|_| AtomicUsize::new(0)).collect(),
         synced: (0..members).map(|_| AtomicUsize::new(0)).collect(),
         on: (0..members).map(|_| AtomicUsize::new(0)).collect(),
+        links: (0..members).map(|_| Mutex::new(None)).collect(),
         backoff_only: std::env::var("FLEET_BENCH_RECONNECT").is_ok_and(|v| v == "backoff"),
         ..Fleet::default()
     })
@@ -889,15 +896,17 @@ async fn fanout(
     ops: u16,
     [pid, sim_pid]: [u32; 2],
     rounds: usize,
-) -> (Vec<Duration>, [Duration; 4]) {
+) -> (Vec<Duration>, [Duration; 4], Traffic) {
     let members = fleet.held.len();
     let mut samples = Vec::with_capacity(rounds * members);
     let mut fanout_cpu = [Duration::ZERO; 4];
     let _profile = Profile::start("fanout", [pid, sim_pid, std::process::id()]);
+    let mut traffic = Traffic::default();
     for round in 0..rounds {
         // Each change starts from a settled hub, as KEDA's changes do (it polls every 30 s
         // by default): not while the last change's reports are still being planned.
         settle(ops).await;
+        let counted = Traffic::of(fleet);
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
         let cpu = |pids: [u32; 3]| pids.map(cpu_time);
@@ -914,6 +923,8 @@ async fn fanout(
             fanout_cpu[i] += after.saturating_sub(before[i]);
         }
         fanout_cpu[3] += written.elapsed();
+        settle(ops).await;
+        traffic.add(Traffic::of(fleet).since(&counted));
         for h in &fleet.held {
             let told = h.lock().unwrap().1.expect("told");
             // A member already at the new count (before the first round) was not told.
@@ -922,7 +933,60 @@ async fn fanout(
             }
         }
     }
-    (samples, fanout_cpu)
+    (samples, fanout_cpu, traffic)
+}
+
+/// quinn's counters of the agents' connections, summed: datagrams each way, and of the
+/// frames in them, acknowledgements and stream data.
+#[derive(Default, Clone, Copy)]
+struct Traffic {
+    to_hub: u64,
+    to_hub_acks: u64,
+    to_hub_streams: u64,
+    from_hub: u64,
+    from_hub_acks: u64,
+    from_hub_streams: u64,
+}
+
+impl Traffic {
+    fn of(fleet: &Fleet) -> Self {
+        let mut t = Self::default();
+        for link in &fleet.links {
+            let Some(connection) = link.lock().unwrap().clone() else {
+                continue;
+            };
+            let s = connection.stats();
+            t.add(Self {
+                to_hub: s.udp_tx.datagrams,
+                to_hub_acks: s.frame_tx.acks,
+                to_hub_streams: s.frame_tx.stream,
+                from_hub: s.udp_rx.datagrams,
+                from_hub_acks: s.frame_rx.acks,
+                from_hub_streams: s.frame_rx.stream,
+            });
+        }
+        t
+    }
+
+    fn add(&mut self, o: Self) {
+        self.to_hub += o.to_hub;
+        self.to_hub_acks += o.to_hub_acks;
+        self.to_hub_streams += o.to_hub_streams;
+        self.from_hub += o.from_hub;
+        self.from_hub_acks += o.from_hub_acks;
+        self.from_hub_streams += o.from_hub_streams;
+    }
+
+    fn since(&self, before: &Self) -> Self {
+        Self {
+            to_hub: self.to_hub.saturating_sub(before.to_hub),
+            to_hub_acks: self.to_hub_acks.saturating_sub(before.to_hub_acks),
+            to_hub_streams: self.to_hub_streams.saturating_sub(before.to_hub_streams),
+            from_hub: self.from_hub.saturating_sub(before.from_hub),
+            from_hub_acks: self.from_hub_acks.saturating_sub(before.from_hub_acks),
+            from_hub_streams: self.from_hub_streams.saturating_sub(before.from_hub_streams),
+        }
+    }
 }
 
 /// `perf record` of the hub, the simulated hub cluster and the virtual agents over one
@@ -1010,7 +1074,8 @@ async fn measure(members: usize, rounds: usize) -> Row {
 
     let dsos = create_dso(hub_client, &names, &fleet).await;
     profiles_published(ops, members).await;
-    let (samples, fanout_cpu) = fanout(&fleet, &dsos, ops, [pid, sim.pid], rounds).await;
+    let (samples, fanout_cpu, fanout_traffic) =
+        fanout(&fleet, &dsos, ops, [pid, sim.pid], rounds).await;
     // The DSO's status follows the members' reports: it counts every member, and lists at
     // most `MAX_LISTED_MEMBERS` of them (a status with an entry per member of a large fleet
     // is more than etcd stores, and its writes would fail).
@@ -1183,6 +1248,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
         retries,
         reconciles,
         fanout_cpu,
+        fanout_traffic,
         storm,
         flap,
         push,
@@ -1536,6 +1602,25 @@ async fn main() {
             per_round(sim),
             per_round(agents),
             (hub + sim + agents).as_secs_f64() / wall.as_secs_f64().max(0.001),
+        );
+    }
+    println!();
+    println!(
+        "| members | per member and round, the settling after it included: datagrams hub → agent | STREAM frames in them | ACK frames | datagrams agent → hub | STREAM frames | ACK frames |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for r in &rows {
+        let t = r.fanout_traffic;
+        let per = |n: u64| n as f64 / (r.members * rounds.max(1)) as f64;
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            r.members,
+            per(t.from_hub),
+            per(t.from_hub_streams),
+            per(t.from_hub_acks),
+            per(t.to_hub),
+            per(t.to_hub_streams),
+            per(t.to_hub_acks),
         );
     }
     println!();

@@ -83,7 +83,7 @@ pub(crate) async fn measure_sharded(members: usize, replicas: usize, rounds: usi
 
     let dsos = create_dso(sim.client.clone(), &names, &fleet).await;
     profiles_published(ports[0].1, members).await;
-    let (samples, _) = fanout(&fleet, &dsos, ports[0].1, [pids[0], sim.pid], rounds).await;
+    let (samples, _, _) = fanout(&fleet, &dsos, ports[0].1, [pids[0], sim.pid], rounds).await;
     // From here on no replica count may change.
     fleet.frozen.store(true, Ordering::Release);
     let on_victim: Vec<usize> = (0..members)
