@@ -984,7 +984,9 @@ impl Traffic {
             to_hub_streams: self.to_hub_streams.saturating_sub(before.to_hub_streams),
             from_hub: self.from_hub.saturating_sub(before.from_hub),
             from_hub_acks: self.from_hub_acks.saturating_sub(before.from_hub_acks),
-            from_hub_streams: self.from_hub_streams.saturating_sub(before.from_hub_streams),
+            from_hub_streams: self
+                .from_hub_streams
+                .saturating_sub(before.from_hub_streams),
         }
     }
 }

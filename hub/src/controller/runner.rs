@@ -188,11 +188,11 @@ pub async fn run<K, C, E, Fut>(
                 let pending = queue.running.remove(&obj).flatten();
                 // A requeue too far to be represented is none.
                 let requeue = action.requeue_after.and_then(|d| now.checked_add(d));
-                let mut due = Vec::new();
-                for at in pending.into_iter().chain(requeue) {
-                    due.extend(queue.request(obj.clone(), at, now));
+                // One request, the earlier: two would start the object twice.
+                match pending.into_iter().chain(requeue).min() {
+                    Some(at) => queue.request(obj, at, now).into_iter().collect(),
+                    None => Vec::new(),
                 }
-                due
             }
             trigger = triggers.next(), if !stopping => {
                 let Some(obj) = trigger else {
@@ -216,6 +216,10 @@ pub async fn run<K, C, E, Fut>(
                 if !queue.held.contains(&obj) {
                     queue.held.push(obj);
                 }
+            } else if queue.running.contains_key(&obj) {
+                // Due twice in one step: the second is a rerun after the first.
+                let now = Instant::now();
+                queue.request(obj, now, now);
             } else if let Some(r) = start(obj, &mut queue) {
                 running.push(r);
             }
@@ -260,13 +264,14 @@ mod tests {
 
     /// What the test's reconciler saw and does: each reconciliation is recorded with the
     /// (paused) clock when it started and ended, takes `takes` and returns `next` (or fails
-    /// when `fail` names the object).
+    /// when `fail` names the object); the first ones take and return what `plan` says.
     #[derive(Default)]
     struct Script {
         started: Mutex<Vec<(String, Instant)>>,
-        finished: Mutex<Vec<(String, Instant)>>,
+        finished: Mutex<Vec<(String, Instant, Action)>>,
         takes: Mutex<Duration>,
         next: Mutex<Option<Action>>,
+        plan: Mutex<std::collections::VecDeque<(Duration, Action)>>,
         fail: Mutex<Option<String>>,
         errors: Mutex<Vec<String>>,
     }
@@ -303,21 +308,24 @@ mod tests {
                     .lock()
                     .unwrap()
                     .push((name.clone(), Instant::now()));
-                let takes = *script.takes.lock().unwrap();
+                let planned = script.plan.lock().unwrap().pop_front();
+                let (takes, next) = planned.unwrap_or_else(|| {
+                    let next = script.next.lock().unwrap();
+                    (
+                        *script.takes.lock().unwrap(),
+                        next.unwrap_or(Action::await_change()),
+                    )
+                });
                 tokio::time::sleep(takes).await;
                 script
                     .finished
                     .lock()
                     .unwrap()
-                    .push((name.clone(), Instant::now()));
+                    .push((name.clone(), Instant::now(), next));
                 if script.fail.lock().unwrap().as_deref() == Some(name.as_str()) {
                     return Err(format!("{name} failed"));
                 }
-                Ok(script
-                    .next
-                    .lock()
-                    .unwrap()
-                    .unwrap_or(Action::await_change()))
+                Ok(next)
             },
             |_, error: &String, script: Arc<Script>| {
                 script.errors.lock().unwrap().push(error.clone());
@@ -486,5 +494,106 @@ mod tests {
         (&mut h.runner).await.unwrap();
         assert_eq!(h.script.names(), ["a"]);
         assert_eq!(h.script.finished.lock().unwrap().len(), 1);
+    }
+
+    /// One step of a generated run: wait `after_ms`, then trigger object `object` (3 is not
+    /// in the store).
+    #[derive(Debug, Clone)]
+    struct Step {
+        after_ms: u64,
+        object: usize,
+    }
+
+    const NAMES: [&str; 4] = ["a", "b", "c", "gone"];
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever the triggers, the reconciliations' lengths and their requeues: never two
+        /// reconciliations of one object at once; every trigger is followed by a
+        /// reconciliation of its object; one that finds its object idle starts it at once;
+        /// a requeue is honoured by its due time; an object not in the store never runs.
+        #[test]
+        fn the_runner_keeps_its_rules_whatever_comes(
+            steps in proptest::collection::vec(
+                (0u64..40, 0usize..4).prop_map(|(after_ms, object)| Step { after_ms, object }),
+                1..40,
+            ),
+            plan in proptest::collection::vec(
+                (0u64..30, proptest::option::of(0u64..60)),
+                0..40,
+            ),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let (triggered, started, finished) = runtime.block_on(async {
+                let mut h = harness();
+                *h.script.plan.lock().unwrap() = plan
+                    .iter()
+                    .map(|&(takes, requeue)| {
+                        let next = requeue.map_or(Action::await_change(), |ms| {
+                            Action::requeue(Duration::from_millis(ms))
+                        });
+                        (Duration::from_millis(takes), next)
+                    })
+                    .collect();
+                listed(&mut h.writer, &NAMES[..3]);
+                settle().await;
+                let mut triggered = Vec::new();
+                for step in &steps {
+                    tokio::time::sleep(Duration::from_millis(step.after_ms)).await;
+                    triggered.push((NAMES[step.object].to_owned(), Instant::now()));
+                    h.triggers.send(obj(NAMES[step.object])).unwrap();
+                    settle().await;
+                }
+                // Long enough for every plan entry to have run out.
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                h.shutdown.cancel();
+                (&mut h.runner).await.unwrap();
+                let started = h.script.started();
+                let finished = h.script.finished.lock().unwrap().clone();
+                (triggered, started, finished)
+            });
+            prop_assert_eq!(started.len(), finished.len());
+            prop_assert!(started.iter().all(|(n, _)| n != "gone"));
+            for name in &NAMES[..3] {
+                let runs: Vec<(Instant, Instant, Action)> = started
+                    .iter()
+                    .filter(|(n, _)| n == name)
+                    .map(|(_, at)| *at)
+                    .zip(finished.iter().filter(|(n, ..)| n == name).map(|(_, end, a)| (*end, *a)))
+                    .map(|(start, (end, action))| (start, end, action))
+                    .collect();
+                for pair in runs.windows(2) {
+                    prop_assert!(pair[1].0 >= pair[0].1, "{name}: overlapping runs {pair:?}");
+                }
+                for (_, at) in triggered.iter().filter(|(n, _)| n == name) {
+                    prop_assert!(
+                        runs.iter().any(|(start, ..)| start >= at),
+                        "{name}: the trigger at {at:?} was never served"
+                    );
+                    let busy = runs.iter().any(|(start, end, _)| start <= at && at <= end);
+                    if !busy {
+                        prop_assert!(
+                            runs.iter().any(|(start, ..)| start == at),
+                            "{name}: idle at {at:?} but not started then"
+                        );
+                    }
+                }
+                for (_, end, action) in &runs {
+                    if let Some(after) = action.requeue_after() {
+                        // The DelayQueue rounds a deadline up to its next millisecond.
+                        let due = *end + after + Duration::from_millis(1);
+                        prop_assert!(
+                            runs.iter().any(|(start, ..)| start >= end && *start <= due),
+                            "{name}: a requeue after {after:?} at {end:?} was not honoured"
+                        );
+                    }
+                }
+            }
+        }
     }
 }
