@@ -22,6 +22,7 @@ pub mod pki;
 pub mod signals;
 pub mod supervise;
 pub mod telemetry;
+pub mod tickets;
 pub mod tls;
 pub mod token_log;
 pub mod udp;

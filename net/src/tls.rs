@@ -8,7 +8,7 @@ use std::time::Duration;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -314,10 +314,6 @@ fn transport(tuning: TransportTuning, side: Side) -> Arc<quinn::TransportConfig>
     Arc::new(transport)
 }
 
-/// TLS sessions the hub keeps to resume (about 1 KiB each, the agent's certificate with
-/// its secrets): the agents that reconnected most recently; older ones do a full handshake.
-pub const RESUMABLE_SESSIONS: usize = 4096;
-
 /// Most connection attempts quinn holds before the hub decides on them (quinn's default is
 /// 65,536). The hub decides on each at once (Retry, refuse or accept), so this is only a
 /// backstop against a burst arriving faster than the accept loop runs.
@@ -430,15 +426,13 @@ fn hub_server_config(
             .push(kedge_protocol::ENROLL_ALPN.to_vec());
     }
     tls.max_early_data_size = 0;
-    // Reconnects resume the last TLS session: no certificate is signed or verified again.
-    // Bytes stay about the same (QUIC pads every datagram of the client's Initial packets, and
-    // the server's first flight, to 1,200 bytes, which kedge's ECDSA certificates fit in), so
-    // the session tickets are the hub's stateful kind, 32 bytes each: an encrypted stateless
-    // ticket would carry the agent's certificate to it and back with every connection. One
-    // ticket a session, as an agent dials one connection at a time. A resumed session keeps
-    // the identity of its first handshake, which the hub checks again at `Hello` as it does
-    // for any session (enrollment, revocation, expiry).
-    tls.session_storage = ServerSessionMemoryCache::new(RESUMABLE_SESSIONS);
+    // Reconnects resume the last TLS session, also after a hub restart and on another
+    // replica: no certificate is signed or verified again. The tickets are sealed with a key
+    // derived from the hub's secret (`crate::tickets`), so the hub keeps nothing per session;
+    // each carries the agent's certificate (about 600 bytes), which still fits the client's
+    // first Initial packet. One ticket a session, as an agent dials one connection at a time.
+    tls.ticketer = tokens.tickets.clone();
+    tls.session_storage = Arc::new(NoServerSessionStorage {});
     tls.send_tls13_tickets = 1;
     let quic = QuicServerConfig::try_from(tls).map_err(|e| Error::NoQuicSuite(e.to_string()))?;
     let mut config = quinn::ServerConfig::new(Arc::new(quic), tokens.key.clone());
@@ -466,20 +460,31 @@ fn hub_server_config(
 ///
 /// It also holds the log of the tokens used, so that every configuration built with it (a
 /// renewal's too) takes each token once.
+///
+/// The same secret keys the hub's TLS session tickets ([`crate::tickets`]), for the same
+/// reason: a session an agent had with one hub process resumes with the next.
 #[derive(Clone)]
 pub struct AddressTokens {
     key: Arc<ring::hkdf::Prk>,
     used: Arc<crate::token_log::UsedTokens>,
+    tickets: Arc<crate::tickets::SessionTickets>,
 }
 
 impl AddressTokens {
-    /// The key derived from `secret` (HKDF-SHA256 with a label of its own), and an empty log.
+    /// The key derived from `secret` (HKDF-SHA256 with a label of its own), an empty log, and
+    /// the session tickets of `secret`.
     pub fn derive(secret: &[u8]) -> Self {
         let salt = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"kedge-hub address tokens v1");
         Self {
             key: Arc::new(salt.extract(secret)),
             used: Arc::default(),
+            tickets: Arc::new(crate::tickets::SessionTickets::derive(secret)),
         }
+    }
+
+    /// The session tickets sealed with the same secret.
+    pub fn tickets(&self) -> &crate::tickets::SessionTickets {
+        &self.tickets
     }
 
     /// The key derived from `material`'s private key.
@@ -909,6 +914,55 @@ mod tests {
         let other_key = hub_endpoint(server_config(hub_material(&ca, validity), tuning).unwrap());
         let (validated, _session) = dial(&client, &other_key, &config).await;
         assert!(!validated, "a hub with another key took the token");
+    }
+
+    /// An agent's TLS session with a hub resumes with the hub's next process (the same
+    /// secret): no certificate signed or verified again. With another secret the ticket does
+    /// not open and the agent still connects with a full handshake.
+    #[tokio::test]
+    async fn a_restarted_hub_resumes_the_sessions_of_the_one_before() {
+        let (ca, validity, config) = pki();
+        let material = hub_material(&ca, validity);
+        let again = || TlsMaterial {
+            chain: material.chain.clone(),
+            key: material.key.clone_key(),
+            trusted: material.trusted.clone(),
+        };
+        let tuning = TransportTuning::hub(Duration::from_secs(15));
+        let hub = |material: TlsMaterial| {
+            let tokens = AddressTokens::of(&material);
+            let config = hub_server_config(material, tuning, false, &tokens).unwrap();
+            (hub_endpoint(config), tokens)
+        };
+        let client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+
+        let (before, tokens) = hub(again());
+        let (_, session) = dial(&client, &before, &config).await;
+        assert_eq!(
+            tokens.tickets().opened(),
+            0,
+            "a first session is a full handshake"
+        );
+        session.close(0u32.into(), b"restart");
+        before.close(0u32.into(), b"restart");
+
+        let (after, tokens) = hub(again());
+        let (_, session) = dial(&client, &after, &config).await;
+        assert_eq!(
+            tokens.tickets().opened(),
+            1,
+            "the restarted hub did not resume"
+        );
+        session.close(0u32.into(), b"restart");
+
+        let (other_key, tokens) = hub(hub_material(&ca, validity));
+        let (_, session) = dial(&client, &other_key, &config).await;
+        assert_eq!(
+            tokens.tickets().opened(),
+            0,
+            "a hub with another secret opened a ticket"
+        );
+        session.close(0u32.into(), b"done");
     }
 
     #[tokio::test]
