@@ -158,7 +158,12 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
         .relay_address(std::env::var("POD_IP").ok().as_deref())
         .map_err(Error::Limits)?;
     let access = SessionsAccess::from_file(args.ops_token_file.as_deref())?;
-    let (server_config, hub_ca) = tls_setup(&args).await?;
+    let (server_config, tokens, hub_ca) = tls_setup(&args).await?;
+    prometheus.sub_registry_with_prefix("kedge_hub").register(
+        "tls_resumptions",
+        "TLS handshakes that resumed an agent's session with a ticket (no certificate signed or verified)",
+        tokens.tickets().opened_counter(),
+    );
     let endpoint = quic_endpoint(server_config, args.listen)?;
     let quic_addr = endpoint.local_addr().map_err(|source| Error::Listen {
         addr: args.listen,
@@ -331,12 +336,16 @@ struct HubCa {
 
 /// The QUIC server configuration: from files, or issued from the hub CA in its Secret
 /// (created on first start), with enrollment.
-async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>)> {
+async fn tls_setup(
+    args: &HubArgs,
+) -> Result<(quinn::ServerConfig, tls::AddressTokens, Option<HubCa>)> {
     let tuning = args.transport();
     match args.tls_source()? {
         config::TlsSource::Files { cert, key, ca } => {
             let material = TlsMaterial::from_files(&cert, &key, &ca)?;
-            Ok((tls::server_config(material, tuning)?, None))
+            let tokens = tls::AddressTokens::of(&material);
+            let config = tls::server_config_with(material, tuning, &tokens)?;
+            Ok((config, tokens, None))
         }
         config::TlsSource::CaSecret => {
             let client = kedge_net::kube_client::client(args.kubeconfig.as_deref())
@@ -358,6 +367,7 @@ async fn tls_setup(args: &HubArgs) -> Result<(quinn::ServerConfig, Option<HubCa>
             let config = tls::enrolling_server_config(material, tuning, &tokens)?;
             Ok((
                 config,
+                tokens.clone(),
                 Some(HubCa {
                     ca,
                     server,

@@ -19,9 +19,9 @@
 //! in and the next, so it lives one to two epochs (rustls asks for expiry by key rolling, not
 //! by a lifetime written in the ticket).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use prometheus_client::metrics::counter::Counter;
 use ring::aead::{self, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::hkdf;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -36,8 +36,8 @@ const HEADER: usize = 8 + NONCE_LEN;
 pub struct SessionTickets {
     key: hkdf::Prk,
     rng: SystemRandom,
-    /// Tickets opened: sessions that resumed.
-    opened: AtomicU64,
+    /// Tickets opened: sessions that resumed (the hub's `kedge_hub_tls_resumptions_total`).
+    opened: Counter,
     /// Seconds since the Unix epoch (a field so that tests can move the clock).
     now: fn() -> u64,
 }
@@ -55,14 +55,19 @@ impl SessionTickets {
         Self {
             key: salt.extract(secret),
             rng: SystemRandom::new(),
-            opened: AtomicU64::new(0),
+            opened: Counter::default(),
             now: unix_now,
         }
     }
 
     /// Tickets opened so far: sessions that resumed with one.
     pub fn opened(&self) -> u64 {
-        self.opened.load(Ordering::Relaxed)
+        self.opened.get()
+    }
+
+    /// The counter of [`Self::opened`], to register as a metric.
+    pub fn opened_counter(&self) -> Counter {
+        self.opened.clone()
     }
 
     fn epoch(&self) -> u64 {
@@ -131,7 +136,7 @@ impl rustls::server::ProducesTickets for SessionTickets {
             )
             .ok()?;
         let plain = plain.to_vec();
-        self.opened.fetch_add(1, Ordering::Relaxed);
+        self.opened.inc();
         Some(plain)
     }
 }

@@ -347,6 +347,16 @@ pub fn server_config(
     hub_server_config(material, tuning, false, &tokens)
 }
 
+/// [`server_config`] with `tokens` (derived from `material`'s key or another secret the hub
+/// keeps), whose session tickets the caller counts.
+pub fn server_config_with(
+    material: TlsMaterial,
+    tuning: TransportTuning,
+    tokens: &AddressTokens,
+) -> Result<quinn::ServerConfig> {
+    hub_server_config(material, tuning, false, tokens)
+}
+
 /// Client configuration for the agent: verifies the hub against `material.trusted` and presents
 /// `material.chain`. `alpn` is overridable only so that tests can offer a wrong one.
 pub fn client_config(

@@ -1183,6 +1183,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
                 && (l.contains("handshake_failures")
                     || l.contains("sessions_refused")
                     || l.contains("kedge_hub_retries")
+                    || l.contains("kedge_hub_tls_resumptions")
                     || (l.contains("controller=\"distributedscaledobject\"")
                         && (l.contains("reconciles_total")
                             || l.contains("reconcile_duration_seconds_sum"))))

@@ -59,6 +59,15 @@ async fn agents_connect_reconnect_after_hub_restart_and_turn_unreachable() {
             "{member} kept a session across the restart"
         );
     }
+    // Each agent resumed its TLS session with the new hub process: the ticket the first hub
+    // sealed opens with the key the second derives from the same secret.
+    let metrics = ops_get(ports, "/metrics").await.unwrap();
+    let resumed: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("kedge_hub_tls_resumptions_total "))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no resumption counter:\n{metrics}"));
+    assert!(resumed >= 3.0, "{resumed} of 3 agents resumed");
     for agent in &mut agents {
         assert!(
             agent.is_running(),
