@@ -759,6 +759,15 @@ mod tests {
         TlsMaterial::from_pem(&cert.cert_pem, &cert.key_pem, ca.cert_pem()).unwrap()
     }
 
+    /// The same certificate and key again, as a restarted hub reads them.
+    fn same_material(material: &TlsMaterial) -> TlsMaterial {
+        TlsMaterial {
+            chain: material.chain.clone(),
+            key: material.key.clone_key(),
+            trusted: material.trusted.clone(),
+        }
+    }
+
     fn hub_endpoint(server: quinn::ServerConfig) -> quinn::Endpoint {
         quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap()
     }
@@ -869,11 +878,7 @@ mod tests {
     async fn a_restarted_hub_takes_the_address_tokens_of_the_one_before() {
         let (ca, validity, config) = pki();
         let material = hub_material(&ca, validity);
-        let again = || TlsMaterial {
-            chain: material.chain.clone(),
-            key: material.key.clone_key(),
-            trusted: material.trusted.clone(),
-        };
+        let again = || same_material(&material);
         let tuning = TransportTuning::hub(Duration::from_secs(15));
         let client = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
 
@@ -933,11 +938,7 @@ mod tests {
     async fn a_restarted_hub_resumes_the_sessions_of_the_one_before() {
         let (ca, validity, config) = pki();
         let material = hub_material(&ca, validity);
-        let again = || TlsMaterial {
-            chain: material.chain.clone(),
-            key: material.key.clone_key(),
-            trusted: material.trusted.clone(),
-        };
+        let again = || same_material(&material);
         let tuning = TransportTuning::hub(Duration::from_secs(15));
         let hub = |material: TlsMaterial| {
             let tokens = AddressTokens::of(&material);
