@@ -211,15 +211,13 @@ pub async fn run<K, C, E, Fut>(
         if stopping {
             continue;
         }
+        // Each step makes an object due at most once, and only when it is not running
+        // (`Queue::request`): nothing here starts an object twice.
         for obj in due {
             if !is_ready {
                 if !queue.held.contains(&obj) {
                     queue.held.push(obj);
                 }
-            } else if queue.running.contains_key(&obj) {
-                // Due twice in one step: the second is a rerun after the first.
-                let now = Instant::now();
-                queue.request(obj, now, now);
             } else if let Some(r) = start(obj, &mut queue) {
                 running.push(r);
             }
