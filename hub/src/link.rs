@@ -62,6 +62,11 @@ pub struct LinkTraffic {
     /// Bytes both ways until the session was established: the QUIC and TLS handshake and
     /// the `Hello` (a resumed TLS session costs less than a full one).
     pub handshake_bytes: u64,
+    /// Datagrams both ways until the session was established. A reconnect with more than
+    /// the first connection had resent one (the agent or the hub was slow to answer, or a
+    /// datagram was lost).
+    #[serde(default)]
+    pub handshake_packets: u64,
     /// Times the agent's address changed under the live session (NAT rebinding), each
     /// carried over by QUIC connection migration rather than a new handshake.
     pub migrations: u64,
@@ -101,6 +106,7 @@ impl LinkTraffic {
         let mut traffic = Self::default();
         traffic.record(handshake, at_unix_ms);
         traffic.handshake_bytes = handshake.bytes_sent + handshake.bytes_received;
+        traffic.handshake_packets = handshake.packets_sent + handshake.packets_received;
         traffic
     }
 
@@ -149,7 +155,7 @@ mod tests {
     #[test]
     fn a_session_counts_its_handshake_then_grows_by_deltas() {
         let mut t = LinkTraffic::established(&sample(3_000, 2_000, 1), 10);
-        assert_eq!(t.handshake_bytes, 5_000);
+        assert_eq!((t.handshake_bytes, t.handshake_packets), (5_000, 50));
         assert_eq!((t.bytes_sent, t.bytes_received), (3_000, 2_000));
         // The first reading adds all it counted.
         let first = LinkDelta::from(&sample(3_000, 2_000, 1));
@@ -164,7 +170,7 @@ mod tests {
         assert_eq!(t.rtt(), Duration::from_millis(600));
         assert_eq!(t.sampled_unix_ms, 20);
         // The handshake stays what it was.
-        assert_eq!(t.handshake_bytes, 5_000);
+        assert_eq!((t.handshake_bytes, t.handshake_packets), (5_000, 50));
     }
 
     #[test]
