@@ -620,6 +620,8 @@ struct Flap {
     /// Of those re-syncs: nothing needed (the agent held its state), or the state sent.
     in_sync: u64,
     sent: u64,
+    /// Of the reconnects, those that resumed their TLS session.
+    resumed: u64,
     /// Agents of the other half whose session ended meanwhile (must be 0).
     lost: usize,
 }
@@ -644,6 +646,8 @@ struct Storm {
     resynced: Duration,
     /// Connection attempts that failed meanwhile (and were retried after a backoff).
     retries: usize,
+    /// Sessions the new hub resumed from a ticket of the old one.
+    resumed: u64,
     /// The new hub's peak RSS and CPU time until then.
     peak_rss: u64,
     cpu: Duration,
@@ -1183,7 +1187,6 @@ async fn measure(members: usize, rounds: usize) -> Row {
                 && (l.contains("handshake_failures")
                     || l.contains("sessions_refused")
                     || l.contains("kedge_hub_retries")
-                    || l.contains("kedge_hub_tls_resumptions")
                     || (l.contains("controller=\"distributedscaledobject\"")
                         && (l.contains("reconciles_total")
                             || l.contains("reconcile_duration_seconds_sum"))))
@@ -1198,6 +1201,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
         retries: fleet.retries.load(Ordering::Acquire) - retries_before,
         peak_rss: peak_rss.max(memory(new_pid).rss),
         cpu: common::cpu_time(new_pid),
+        resumed: resumptions(ops).await,
         wrong: fleet.wrong.load(Ordering::Acquire),
     };
 
@@ -1267,6 +1271,11 @@ async fn resyncs(ops: u16, kind: &str) -> u64 {
     ) as u64
 }
 
+/// TLS sessions the hub resumed from a ticket.
+async fn resumptions(ops: u16) -> u64 {
+    sample(&hub_metrics(ops).await, "kedge_hub_tls_resumptions_total") as u64
+}
+
 /// The hub's `/metrics` page.
 async fn hub_metrics(ops: u16) -> String {
     http_get(&format!("http://127.0.0.1:{ops}/metrics"))
@@ -1293,6 +1302,7 @@ async fn flap(fleet: &Fleet, ops: u16, members: usize) -> Flap {
         .map(|s| s.load(Ordering::Acquire))
         .collect();
     let (in_sync, sent) = (resyncs(ops, "in_sync").await, resyncs(ops, "sent").await);
+    let resumed = resumptions(ops).await;
     let cut = members.div_ceil(2) as u64;
     let started = Instant::now();
     fleet.flap.send_modify(|n| *n += 1);
@@ -1326,6 +1336,7 @@ async fn flap(fleet: &Fleet, ops: u16, members: usize) -> Flap {
         resynced,
         in_sync: resyncs(ops, "in_sync").await - in_sync,
         sent: resyncs(ops, "sent").await - sent,
+        resumed: resumptions(ops).await - resumed,
         lost,
     }
 }
@@ -1628,17 +1639,18 @@ async fn main() {
     }
     println!();
     println!(
-        "| members | hub restart: SIGTERM → exited | new hub → every agent reconnected (failed attempts) | → every agent re-synced | peak RSS | CPU (mean) | replica counts changed |"
+        "| members | hub restart: SIGTERM → exited | new hub → every agent reconnected (failed attempts) | TLS sessions resumed | → every agent re-synced | peak RSS | CPU (mean) | replica counts changed |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let s = &r.storm;
         println!(
-            "| {} | {:.2} s | {:.2} s ({}) | {:.2} s | {:.1} MiB | {:.2} s ({}m) | {} |",
+            "| {} | {:.2} s | {:.2} s ({}) | {} | {:.2} s | {:.1} MiB | {:.2} s ({}m) | {} |",
             r.members,
             s.stop.as_secs_f64(),
             s.reconnected.as_secs_f64(),
             s.retries,
+            s.resumed,
             s.resynced.as_secs_f64(),
             s.peak_rss as f64 / 1024.0,
             s.cpu.as_secs_f64(),
@@ -1648,16 +1660,17 @@ async fn main() {
     }
     println!();
     println!(
-        "| members | half the connections cut at once | → all reconnected | → all re-synced (in sync / sent again) | other half's sessions lost |"
+        "| members | half the connections cut at once | → all reconnected (TLS sessions resumed) | → all re-synced (in sync / sent again) | other half's sessions lost |"
     );
     println!("|---|---|---|---|---|");
     for r in &rows {
         let f = &r.flap;
         println!(
-            "| {} | {} | {:.2} s | {:.2} s ({} / {}) | {} |",
+            "| {} | {} | {:.2} s ({}) | {:.2} s ({} / {}) | {} |",
             r.members,
             f.cut,
             f.reconnected.as_secs_f64(),
+            f.resumed,
             f.resynced.as_secs_f64(),
             f.in_sync,
             f.sent,
