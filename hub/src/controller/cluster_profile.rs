@@ -92,6 +92,7 @@ fn warn_no_crd(namespace: &str) {
 /// Publishes ClusterProfiles until `shutdown`.
 pub async fn run(ctx: Arc<ProfileContext>, shutdown: CancellationToken) {
     let mut published: Option<BTreeMap<String, ClusterProfile>> = None;
+    let mut up_to_date = UpToDate::default();
     let mut listed = tokio::time::Instant::now();
     let mut refused: BTreeMap<String, tokio::time::Instant> = BTreeMap::new();
     let mut no_crd = false;
@@ -102,7 +103,7 @@ pub async fn run(ctx: Arc<ProfileContext>, shutdown: CancellationToken) {
         let wait = match published.as_mut() {
             Some(published) if !relist && listed.elapsed() < RELIST => {
                 ctx.shared.metrics.reconciled(CONTROLLER);
-                match pass(&ctx, published, &mut refused).await {
+                match pass(&ctx, published, &mut up_to_date, &mut refused).await {
                     Ok(()) => {
                         backoff = Duration::ZERO;
                         PASS
@@ -121,6 +122,7 @@ pub async fn run(ctx: Arc<ProfileContext>, shutdown: CancellationToken) {
                     }
                     no_crd = false;
                     published = Some(now);
+                    up_to_date = UpToDate::default();
                     listed = tokio::time::Instant::now();
                     relist = false;
                     Duration::ZERO
@@ -188,16 +190,88 @@ fn taints(dsjs: Option<&Store<DistributedScaledJob>>) -> BTreeMap<String, Vec<Me
     by_member
 }
 
+/// The members whose published profile was last found to be what their inputs make: the
+/// MemberCluster (the cache's object, the same `Arc` until it changes) and its DSJ taints,
+/// good until the first of those taints ends. A pass does not build such a member's profile
+/// again: at 10,000 members building and comparing every profile every [`PASS`] was about
+/// 15 millicores of an idle hub (docs/scale.md, seventh round). Emptied when the published
+/// profiles are listed again, so that one changed by someone else is found.
+#[derive(Debug, Default)]
+pub struct UpToDate(BTreeMap<String, Inputs>);
+
+/// What one member's profile was built from.
+#[derive(Debug)]
+struct Inputs {
+    member: Arc<kedge_core::crd::MemberCluster>,
+    taints: Vec<MemberTaint>,
+    /// When the first of `taints` ends (its value then changes).
+    until: Option<SystemTime>,
+}
+
+impl UpToDate {
+    /// Whether `name`'s profile was up to date with these inputs, and still is at `now`.
+    fn holds(
+        &self,
+        name: &str,
+        member: &Arc<kedge_core::crd::MemberCluster>,
+        taints: &[MemberTaint],
+        now: SystemTime,
+    ) -> bool {
+        self.0.get(name).is_some_and(|seen| {
+            Arc::ptr_eq(&seen.member, member)
+                && seen.taints == taints
+                && seen.until.is_none_or(|until| now < until)
+        })
+    }
+
+    /// Records that `name`'s published profile is what `member` and `taints` make at `now`.
+    fn record(
+        &mut self,
+        name: String,
+        member: &Arc<kedge_core::crd::MemberCluster>,
+        taints: &[MemberTaint],
+        now: SystemTime,
+    ) {
+        let ends = taints
+            .iter()
+            .flat_map(|t| [&t.taint.hard_until, &t.taint.soft_until]);
+        let until = ends
+            .flatten()
+            .map(kedge_core::time::from_time)
+            .filter(|end| *end > now)
+            .min();
+        let inputs = Inputs {
+            member: member.clone(),
+            taints: taints.to_vec(),
+            until,
+        };
+        self.0.insert(name, inputs);
+    }
+}
+
+/// What one pass makes of the members.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// The profiles that differ from what was published.
+    pub writes: Vec<ClusterProfile>,
+    /// Published profiles of members no longer registered.
+    pub gone: Vec<String>,
+    /// Profiles built (those of members whose inputs changed, or not yet up to date).
+    pub built: usize,
+}
+
 /// The profiles to write (those that differ from `published`) and the names to delete (of
-/// members no longer registered), for `members` at `now`; profiles in `refused` wait.
+/// members no longer registered), for `members` at `now`. Members `up_to_date` says are
+/// unchanged are skipped; it learns which are.
 pub fn plan(
     members: &[Arc<kedge_core::crd::MemberCluster>],
     namespace: &str,
     taints: &BTreeMap<String, Vec<MemberTaint>>,
     published: &BTreeMap<String, ClusterProfile>,
     now: SystemTime,
-) -> (Vec<ClusterProfile>, Vec<String>) {
-    let mut writes = Vec::new();
+    up_to_date: &mut UpToDate,
+) -> Plan {
+    let mut plan = Plan::default();
     let mut names = std::collections::BTreeSet::new();
     for member in members {
         let name = member.name_any();
@@ -206,6 +280,11 @@ pub fn plan(
         }
         let current = published.get(&name);
         let member_taints = taints.get(&name).map(Vec::as_slice).unwrap_or_default();
+        if current.is_some() && up_to_date.holds(&name, member, member_taints, now) {
+            names.insert(name);
+            continue;
+        }
+        plan.built += 1;
         let wanted = profile(
             member,
             namespace,
@@ -214,16 +293,21 @@ pub fn plan(
             now,
         );
         if differs(current, &wanted) {
-            writes.push(wanted);
+            // Up to date once written: the next pass finds it so.
+            up_to_date.0.remove(&name);
+            plan.writes.push(wanted);
+        } else {
+            up_to_date.record(name.clone(), member, member_taints, now);
         }
         names.insert(name);
     }
-    let gone = published
+    up_to_date.0.retain(|name, _| names.contains(name));
+    plan.gone = published
         .keys()
         .filter(|name| !names.contains(*name))
         .cloned()
         .collect();
-    (writes, gone)
+    plan
 }
 
 /// One pass: writes what differs and deletes what lost its member, [`WRITES_IN_FLIGHT`] at a
@@ -233,15 +317,17 @@ pub fn plan(
 async fn pass(
     ctx: &ProfileContext,
     published: &mut BTreeMap<String, ClusterProfile>,
+    up_to_date: &mut UpToDate,
     refused: &mut BTreeMap<String, tokio::time::Instant>,
 ) -> Result<()> {
     let members = ctx.shared.member_clusters().await?;
-    let (writes, gone) = plan(
+    let Plan { writes, gone, .. } = plan(
         &members,
         &ctx.namespace,
         &taints(ctx.dsjs.as_ref()),
         published,
         SystemTime::now(),
+        up_to_date,
     );
     refused.retain(|_, at| at.elapsed() < REFUSED_RETRY);
     let writes: Vec<ClusterProfile> = writes
@@ -397,21 +483,36 @@ mod tests {
         c.status.as_str()
     }
 
+    /// Publishes `writes` into `published`, as a pass whose writes all succeed does.
+    fn publish(published: &mut BTreeMap<String, ClusterProfile>, writes: Vec<ClusterProfile>) {
+        published.extend(writes.into_iter().map(|p| (p.name_any(), p)));
+    }
+
     #[test]
     fn a_pass_writes_new_and_changed_profiles_only_and_deletes_those_of_gone_members() {
         let none = BTreeMap::new();
+        let mut seen = UpToDate::default();
         let members = [member("a", "Ready"), member("b", "Pending")];
-        let (writes, gone) = plan(&members, "fleet", &none, &BTreeMap::new(), at(100));
+        let Plan { writes, gone, .. } = plan(
+            &members,
+            "fleet",
+            &none,
+            &BTreeMap::new(),
+            at(100),
+            &mut seen,
+        );
         assert_eq!(writes.len(), 2);
         assert!(gone.is_empty());
-        let published: BTreeMap<String, ClusterProfile> =
-            writes.into_iter().map(|p| (p.name_any(), p)).collect();
+        let mut published = BTreeMap::new();
+        publish(&mut published, writes);
         // Nothing changed but the clock: nothing to write.
-        let (writes, gone) = plan(&members, "fleet", &none, &published, at(200));
+        let Plan { writes, gone, .. } =
+            plan(&members, "fleet", &none, &published, at(200), &mut seen);
         assert!(writes.is_empty() && gone.is_empty());
         // `a` lost, `b` deleted, `c` new.
         let members = [member("a", "Unreachable"), member("c", "Ready")];
-        let (writes, gone) = plan(&members, "fleet", &none, &published, at(300));
+        let Plan { writes, gone, .. } =
+            plan(&members, "fleet", &none, &published, at(300), &mut seen);
         let written: Vec<(String, &str)> =
             writes.iter().map(|p| (p.name_any(), healthy(p))).collect();
         assert_eq!(
@@ -437,15 +538,26 @@ mod tests {
         assert_eq!(by_member["a"][0].dsj, "batch/etl");
         assert!(!by_member.contains_key("b"));
         let members = [member("a", "Ready")];
-        let (first, _) = plan(
+        let mut seen = UpToDate::default();
+        let first = plan(
             &members,
             "fleet",
             &BTreeMap::new(),
             &BTreeMap::new(),
             at(100),
+            &mut seen,
         );
-        let published = first.into_iter().map(|p| (p.name_any(), p)).collect();
-        let (writes, _) = plan(&members, "fleet", &by_member, &published, at(200));
+        let mut published = BTreeMap::new();
+        publish(&mut published, first.writes);
+        let writes = plan(
+            &members,
+            "fleet",
+            &by_member,
+            &published,
+            at(200),
+            &mut seen,
+        )
+        .writes;
         assert_eq!(writes.len(), 1);
         let properties = &writes[0].status.as_ref().unwrap().properties;
         let taint = properties
@@ -454,6 +566,72 @@ mod tests {
             .unwrap();
         assert_eq!(taint.value, "batch/etl:hard until 1970-01-01T01:00:00Z");
         assert!(taints(None).is_empty());
+    }
+
+    /// A DSJ's soft taint on `member` until `until` seconds.
+    fn soft_taint(member: &str, until: u64) -> BTreeMap<String, Vec<MemberTaint>> {
+        let taint = kedge_core::crd::dsj::TaintRecord {
+            member: member.to_owned(),
+            class: None,
+            size: None,
+            priority: None,
+            soft_until: Some(kedge_core::time::to_time(at(until))),
+            hard_until: None,
+        };
+        let dsj = "batch/etl".to_owned();
+        BTreeMap::from([(member.to_owned(), vec![MemberTaint { dsj, taint }])])
+    }
+
+    #[test]
+    fn a_member_whose_inputs_did_not_change_is_not_built_again_until_a_taint_ends() {
+        let none = BTreeMap::new();
+        let mut seen = UpToDate::default();
+        let mut published = BTreeMap::new();
+        let a = member("a", "Ready");
+        let members = [a.clone(), member("b", "Ready")];
+        let mut pass = |members: &[Arc<MemberCluster>], taints, now, seen: &mut UpToDate| {
+            let plan = plan(members, "fleet", taints, &published, at(now), seen);
+            let written: Vec<String> = plan.writes.iter().map(|p| p.name_any()).collect();
+            publish(&mut published, plan.writes);
+            (plan.built, written)
+        };
+        assert_eq!(pass(&members, &none, 100, &mut seen).0, 2);
+        // Written last pass: built once more, found up to date, then left alone.
+        assert_eq!(pass(&members, &none, 102, &mut seen), (2, vec![]));
+        assert_eq!(pass(&members, &none, 104, &mut seen), (0, vec![]));
+        // `b` changed (the cache holds a new object): only `b` is built, and nothing in it
+        // that a profile shows changed.
+        let members = [a.clone(), member("b", "Ready")];
+        assert_eq!(pass(&members, &none, 106, &mut seen), (1, vec![]));
+        // A taint on `a` until 300 s: built and written, then up to date until it ends.
+        let tainted = soft_taint("a", 300);
+        assert_eq!(
+            pass(&members, &tainted, 200, &mut seen),
+            (1, vec!["a".into()])
+        );
+        assert_eq!(pass(&members, &tainted, 202, &mut seen), (1, vec![]));
+        assert_eq!(pass(&members, &tainted, 299, &mut seen), (0, vec![]));
+        // It ended: `a`'s profile loses it.
+        assert_eq!(
+            pass(&members, &tainted, 301, &mut seen),
+            (1, vec!["a".into()])
+        );
+        // Listed again (a profile edited by someone else): every member is built again.
+        assert_eq!(
+            pass(&members, &tainted, 303, &mut UpToDate::default()),
+            (2, vec![])
+        );
+        // A member deleted: its profile goes, and it is forgotten.
+        let plan = plan(
+            &members[..1],
+            "fleet",
+            &tainted,
+            &published,
+            at(305),
+            &mut seen,
+        );
+        assert_eq!(plan.gone, ["b"]);
+        assert!(!seen.0.contains_key("b"));
     }
 
     #[test]
