@@ -194,7 +194,7 @@ fn taints(dsjs: Option<&Store<DistributedScaledJob>>) -> BTreeMap<String, Vec<Me
 /// MemberCluster (the cache's object, the same `Arc` until it changes) and its DSJ taints,
 /// good until the first of those taints ends. A pass does not build such a member's profile
 /// again: at 10,000 members building and comparing every profile every [`PASS`] was about
-/// 15 millicores of an idle hub (docs/scale.md, seventh round). Emptied when the published
+/// 16 millicores of an idle hub (docs/scale.md, seventh round). Emptied when the published
 /// profiles are listed again, so that one changed by someone else is found.
 #[derive(Debug, Default)]
 pub struct UpToDate(BTreeMap<String, Inputs>);
