@@ -52,6 +52,13 @@ pub enum Enrolled {
     Members(BTreeMap<String, Enrollment>),
 }
 
+impl Enrolled {
+    /// Whether `member` is known to have no `MemberCluster` (read, and not listed).
+    pub fn departed(&self, member: &str) -> bool {
+        matches!(self, Enrolled::Members(members) if !members.contains_key(member))
+    }
+}
+
 /// What admission says of one certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

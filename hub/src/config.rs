@@ -75,6 +75,10 @@ pub struct HubArgs {
     /// Missed heartbeat intervals before a member is Unreachable.
     #[arg(long, env = "KEDGE_HUB_HEARTBEAT_TOLERANCE", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub heartbeat_tolerance: u32,
+    /// How long a deleted member stays listed in `/v1/sessions` (Unreachable, with why its
+    /// session was revoked) before the hub forgets it and its per-member metric series.
+    #[arg(long, env = "KEDGE_HUB_FORGET_DEPARTED_AFTER", default_value = "5m", value_parser = duration_within(FORGET_DEPARTED_AFTER))]
+    pub forget_departed_after: Duration,
     /// Established agent sessions beyond which new ones are refused (handshakes in progress
     /// do not count: see --max-handshakes).
     #[arg(long, env = "KEDGE_HUB_MAX_CONNECTIONS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -202,6 +206,9 @@ pub enum TlsSource {
 /// dead member for too long.
 pub const HEARTBEAT_INTERVAL: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(600));
+/// Bounds of `--forget-departed-after`.
+pub const FORGET_DEPARTED_AFTER: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(24 * 3600));
 /// Bounds of `--server-cert-lifetime` (the shortest is for tests of renewal).
 pub const SERVER_CERT_LIFETIME: (Duration, Duration) = (
     Duration::from_secs(10),

@@ -219,7 +219,15 @@ pub async fn run(args: HubArgs, shutdown: CancellationToken) -> Result<()> {
     } else {
         Enrolled::Anyone
     }));
-    let sweeper = supervisor.spawn("the heartbeat sweeper", sweep(fleet.clone(), stop.clone()));
+    let sweeper = supervisor.spawn(
+        "the heartbeat sweeper",
+        sweep(
+            fleet.clone(),
+            admission.subscribe(),
+            args.forget_departed_after,
+            stop.clone(),
+        ),
+    );
     let leadership = match (args.controllers(), lease) {
         (Some(config), Some(lease)) => Some(tokio::spawn(lead(
             Leading {
@@ -531,8 +539,14 @@ async fn lead(
     outcome
 }
 
-/// Marks members whose heartbeats are overdue, at twice the heartbeat rate.
-async fn sweep(fleet: Arc<Fleet>, shutdown: CancellationToken) {
+/// Marks members whose heartbeats are overdue, at twice the heartbeat rate, and forgets
+/// members deleted `forget_after` ago ([`registry::SessionRegistry::forget_departed`]).
+async fn sweep(
+    fleet: Arc<Fleet>,
+    enrolled: watch::Receiver<Enrolled>,
+    forget_after: std::time::Duration,
+    shutdown: CancellationToken,
+) {
     let registry = fleet.registry();
     let mut tick = tokio::time::interval(registry.liveness().interval / 2);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -545,6 +559,15 @@ async fn sweep(fleet: Arc<Fleet>, shutdown: CancellationToken) {
                     let reason = registry.get(member).map(|s| s.reason).unwrap_or_default();
                     warn!(%member, %reason, "member unreachable");
                     fleet.notify(member);
+                }
+                let forgotten = {
+                    let enrolled = enrolled.borrow();
+                    registry.forget_departed(tokio::time::Instant::now(), forget_after, |m| {
+                        enrolled.departed(m)
+                    })
+                };
+                for member in &forgotten {
+                    info!(%member, after = ?forget_after, "deleted member forgotten");
                 }
             }
         }

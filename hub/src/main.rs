@@ -5,6 +5,9 @@ use tokio_util::sync::CancellationToken;
 /// The hub allocates and frees small strings and maps for every member at every decision;
 /// glibc's allocator spent a quarter of the hub's CPU on it at 10,000 members
 /// (docs/scale.md, "The allocator").
+/// The `system-allocator` feature leaves the process's own allocator in place, for heap
+/// profilers that intercept `malloc`.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

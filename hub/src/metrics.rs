@@ -505,6 +505,24 @@ impl HubMetrics {
             .inc();
     }
 
+    /// Removes every per-member series of `member` (a member that was deleted).
+    pub(crate) fn forget_member(&self, member: &str) {
+        for direction in ["sent", "received"] {
+            let label = MemberDirectionLabel {
+                member: member.to_owned(),
+                direction: direction.to_owned(),
+            };
+            self.member_link_bytes.remove(&label);
+            self.member_link_packets.remove(&label);
+        }
+        let label = MemberLabel {
+            member: member.to_owned(),
+        };
+        self.member_link_rtt.remove(&label);
+        self.member_sessions.remove(&label);
+        self.member_migrations.remove(&label);
+    }
+
     pub(crate) fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }

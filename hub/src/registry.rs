@@ -121,6 +121,9 @@ struct Entry {
     contested: Vec<Instant>,
     /// Until when a second agent is refused instead of replacing the live session.
     duplicate_until: Option<Instant>,
+    /// Since when the member has had no `MemberCluster` and no live session, as
+    /// [`SessionRegistry::forget_departed`] last saw it.
+    departed_since: Option<Instant>,
 }
 
 /// Liveness rule: a member is unreachable once `tolerance` heartbeat intervals pass without one.
@@ -263,6 +266,7 @@ impl SessionRegistry {
                 enrollment_uid: new.enrollment_uid,
                 contested,
                 duplicate_until,
+                departed_since: None,
             },
         );
         self.recount(&entries, isize::from(!was_connected));
@@ -452,6 +456,41 @@ impl SessionRegistry {
         newly
     }
 
+    /// Forgets the members `departed` says are gone (their `MemberCluster` was deleted) once
+    /// they have had no live session and been gone for `retain`: their `/v1/sessions` entry,
+    /// with the revocation's reason, and their per-member metric series. Without it a fleet
+    /// whose members come and go would list every member it ever had, count each as
+    /// `Unreachable` in `kedge_hub_sessions`, and keep their series for the hub's life.
+    /// Returns the members forgotten.
+    pub fn forget_departed(
+        &self,
+        now: Instant,
+        retain: Duration,
+        departed: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let mut entries = self.lock();
+        let mut gone = Vec::new();
+        for (member, entry) in entries.iter_mut() {
+            if entry.live.is_some() || !departed(member) {
+                entry.departed_since = None;
+                continue;
+            }
+            let since = *entry.departed_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= retain {
+                gone.push(member.clone());
+            }
+        }
+        for member in &gone {
+            entries.remove(member);
+            self.metrics.forget_member(member);
+        }
+        if !gone.is_empty() {
+            // Only entries without a live session go, none of them `Connected`.
+            self.recount(&entries, 0);
+        }
+        gone
+    }
+
     /// Every member, sorted by name.
     pub fn snapshot(&self) -> Vec<MemberSession> {
         self.lock().values().map(|e| (*e.view).clone()).collect()
@@ -561,6 +600,67 @@ mod tests {
         r.register(session("b", "b2"), t0, wall);
         r.register(session("a", "a3"), t0, wall);
         assert_eq!(gauges(&metrics), (2, 1));
+    }
+
+    /// The member series of `metrics`, as exposed.
+    fn member_series(metrics: &HubMetrics, member: &str) -> Vec<String> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let label = format!("member=\"{member}\"");
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains(&label))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_deleted_member_is_forgotten_with_its_series_once_its_retention_has_passed() {
+        let metrics = HubMetrics::default();
+        let r = SessionRegistry::new(
+            Liveness {
+                interval: Duration::from_secs(1),
+                tolerance: 3,
+            },
+            metrics.clone(),
+        );
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let retain = Duration::from_secs(60);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        for member in ["gone", "kept", "live"] {
+            r.register(session(member, &format!("{member}-1")), t0, wall);
+        }
+        assert_eq!(member_series(&metrics, "gone").len(), 6);
+        r.disconnected("gone", "gone-1", "revoked: MemberCluster deleted");
+        r.disconnected("kept", "kept-1", "link lost");
+        let deleted = |m: &str| m != "kept";
+        // A deleted member whose session is live (not yet revoked) is never forgotten; a
+        // member with a MemberCluster neither, however long it has been unreachable.
+        assert!(r.forget_departed(at(1), retain, deleted).is_empty());
+        assert!(r.forget_departed(at(60), retain, deleted).is_empty());
+        assert_eq!(gauges(&metrics), (1, 2));
+        let forgotten = r.forget_departed(at(61), retain, deleted);
+        assert_eq!(forgotten, vec!["gone".to_string()]);
+        assert_eq!(r.names(), BTreeSet::from(["kept".into(), "live".into()]));
+        assert!(member_series(&metrics, "gone").is_empty());
+        assert_eq!(member_series(&metrics, "kept").len(), 6);
+        assert_eq!(gauges(&metrics), (1, 1));
+        // A member set up again before its retention passed starts over.
+        r.disconnected("live", "live-1", "revoked");
+        assert!(r.forget_departed(at(100), retain, deleted).is_empty());
+        assert!(r.forget_departed(at(130), retain, |_| false).is_empty());
+        assert!(r.forget_departed(at(170), retain, deleted).is_empty());
+        assert_eq!(
+            r.forget_departed(at(230), retain, deleted),
+            vec!["live".to_string()]
+        );
+        // Forgetting is not a revocation of what comes later: the same name enrolled again
+        // gets a session, counted from one.
+        r.register(session("gone", "gone-2"), at(231), wall);
+        assert_eq!(r.get("gone").unwrap().sessions, 1);
+        assert_eq!(gauges(&metrics), (1, 1));
     }
 
     #[test]

@@ -941,15 +941,20 @@ async fn fanout(
 }
 
 /// quinn's counters of the agents' connections, summed: datagrams each way, and of the
-/// frames in them, acknowledgements and stream data.
+/// frames in them, acknowledgements, stream data and PINGs (a probe with nothing to resend);
+/// and the agents' packets quinn declared lost (on loopback nothing is lost: a loss is a
+/// probe timeout that fired before the hub's acknowledgement came).
 #[derive(Default, Clone, Copy)]
 struct Traffic {
     to_hub: u64,
     to_hub_acks: u64,
     to_hub_streams: u64,
+    to_hub_pings: u64,
+    to_hub_lost: u64,
     from_hub: u64,
     from_hub_acks: u64,
     from_hub_streams: u64,
+    from_hub_pings: u64,
 }
 
 impl Traffic {
@@ -964,9 +969,12 @@ impl Traffic {
                 to_hub: s.udp_tx.datagrams,
                 to_hub_acks: s.frame_tx.acks,
                 to_hub_streams: s.frame_tx.stream,
+                to_hub_pings: s.frame_tx.ping,
+                to_hub_lost: s.path.lost_packets,
                 from_hub: s.udp_rx.datagrams,
                 from_hub_acks: s.frame_rx.acks,
                 from_hub_streams: s.frame_rx.stream,
+                from_hub_pings: s.frame_rx.ping,
             });
         }
         t
@@ -976,9 +984,12 @@ impl Traffic {
         self.to_hub += o.to_hub;
         self.to_hub_acks += o.to_hub_acks;
         self.to_hub_streams += o.to_hub_streams;
+        self.to_hub_pings += o.to_hub_pings;
+        self.to_hub_lost += o.to_hub_lost;
         self.from_hub += o.from_hub;
         self.from_hub_acks += o.from_hub_acks;
         self.from_hub_streams += o.from_hub_streams;
+        self.from_hub_pings += o.from_hub_pings;
     }
 
     fn since(&self, before: &Self) -> Self {
@@ -986,6 +997,9 @@ impl Traffic {
             to_hub: self.to_hub.saturating_sub(before.to_hub),
             to_hub_acks: self.to_hub_acks.saturating_sub(before.to_hub_acks),
             to_hub_streams: self.to_hub_streams.saturating_sub(before.to_hub_streams),
+            to_hub_pings: self.to_hub_pings.saturating_sub(before.to_hub_pings),
+            to_hub_lost: self.to_hub_lost.saturating_sub(before.to_hub_lost),
+            from_hub_pings: self.from_hub_pings.saturating_sub(before.from_hub_pings),
             from_hub: self.from_hub.saturating_sub(before.from_hub),
             from_hub_acks: self.from_hub_acks.saturating_sub(before.from_hub_acks),
             from_hub_streams: self
@@ -1620,21 +1634,24 @@ async fn main() {
     }
     println!();
     println!(
-        "| members | per member and round, the settling after it included: datagrams hub → agent | STREAM frames in them | ACK frames | datagrams agent → hub | STREAM frames | ACK frames |"
+        "| members | per member and round, the settling after it included: datagrams hub → agent | STREAM frames in them | ACK frames | PING frames | datagrams agent → hub | STREAM frames | ACK frames | PING frames | agent packets declared lost |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let t = r.fanout_traffic;
         let per = |n: u64| n as f64 / (r.members * rounds.max(1)) as f64;
         println!(
-            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} |",
             r.members,
             per(t.from_hub),
             per(t.from_hub_streams),
             per(t.from_hub_acks),
+            per(t.from_hub_pings),
             per(t.to_hub),
             per(t.to_hub_streams),
             per(t.to_hub_acks),
+            per(t.to_hub_pings),
+            per(t.to_hub_lost),
         );
     }
     println!();

@@ -143,7 +143,7 @@ async fn members_exist_only_through_a_membercluster_and_deleting_one_revokes_it(
     let _serial = SERIAL.lock().await;
     let (_dir, fleet) = start(&["member-1", "member-2"]).await;
     fleet.kubectl(&["delete", "mc", "member-2"]).await;
-    let _hub = fleet.start_hub("hub.log");
+    let _hub = fleet.start_hub_with("hub.log", &["--forget-departed-after", "5s"]);
     let _a1 = fleet.start_agent("member-1", None, "member-1.log");
     let a2 = fleet.start_agent("member-2", None, "member-2.log");
     wait_for_states(fleet.ports, &["member-1"], "Connected", LIMIT).await;
@@ -202,6 +202,29 @@ async fn members_exist_only_through_a_membercluster_and_deleting_one_revokes_it(
         log.contains("live session revoked"),
         "no audit line for the revocation"
     );
+    // After --forget-departed-after, the deleted member is no longer listed, counted or
+    // measured; member-1 keeps its series.
+    let metrics = ops_get(fleet.ports, "/metrics").await.unwrap();
+    assert!(metrics.contains("member=\"member-2\""), "{metrics}");
+    wait_for(LIMIT, "member-2 forgotten", || async {
+        let listed = sessions(fleet.ports).await?;
+        state_of(&listed, "member-2").is_none().then_some(())
+    })
+    .await;
+    let forgotten = deleted.elapsed();
+    eprintln!("forgotten {forgotten:?} after the delete (--forget-departed-after 5s)");
+    assert!(
+        forgotten >= Duration::from_secs(5),
+        "forgotten after {forgotten:?}"
+    );
+    let metrics = ops_get(fleet.ports, "/metrics").await.unwrap();
+    assert!(!metrics.contains("member=\"member-2\""), "{metrics}");
+    assert!(metrics.contains("member=\"member-1\""), "{metrics}");
+    assert!(
+        metrics.contains("kedge_hub_sessions{state=\"Unreachable\"} 0"),
+        "{metrics}"
+    );
+    assert!(hub_log(&fleet, "hub.log").contains("deleted member forgotten"));
 }
 
 /// `kubectl kedge mc ARGS` against the fleet's hub cluster; its output (panics on failure).
