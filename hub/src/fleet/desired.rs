@@ -35,12 +35,16 @@ impl Desired {
         }
     }
 
+    /// The state to publish. Every member's session holds it while the member is
+    /// connected, so its lists are allocated to their length: collected from the owners'
+    /// lists, whose length the iterator does not know, each would start at room for four
+    /// (at 1,000 members with one DSO, 1 KiB a member where 0.25 KiB were used).
     fn state(&self) -> DesiredState {
         DesiredState {
             revision: self.revision,
-            workloads: self.workloads.values().flatten().cloned().collect(),
-            create_jobs: self.jobs.values().flat_map(|c| c.creates.clone()).collect(),
-            delete_jobs: self.jobs.values().flat_map(|c| c.deletes.clone()).collect(),
+            workloads: exact(self.workloads.values().map(Vec::as_slice)),
+            create_jobs: exact(self.jobs.values().map(|c| c.creates.as_slice())),
+            delete_jobs: exact(self.jobs.values().map(|c| c.deletes.as_slice())),
         }
     }
 
@@ -98,6 +102,15 @@ impl Desired {
             .flatten()
             .any(|w| &w.workload == workload)
     }
+}
+
+/// The items of `lists`, one after the other, in a list allocated to their number.
+fn exact<'a, T: Clone + 'a>(lists: impl Iterator<Item = &'a [T]> + Clone) -> Vec<T> {
+    let mut all = Vec::with_capacity(lists.clone().map(<[T]>::len).sum());
+    for list in lists {
+        all.extend_from_slice(list);
+    }
+    all
 }
 
 /// Puts `value` as what `owner` wants in `by_owner`, removing the owner when `value` is
@@ -232,6 +245,9 @@ mod tests {
         let state = rx.borrow_and_update().clone().unwrap();
         assert_eq!(state.revision, r0 + 1);
         assert_eq!(state.workloads.len(), 2);
+        // What every connected member's session holds has no room to spare.
+        assert_eq!(state.workloads.capacity(), 2);
+        assert_eq!(state.create_jobs.capacity(), 0);
         f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
         assert!(
             !rx.has_changed().unwrap(),
