@@ -19,6 +19,9 @@
 //!   (1 or 2): p50 / p95 / p99 / max over every (round, member); and where the time went:
 //!   the CPU time the hub, the simulated hub cluster and this process (the virtual agents)
 //!   used from each write until every member held the count, against the wall time;
+//!   and what crossed the connections per member and round: datagrams each way, the STREAM,
+//!   ACK and PING frames in them, the agents' packets declared lost, and the datagrams the
+//!   kernel dropped at full receive buffers (all sockets, and the hub's);
 //! - the hub's RSS and CPU with the DSO at rest;
 //! - a flap: the sessions of half the members cut at once while the hub and the other half
 //!   run on; the time until each is back and re-synced, how many re-syncs needed nothing
@@ -910,7 +913,7 @@ async fn fanout(
         // Each change starts from a settled hub, as KEDA's changes do (it polls every 30 s
         // by default): not while the last change's reports are still being planned.
         settle(ops).await;
-        let counted = Traffic::of(fleet);
+        let counted = Traffic::of(fleet, pid);
         let per_member = 1 + (round % 2) as i32;
         let target = per_member * members as i32;
         let cpu = |pids: [u32; 3]| pids.map(cpu_time);
@@ -928,7 +931,7 @@ async fn fanout(
         }
         fanout_cpu[3] += written.elapsed();
         settle(ops).await;
-        traffic.add(Traffic::of(fleet).since(&counted));
+        traffic.add(Traffic::of(fleet, pid).since(&counted));
         for h in &fleet.held {
             let told = h.lock().unwrap().1.expect("told");
             // A member already at the new count (before the first round) was not told.
@@ -942,8 +945,9 @@ async fn fanout(
 
 /// quinn's counters of the agents' connections, summed: datagrams each way, and of the
 /// frames in them, acknowledgements, stream data and PINGs (a probe with nothing to resend);
-/// and the agents' packets quinn declared lost (on loopback nothing is lost: a loss is a
-/// probe timeout that fired before the hub's acknowledgement came).
+/// the agents' packets quinn declared lost; and the datagrams the kernel dropped because a
+/// socket's receive buffer was full (every UDP socket of the machine: on loopback that is
+/// where a datagram is lost).
 #[derive(Default, Clone, Copy)]
 struct Traffic {
     to_hub: u64,
@@ -955,11 +959,17 @@ struct Traffic {
     from_hub_acks: u64,
     from_hub_streams: u64,
     from_hub_pings: u64,
+    udp_drops: u64,
+    hub_socket_drops: u64,
 }
 
 impl Traffic {
-    fn of(fleet: &Fleet) -> Self {
-        let mut t = Self::default();
+    fn of(fleet: &Fleet, hub: u32) -> Self {
+        let mut t = Self {
+            udp_drops: udp_receive_buffer_errors(),
+            hub_socket_drops: socket_drops(hub),
+            ..Self::default()
+        };
         for link in &fleet.links {
             let Some(connection) = link.lock().unwrap().clone() else {
                 continue;
@@ -975,6 +985,8 @@ impl Traffic {
                 from_hub_acks: s.frame_rx.acks,
                 from_hub_streams: s.frame_rx.stream,
                 from_hub_pings: s.frame_rx.ping,
+                udp_drops: 0,
+                hub_socket_drops: 0,
             });
         }
         t
@@ -990,6 +1002,8 @@ impl Traffic {
         self.from_hub_acks += o.from_hub_acks;
         self.from_hub_streams += o.from_hub_streams;
         self.from_hub_pings += o.from_hub_pings;
+        self.udp_drops += o.udp_drops;
+        self.hub_socket_drops += o.hub_socket_drops;
     }
 
     fn since(&self, before: &Self) -> Self {
@@ -1000,6 +1014,10 @@ impl Traffic {
             to_hub_pings: self.to_hub_pings.saturating_sub(before.to_hub_pings),
             to_hub_lost: self.to_hub_lost.saturating_sub(before.to_hub_lost),
             from_hub_pings: self.from_hub_pings.saturating_sub(before.from_hub_pings),
+            udp_drops: self.udp_drops.saturating_sub(before.udp_drops),
+            hub_socket_drops: self
+                .hub_socket_drops
+                .saturating_sub(before.hub_socket_drops),
             from_hub: self.from_hub.saturating_sub(before.from_hub),
             from_hub_acks: self.from_hub_acks.saturating_sub(before.from_hub_acks),
             from_hub_streams: self
@@ -1007,6 +1025,48 @@ impl Traffic {
                 .saturating_sub(before.from_hub_streams),
         }
     }
+}
+
+/// The machine's UDP `RcvbufErrors` (`/proc/net/snmp`): datagrams dropped because the
+/// receiving socket's buffer was full.
+fn udp_receive_buffer_errors() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find_map(|(name, value)| (name == "RcvbufErrors").then(|| value.parse().ok()))
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// The datagrams the kernel dropped at process `pid`'s UDP sockets (`drops` in
+/// `/proc/net/udp` of the sockets among its file descriptors).
+fn socket_drops(pid: u32) -> u64 {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy();
+            Some(link.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let columns: Vec<&str> = line.split_whitespace().collect();
+            // ... inode (9), ref, pointer, drops (12)
+            let (inode, drops) = (columns.get(9)?, columns.get(12)?);
+            inodes.contains(*inode).then(|| drops.parse::<u64>().ok())?
+        })
+        .sum()
 }
 
 /// `perf record` of the hub, the simulated hub cluster and the virtual agents over one
@@ -1634,14 +1694,14 @@ async fn main() {
     }
     println!();
     println!(
-        "| members | per member and round, the settling after it included: datagrams hub → agent | STREAM frames in them | ACK frames | PING frames | datagrams agent → hub | STREAM frames | ACK frames | PING frames | agent packets declared lost |"
+        "| members | per member and round, the settling after it included: datagrams hub → agent | STREAM frames in them | ACK frames | PING frames | datagrams agent → hub | STREAM frames | ACK frames | PING frames | agent packets declared lost | datagrams dropped by full receive buffers: all sockets | the hub's |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let t = r.fanout_traffic;
         let per = |n: u64| n as f64 / (r.members * rounds.max(1)) as f64;
         println!(
-            "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} |",
+            "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.3} | {:.3} | {:.3} | {:.3} |",
             r.members,
             per(t.from_hub),
             per(t.from_hub_streams),
@@ -1652,6 +1712,8 @@ async fn main() {
             per(t.to_hub_acks),
             per(t.to_hub_pings),
             per(t.to_hub_lost),
+            per(t.udp_drops),
+            per(t.hub_socket_drops),
         );
     }
     println!();
