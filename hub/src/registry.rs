@@ -526,11 +526,26 @@ mod tests {
     use super::*;
 
     fn registry() -> SessionRegistry {
+        measured_registry().0
+    }
+
+    /// A registry (1 s heartbeats, a tolerance of 3) and the metrics it publishes to.
+    fn measured_registry() -> (SessionRegistry, HubMetrics) {
+        let metrics = HubMetrics::default();
         let liveness = Liveness {
             interval: Duration::from_secs(1),
             tolerance: 3,
         };
-        SessionRegistry::new(liveness, HubMetrics::default())
+        (SessionRegistry::new(liveness, metrics.clone()), metrics)
+    }
+
+    /// What `metrics` expose on `/metrics`.
+    fn exposition(metrics: &HubMetrics) -> String {
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
     }
 
     fn session(member: &str, id: &str) -> NewSession {
@@ -549,10 +564,7 @@ mod tests {
 
     /// The `kedge_hub_sessions` gauges of `metrics`: (Connected, Unreachable).
     fn gauges(metrics: &HubMetrics) -> (i64, i64) {
-        let mut registry = prometheus_client::registry::Registry::default();
-        metrics.register(&mut registry);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = exposition(metrics);
         let value = |state: &str| {
             let prefix = format!("kedge_hub_sessions{{state=\"{state}\"}} ");
             text.lines()
@@ -564,14 +576,7 @@ mod tests {
 
     #[test]
     fn the_session_gauges_follow_every_change_of_state() {
-        let metrics = HubMetrics::default();
-        let r = SessionRegistry::new(
-            Liveness {
-                interval: Duration::from_secs(1),
-                tolerance: 3,
-            },
-            metrics.clone(),
-        );
+        let (r, metrics) = measured_registry();
         let (t0, wall) = (Instant::now(), SystemTime::now());
         r.register(session("a", "a1"), t0, wall);
         r.register(session("b", "b1"), t0, wall);
@@ -604,10 +609,7 @@ mod tests {
 
     /// The member series of `metrics`, as exposed.
     fn member_series(metrics: &HubMetrics, member: &str) -> Vec<String> {
-        let mut registry = prometheus_client::registry::Registry::default();
-        metrics.register(&mut registry);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = exposition(metrics);
         let label = format!("member=\"{member}\"");
         text.lines()
             .filter(|l| !l.starts_with('#') && l.contains(&label))
@@ -617,14 +619,7 @@ mod tests {
 
     #[test]
     fn a_deleted_member_is_forgotten_with_its_series_once_its_retention_has_passed() {
-        let metrics = HubMetrics::default();
-        let r = SessionRegistry::new(
-            Liveness {
-                interval: Duration::from_secs(1),
-                tolerance: 3,
-            },
-            metrics.clone(),
-        );
+        let (r, metrics) = measured_registry();
         let t0 = Instant::now();
         let wall = SystemTime::now();
         let retain = Duration::from_secs(60);
