@@ -549,7 +549,7 @@ struct Entry {
 impl Entry {
     fn parse(v: &Value) -> Option<Entry> {
         let mut entry = Entry::header(v)?;
-        entry.fields = v.get("fieldsV1").map(from_fields_v1).unwrap_or_default();
+        entry.fields = fields_of(v);
         Some(entry)
     }
 
@@ -602,6 +602,14 @@ impl Entry {
         }
         s
     }
+}
+
+/// The fields an entry owns (its `fieldsV1`).
+fn fields_of(entry: &Value) -> FieldSet {
+    entry
+        .get("fieldsV1")
+        .map(from_fields_v1)
+        .unwrap_or_default()
 }
 
 fn managed_fields(obj: &Value) -> Option<&Vec<Value>> {
@@ -947,12 +955,12 @@ fn record_update_reading(old: &Value, new: &Value, write: Write<'_>, reading: Re
         .into_iter()
         .flatten()
         .filter_map(|raw| {
-            let header = Entry::header(raw)?;
-            if !header.is(manager, operation, subresource) && left_alone(raw) {
-                Some(Managed::Stored(raw))
-            } else {
-                Entry::parse(raw).map(Managed::Read)
+            let mut entry = Entry::header(raw)?;
+            if !entry.is(manager, operation, subresource) && left_alone(raw) {
+                return Some(Managed::Stored(raw));
             }
+            entry.fields = fields_of(raw);
+            Some(Managed::Read(entry))
         })
         .collect();
     let old_set = field_set_below(old, kind, scope, &changed_root);
