@@ -567,6 +567,7 @@ async fn sweep(
                     })
                 };
                 for member in &forgotten {
+                    fleet.forget(member);
                     info!(%member, after = ?forget_after, "deleted member forgotten");
                 }
             }

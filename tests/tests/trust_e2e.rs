@@ -251,40 +251,10 @@ async fn kedge_mc(fleet: &Fleet, args: &[&str]) -> String {
 async fn a_certificate_of_an_earlier_enrollment_is_refused() {
     let _serial = SERIAL.lock().await;
     let (_dir, fleet) = start(&["member-1"]).await;
-    let uid = |fleet: &Fleet| {
-        fleet
-            .sim
-            .cluster("hub")
-            .unwrap()
-            .object("kedge.dev/v1alpha1", "MemberCluster", "", "member-1")
-            .unwrap()["metadata"]["uid"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let uid = |fleet: &Fleet| enrollment_uid(fleet, "member-1");
     let first = uid(&fleet);
-    // Issue member-1 a certificate bound to the current MemberCluster, from the fleet's CA,
-    // laid out like the fleet's PKI so the harness starts an agent with it.
-    let (cert, key) = enrolled_cert(&fleet, "member-1", &first);
-    let bound_pki = Pki {
-        dir: fleet.dir.join("bound"),
-    };
-    std::fs::create_dir_all(&bound_pki.dir).unwrap();
-    for file in ["ca.pem", "member-1.kubeconfig"] {
-        std::fs::copy(fleet.pki.dir.join(file), bound_pki.dir.join(file)).unwrap();
-    }
-    std::fs::write(bound_pki.dir.join("member-member-1.pem"), cert).unwrap();
-    std::fs::write(bound_pki.dir.join("member-member-1-key.pem"), key).unwrap();
     let _hub = fleet.start_hub("hub.log");
-    let bound = |log: &str| {
-        start_agent_with(
-            &bound_pki,
-            "member-1",
-            fleet.ports,
-            fleet.dir.join(log),
-            &[],
-        )
-    };
+    let bound = |log: &str| bound_agent(&fleet, "member-1", &first, log);
     let agent = bound("agent-1.log");
     wait_for_states(fleet.ports, &["member-1"], "Connected", LIMIT).await;
     drop(agent);
@@ -307,6 +277,35 @@ async fn a_certificate_of_an_earlier_enrollment_is_refused() {
         state_of(&listed, "member-1").unwrap()["state"],
         "Unreachable"
     );
+}
+
+/// The uid of `member`'s MemberCluster: the enrollment its certificates are bound to.
+fn enrollment_uid(fleet: &Fleet, member: &str) -> String {
+    fleet
+        .sim
+        .cluster("hub")
+        .unwrap()
+        .object("kedge.dev/v1alpha1", "MemberCluster", "", member)
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// An agent for `member` with a certificate bound to its MemberCluster `uid`, issued from
+/// the fleet's CA and laid out like the fleet's PKI (in a directory of its own).
+fn bound_agent(fleet: &Fleet, member: &str, uid: &str, log: &str) -> Proc {
+    let (cert, key) = enrolled_cert(fleet, member, uid);
+    let pki = Pki {
+        dir: fleet.dir.join(format!("bound-{uid}")),
+    };
+    std::fs::create_dir_all(&pki.dir).unwrap();
+    for file in ["ca.pem".to_owned(), format!("{member}.kubeconfig")] {
+        std::fs::copy(fleet.pki.dir.join(&file), pki.dir.join(&file)).unwrap();
+    }
+    std::fs::write(pki.dir.join(format!("member-{member}.pem")), cert).unwrap();
+    std::fs::write(pki.dir.join(format!("member-{member}-key.pem")), key).unwrap();
+    start_agent_with(&pki, member, fleet.ports, fleet.dir.join(log), &[])
 }
 
 /// A client certificate for `member` bound to MemberCluster `uid`, signed by the fleet's CA.
@@ -359,4 +358,100 @@ async fn two_agents_with_one_certificate_are_reported_not_flapping() {
         "the agents still replace each other: {m}"
     );
     assert_eq!(m["state"], "Connected");
+}
+
+/// Jobs of DSJ `default/work` in `member`.
+async fn work_jobs(fleet: &Fleet, member: &str) -> usize {
+    use k8s_openapi::api::batch::v1::Job;
+    let client = fleet.sim.cluster(member).unwrap().client().unwrap();
+    kube::Api::<Job>::namespaced(client, "default")
+        .list(&kube::api::ListParams::default().labels("kedge.dev/distributedscaledjob=work"))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+/// A member deleted while the hub held Job creates for it, and enrolled again, is a new
+/// member: it is not sent the creates held for the one before. A DSJ over every registered
+/// member placed that work on the other member once the first was gone; sending the creates
+/// too would run it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_enrolled_anew_is_sent_no_job_held_for_the_one_before() {
+    let _serial = SERIAL.lock().await;
+    let (_dir, fleet) = start_with(&["member-1", "member-2"], |c| {
+        c.job_duration = Duration::from_secs(600)
+    })
+    .await;
+    let kubeconfig = fleet.kubeconfig("hub").display().to_string();
+    // Heartbeats every 2 s: a stopped agent keeps its session for 6 s, time for the DSJ to
+    // hand it creates that it never carries out.
+    let _hub = start_hub_with(
+        &fleet.pki,
+        fleet.ports,
+        "2s",
+        fleet.dir.join("hub.log"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--lease-namespace",
+            "kedge-system",
+            "--dsj-enabled",
+            "true",
+        ],
+    );
+    let first = enrollment_uid(&fleet, "member-1");
+    let stopped = bound_agent(&fleet, "member-1", &first, "member-1.log");
+    let _other = fleet.start_agent("member-2", None, "member-2.log");
+    wait_for_states(fleet.ports, &["member-1", "member-2"], "Connected", LIMIT).await;
+    let every_member = dsj_yaml("queue").replace(
+        "  memberClusters:\n  - {name: member-1, weight: 2}\n  - {name: member-2, weight: 3}\n",
+        "",
+    );
+    assert!(!every_member.contains("memberClusters"), "{every_member}");
+    apply(&fleet, &every_member, "work.yaml").await;
+    let dsj = || fleet.hub_object("kedge.dev/v1alpha1", "DistributedScaledJob", "work");
+    wait_for(LIMIT, "both members Ready for the DSJ", || async {
+        let s = dsj()?["status"]["memberClusterStatuses"].clone();
+        (s["member-1"]["state"] == "Ready" && s["member-2"]["state"] == "Ready").then_some(())
+    })
+    .await;
+
+    // member-1's agent stops: the DSJ hands it creates it never carries out.
+    stopped.signal("STOP");
+    set_queue(&fleet, 4).await;
+    let held = wait_for(LIMIT, "creates held for member-1", || async {
+        let s = dsj()?["status"]["memberClusterStatuses"]["member-1"].clone();
+        let pending = s["pendingJobs"].as_i64()?;
+        (pending > 0).then_some(pending)
+    })
+    .await;
+    // Deleted: its session is revoked, and the DSJ places its share on member-2.
+    fleet.kubectl(&["delete", "mc", "member-1"]).await;
+    wait_for(LIMIT, "all 4 Jobs on member-2", || async {
+        (work_jobs(&fleet, "member-2").await == 4).then_some(())
+    })
+    .await;
+    stopped.signal("KILL");
+
+    // Enrolled again (a new MemberCluster uid, a new certificate).
+    fleet.register("member-1").await;
+    let second = enrollment_uid(&fleet, "member-1");
+    assert_ne!(second, first);
+    let _again = bound_agent(&fleet, "member-1", &second, "member-1-again.log");
+    wait_for(LIMIT, "member-1 Ready again", || async {
+        let s = dsj()?["status"]["memberClusterStatuses"].clone();
+        (s["member-1"]["state"] == "Ready").then_some(())
+    })
+    .await;
+    // Three polls: none of the {held} creates held for the deleted member reaches the new one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        [
+            work_jobs(&fleet, "member-1").await,
+            work_jobs(&fleet, "member-2").await
+        ],
+        [0, 4],
+        "{held} creates were held for the deleted member-1"
+    );
 }

@@ -156,7 +156,9 @@ impl Fleet {
     ) {
         workloads.sort_by(|a, b| a.workload.cmp(&b.workload));
         let mut members = self.lock();
-        let entry = self.entry(&mut members, member);
+        let Some(entry) = members.get_mut(member) else {
+            return;
+        };
         if !entry.in_session(session) || !entry.session_reported {
             return;
         }
@@ -214,7 +216,7 @@ mod tests {
     #[test]
     fn nothing_is_released_to_a_session_before_its_first_full_report() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         let mut rx = f.desired_state("m1");
         assert!(rx.borrow_and_update().is_none());
         // A controller planning before the report changes nothing.
@@ -229,14 +231,14 @@ mod tests {
         let state = rx.borrow_and_update().clone().expect("released");
         assert!(state.workloads.is_empty());
         // A new session starts closed again.
-        f.session_started("m1", "s2", 0);
+        f.session_started("m1", "s2", 0, None);
         assert!(rx.borrow_and_update().is_none());
     }
 
     #[test]
     fn desired_state_merges_owners_and_bumps_revisions_only_on_change() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         f.record_report("m1", "s1", full(vec![]));
         let mut rx = f.desired_state("m1");
         f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);

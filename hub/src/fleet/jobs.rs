@@ -144,7 +144,9 @@ impl Fleet {
     /// not complete yet.
     pub fn set_jobs(&self, member: &str, session: &str, owner: &str, commands: JobCommands) {
         let mut members = self.lock();
-        let entry = self.entry(&mut members, member);
+        let Some(entry) = members.get_mut(member) else {
+            return;
+        };
         if !entry.in_session(session) || !entry.reported_jobs.is_complete() {
             return;
         }
@@ -300,7 +302,7 @@ mod tests {
     #[test]
     fn job_commands_wait_for_a_complete_set_and_end_when_carried_out() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         let mut rx = f.desired_state("m1");
         let commands = JobCommands {
             creates: vec![create("j1")],
@@ -355,5 +357,52 @@ mod tests {
         assert_eq!(jobs.commands, JobCommands::default());
         assert!(jobs.failures.is_empty());
         assert!(f.jobs_of("nobody", "ns/d").jobs.is_empty());
+    }
+
+    /// A member deleted and enrolled again (same name, a new `MemberCluster` uid) is a new
+    /// member: the Job creates held for the one before are neither sent to it nor counted
+    /// as its pending Jobs, and nothing it reported is taken as known. A forgotten member
+    /// leaves nothing, and what it is given later comes under higher revisions.
+    #[test]
+    fn a_member_enrolled_anew_starts_over_and_a_forgotten_one_leaves_nothing() {
+        let f = fleet();
+        let held = JobCommands {
+            creates: vec![create("j1")],
+            deletes: vec![],
+        };
+        f.session_started("m1", "s1", 0, Some("uid-1"));
+        f.record_report("m1", "s1", full(vec![healthy("a")]));
+        f.set_jobs("m1", "s1", "ns/d", held.clone());
+        f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        let first = f.member("m1").unwrap().revision;
+        // Another session of the same enrollment keeps what is held.
+        f.session_started("m1", "s2", 0, Some("uid-1"));
+        assert_eq!(f.jobs_of("m1", "ns/d").commands, held);
+        assert!(f.jobs_of("m1", "ns/d").known);
+        // Enrolled anew: nothing from before.
+        f.session_started("m1", "s3", first, Some("uid-2"));
+        let jobs = f.jobs_of("m1", "ns/d");
+        assert_eq!(jobs.commands, JobCommands::default());
+        assert!(!jobs.known && jobs.jobs.is_empty());
+        let member = f.member("m1").unwrap();
+        assert!(member.workloads.is_empty() && member.acked_revision == 0);
+        assert!(member.revision > first, "{} > {first}", member.revision);
+        let mut rx = f.desired_state("m1");
+        f.record_report("m1", "s3", full(vec![]));
+        f.set_jobs("m1", "s3", "ns/d", JobCommands::default());
+        let state = rx.borrow_and_update().clone().unwrap();
+        assert!(state.create_jobs.is_empty() && state.workloads.is_empty());
+        let renewed = state.revision;
+
+        // Forgotten: nothing is left, and commands for its ended session are not taken.
+        f.forget("m1");
+        assert!(f.member("m1").is_none());
+        f.set_jobs("m1", "s3", "ns/d", held.clone());
+        f.set_workloads("m1", "s3", "ns/a", vec![replicas("a", 2, "ns/a")]);
+        assert!(f.member("m1").is_none(), "an ended session's commands");
+        f.session_started("m1", "s4", renewed, Some("uid-3"));
+        let again = f.member("m1").unwrap();
+        assert!(again.revision > renewed, "{} > {renewed}", again.revision);
+        assert_eq!(f.jobs_of("m1", "ns/d").commands, JobCommands::default());
     }
 }

@@ -61,6 +61,9 @@ struct MemberEntry {
     desired: Desired,
     /// The Jobs the member reported.
     reported_jobs: ReportedJobs,
+    /// The enrollment (`MemberCluster` uid) of the member's certificate in its latest
+    /// session, when the certificate names one.
+    enrollment: Option<String>,
     /// The current session and whether its first full report arrived.
     session: Option<String>,
     session_reported: bool,
@@ -76,6 +79,7 @@ impl MemberEntry {
         Self {
             desired: Desired::new(revision),
             reported_jobs: ReportedJobs::default(),
+            enrollment: None,
             session: None,
             session_reported: false,
             reported: Reported::default(),
@@ -190,9 +194,24 @@ impl Fleet {
     /// the current revision and the agent acknowledged it without a failed command, in an
     /// earlier session with this hub in this term. The session then sends nothing until the
     /// state changes.
-    pub fn session_started(&self, member: &str, session_id: &str, agent_holds: u64) -> bool {
+    ///
+    /// `enrollment` is the enrollment its certificate is bound to. A member enrolled anew
+    /// (its `MemberCluster` deleted and created again) is a new member: nothing the hub held
+    /// for the one before (Job commands, reported Jobs and workloads, acknowledgements) is
+    /// sent, counted or taken as held.
+    pub fn session_started(
+        &self,
+        member: &str,
+        session_id: &str,
+        agent_holds: u64,
+        enrollment: Option<&str>,
+    ) -> bool {
         let mut members = self.lock();
         let entry = self.entry(&mut members, member);
+        if entry.enrollment.is_some() && entry.enrollment.as_deref() != enrollment {
+            *entry = MemberEntry::new(entry.desired.revision.saturating_add(1));
+        }
+        entry.enrollment = enrollment.map(str::to_owned);
         entry.session = Some(session_id.to_owned());
         entry.session_reported = false;
         entry.reported_jobs.session_started();
@@ -200,6 +219,18 @@ impl Fleet {
         let revision = entry.desired.revision;
         // A command that failed is sent again, so the agent retries it.
         agent_holds == revision && entry.acked_revision == revision && entry.failures.is_empty()
+    }
+
+    /// Forgets `member`, whose `MemberCluster` is gone and whose session ended (see
+    /// `SessionRegistry::forget_departed`): its desired state, reports, Job bookkeeping and
+    /// pod-metrics targets. Revisions given to it later stay above those it had.
+    pub fn forget(&self, member: &str) {
+        let removed = self.lock().remove(member);
+        if let Some(entry) = removed {
+            self.base_revision
+                .fetch_max(entry.desired.revision.saturating_add(1), Ordering::AcqRel);
+        }
+        self.pod_metrics.forget_member(member);
     }
 
     /// One member, if it ever connected or was given desired state.
@@ -339,13 +370,13 @@ mod tests {
     #[test]
     fn an_agent_holding_the_acknowledged_current_revision_is_in_sync_until_a_new_term() {
         let f = fleet();
-        assert!(!f.session_started("m1", "s1", 0));
+        assert!(!f.session_started("m1", "s1", 0, None));
         f.record_report("m1", "s1", full(vec![]));
         let mut rx = f.desired_state("m1");
         f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 2, "ns/a")]);
         let r = rx.borrow_and_update().clone().unwrap().revision;
         // Applied but not acknowledged (the ack was lost with the session): sent again.
-        assert!(!f.session_started("m1", "s2", r));
+        assert!(!f.session_started("m1", "s2", r, None));
         f.record_report("m1", "s2", full(vec![]));
         f.set_workloads("m1", "s2", "ns/a", vec![replicas("a", 2, "ns/a")]);
         f.record_ack(
@@ -370,7 +401,7 @@ mod tests {
                 }],
             },
         );
-        assert!(!f.session_started("m1", "s3", r));
+        assert!(!f.session_started("m1", "s3", r, None));
         // Acknowledged: a new session of the same agent needs nothing…
         f.record_ack(
             "m1",
@@ -379,14 +410,14 @@ mod tests {
                 results: vec![],
             },
         );
-        assert!(f.session_started("m1", "s3", r));
+        assert!(f.session_started("m1", "s3", r, None));
         // …unless it says it holds another revision…
-        assert!(!f.session_started("m1", "s4", r - 1));
-        assert!(!f.session_started("m1", "s5", r + 1));
+        assert!(!f.session_started("m1", "s4", r - 1, None));
+        assert!(!f.session_started("m1", "s5", r + 1, None));
         // …or the state changed since…
         f.record_report("m1", "s5", full(vec![]));
         f.set_workloads("m1", "s5", "ns/a", vec![replicas("a", 3, "ns/a")]);
-        assert!(!f.session_started("m1", "s6", r));
+        assert!(!f.session_started("m1", "s6", r, None));
         // …or this hub leads again after a standby time: nothing from before counts.
         let now = f.member("m1").unwrap().revision;
         f.record_ack(
@@ -396,11 +427,11 @@ mod tests {
                 results: vec![],
             },
         );
-        assert!(f.session_started("m1", "s7", now));
+        assert!(f.session_started("m1", "s7", now, None));
         f.new_term();
         let next = f.member("m1").unwrap().revision;
         assert!(next > now, "{next} > {now}");
-        assert!(!f.session_started("m1", "s8", now));
+        assert!(!f.session_started("m1", "s8", now, None));
         // Terms a millisecond apart cannot give out the same revision to ~a million changes.
         let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_800_000_000_000);
         let later = t + std::time::Duration::from_millis(1);

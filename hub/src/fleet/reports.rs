@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn reports_are_kept_sorted_and_snapshots_keep_what_they_saw() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         let ready = |name: &str, n: i32| WorkloadStatus {
             ready_replicas: n,
             ..healthy(name)
@@ -272,7 +272,7 @@ mod tests {
     #[test]
     fn reports_are_bounded_to_what_was_asked() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         // Before anything was asked (a hub restart): kept, up to the limit.
         let many: Vec<WorkloadStatus> = (0..MAX_UNSOLICITED_WORKLOADS + 10)
             .map(|i| healthy(&format!("w{i}")))
@@ -304,7 +304,7 @@ mod tests {
     #[test]
     fn reports_of_new_counts_only_wait_and_the_rest_does_not() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         f.record_report("m1", "s1", full(vec![healthy("a")]));
         assert_eq!(f.take_changed(), BTreeSet::from(["m1".to_owned()]));
         let counts = |n: i32| StatusReport {
@@ -356,7 +356,7 @@ mod tests {
     #[test]
     fn a_later_healthy_report_clears_a_failure() {
         let f = fleet();
-        f.session_started("m1", "s1", 0);
+        f.session_started("m1", "s1", 0, None);
         f.record_report("m1", "s1", full(vec![]));
         f.set_workloads("m1", "s1", "ns/a", vec![replicas("a", 1, "ns/a")]);
         let mut changes = f.subscribe();

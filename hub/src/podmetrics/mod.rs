@@ -277,6 +277,12 @@ impl PodMetrics {
         self.configure(owner, Vec::new());
     }
 
+    /// Drops what was published to `member`, which the hub forgot (its `MemberCluster` is
+    /// gone and its session ended). A trigger that still names it publishes anew.
+    pub fn forget_member(&self, member: &str) {
+        lock(&self.inner).published.remove(member);
+    }
+
     /// Recomputes the targets of `members` and sends those that changed.
     fn publish(inner: &mut Inner, members: std::collections::BTreeSet<String>) {
         let mut wanted: BTreeMap<String, Vec<ScrapeTarget>> = BTreeMap::new();

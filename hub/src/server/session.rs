@@ -121,10 +121,12 @@ impl Session<'_> {
             let session_id = self.ctx.next_session_id();
             let ended = self.register(&session_id, &hello);
             let member = &self.identity.member;
-            let in_sync =
-                self.ctx
-                    .fleet
-                    .session_started(member, &session_id, hello.last_applied_revision);
+            let in_sync = self.ctx.fleet.session_started(
+                member,
+                &session_id,
+                hello.last_applied_revision,
+                self.identity.enrollment_uid.as_deref(),
+            );
             self.ctx.fleet.notify(member);
             let welcome = self.welcome(&session_id, &hello);
             let reason = match self.send(&mut control, &welcome, "control").await {
