@@ -52,10 +52,29 @@ pub enum Enrolled {
     Members(BTreeMap<String, Enrollment>),
 }
 
+/// What became of the member a session record is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// Its `MemberCluster` is there (or cannot be known yet).
+    Enrolled,
+    /// Its `MemberCluster` is gone.
+    Gone,
+    /// A `MemberCluster` of that name was created anew: the record is of the member before.
+    Replaced,
+}
+
 impl Enrolled {
-    /// Whether `member` is known to have no `MemberCluster` (read, and not listed).
-    pub fn departed(&self, member: &str) -> bool {
-        matches!(self, Enrolled::Members(members) if !members.contains_key(member))
+    /// What became of `member`, whose session record is of enrollment `uid` (`None`: its
+    /// certificate names none, and only the name counts).
+    pub fn departure(&self, member: &str, uid: Option<&str>) -> Departure {
+        let Enrolled::Members(members) = self else {
+            return Departure::Enrolled;
+        };
+        match (members.get(member), uid) {
+            (None, _) => Departure::Gone,
+            (Some(now), Some(uid)) if now.uid != uid => Departure::Replaced,
+            (Some(_), _) => Departure::Enrolled,
+        }
     }
 }
 
@@ -405,6 +424,22 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    #[test]
+    fn a_record_is_of_a_member_enrolled_gone_or_replaced() {
+        let now = members(&[("m", "uid-2", false), ("d", "uid-3", true)]);
+        assert_eq!(now.departure("m", Some("uid-2")), Departure::Enrolled);
+        assert_eq!(now.departure("m", Some("uid-1")), Departure::Replaced);
+        // A certificate that names no enrollment: only the name counts.
+        assert_eq!(now.departure("m", None), Departure::Enrolled);
+        // Being deleted is not gone yet: its revocation says so.
+        assert_eq!(now.departure("d", Some("uid-3")), Departure::Enrolled);
+        assert_eq!(now.departure("x", Some("uid-2")), Departure::Gone);
+        assert_eq!(now.departure("x", None), Departure::Gone);
+        for unknown in [Enrolled::NotRead, Enrolled::Anyone] {
+            assert_eq!(unknown.departure("x", Some("u")), Departure::Enrolled);
+        }
     }
 
     fn label(v: Verdict) -> &'static str {

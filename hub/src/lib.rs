@@ -38,7 +38,7 @@ use tracing::{error, info, warn};
 
 pub use error::{Error, Result};
 
-use crate::admission::{Admission, Enrolled};
+use crate::admission::{Admission, Departure, Enrolled};
 use crate::config::HubArgs;
 use crate::fleet::Fleet;
 use crate::lease::Role;
@@ -562,13 +562,20 @@ async fn sweep(
                 }
                 let forgotten = {
                     let enrolled = enrolled.borrow();
-                    registry.forget_departed(tokio::time::Instant::now(), forget_after, |m| {
-                        enrolled.departed(m)
+                    // A deleted member is listed (revoked) for a while; the record of one
+                    // whose MemberCluster was created anew goes at once: the name is the
+                    // new member's, which would show the old one's state and certificate.
+                    registry.forget_departed(tokio::time::Instant::now(), |m, uid| {
+                        match enrolled.departure(m, uid) {
+                            Departure::Enrolled => None,
+                            Departure::Gone => Some(forget_after),
+                            Departure::Replaced => Some(std::time::Duration::ZERO),
+                        }
                     })
                 };
-                for member in &forgotten {
-                    fleet.forget(member);
-                    info!(%member, after = ?forget_after, "deleted member forgotten");
+                for (member, session) in &forgotten {
+                    fleet.forget(member, session);
+                    info!(%member, %session, "departed member forgotten");
                 }
             }
         }

@@ -85,6 +85,10 @@ pub struct MemberSession {
     pub last_heartbeat_unix_ms: i64,
     /// Client certificate expiry, Unix seconds.
     pub cert_not_after_unix: i64,
+    /// The enrollment (`MemberCluster` uid) the current or last session's certificate is
+    /// bound to, when it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enrollment_uid: Option<String>,
     /// Sessions this member opened since the hub started.
     pub sessions: u64,
     /// Set while two agents present this member's certificate: the address of the last one
@@ -115,8 +119,6 @@ struct Entry {
     live: Option<CancellationToken>,
     /// Why the live session is being ended by the hub (revocation), if it is.
     ending: Option<String>,
-    /// The enrollment of the live session's certificate.
-    enrollment_uid: Option<String>,
     /// When live sessions were replaced from another address, the latest [`CONTESTS`].
     contested: Vec<Instant>,
     /// Until when a second agent is refused instead of replacing the live session.
@@ -250,6 +252,7 @@ impl SessionRegistry {
             connected_since_unix_ms: unix_ms(wall),
             last_heartbeat_unix_ms: unix_ms(wall),
             cert_not_after_unix: new.cert_not_after_unix,
+            enrollment_uid: new.enrollment_uid,
             sessions,
             duplicate_from: String::new(),
             link: LinkTraffic::established(&new.link, unix_ms(wall)),
@@ -263,7 +266,6 @@ impl SessionRegistry {
                 last_heartbeat: now,
                 live: Some(token.clone()),
                 ending: None,
-                enrollment_uid: new.enrollment_uid,
                 contested,
                 duplicate_until,
                 departed_since: None,
@@ -391,7 +393,7 @@ impl SessionRegistry {
         self.lock()
             .iter()
             .filter(|(_, e)| e.live.is_some())
-            .map(|(m, e)| (m.clone(), e.enrollment_uid.clone()))
+            .map(|(m, e)| (m.clone(), e.view.enrollment_uid.clone()))
             .collect()
     }
 
@@ -456,31 +458,36 @@ impl SessionRegistry {
         newly
     }
 
-    /// Forgets the members `departed` says are gone (their `MemberCluster` was deleted) once
-    /// they have had no live session and been gone for `retain`: their `/v1/sessions` entry,
-    /// with the revocation's reason, and their per-member metric series. Without it a fleet
-    /// whose members come and go would list every member it ever had, count each as
-    /// `Unreachable` in `kedge_hub_sessions`, and keep their series for the hub's life.
-    /// Returns the members forgotten.
+    /// Forgets the members `departed` says are gone once they have had no live session for
+    /// as long as it says to keep them: their `/v1/sessions` entry, with the revocation's
+    /// reason, and their per-member metric series. `departed` is given each member without a
+    /// live session and the enrollment of its last session's certificate, and says how long
+    /// to keep it, or `None` while the member is enrolled. Without it a fleet whose members
+    /// come and go would list every member it ever had, count each as `Unreachable` in
+    /// `kedge_hub_sessions`, and keep their series for the hub's life. Returns the members
+    /// forgotten, each with the id of its last session.
     pub fn forget_departed(
         &self,
         now: Instant,
-        retain: Duration,
-        departed: impl Fn(&str) -> bool,
-    ) -> Vec<String> {
+        departed: impl Fn(&str, Option<&str>) -> Option<Duration>,
+    ) -> Vec<(String, String)> {
         let mut entries = self.lock();
         let mut gone = Vec::new();
         for (member, entry) in entries.iter_mut() {
-            if entry.live.is_some() || !departed(member) {
+            let keep = match entry.live {
+                Some(_) => None,
+                None => departed(member, entry.view.enrollment_uid.as_deref()),
+            };
+            let Some(keep) = keep else {
                 entry.departed_since = None;
                 continue;
-            }
+            };
             let since = *entry.departed_since.get_or_insert(now);
-            if now.saturating_duration_since(since) >= retain {
-                gone.push(member.clone());
+            if now.saturating_duration_since(since) >= keep {
+                gone.push((member.clone(), entry.view.session_id.clone()));
             }
         }
-        for member in &gone {
+        for (member, _) in &gone {
             entries.remove(member);
             self.metrics.forget_member(member);
         }
@@ -630,32 +637,61 @@ mod tests {
         assert_eq!(member_series(&metrics, "gone").len(), 6);
         r.disconnected("gone", "gone-1", "revoked: MemberCluster deleted");
         r.disconnected("kept", "kept-1", "link lost");
-        let deleted = |m: &str| m != "kept";
+        let deleted = |m: &str, _: Option<&str>| (m != "kept").then_some(retain);
         // A deleted member whose session is live (not yet revoked) is never forgotten; a
         // member with a MemberCluster neither, however long it has been unreachable.
-        assert!(r.forget_departed(at(1), retain, deleted).is_empty());
-        assert!(r.forget_departed(at(60), retain, deleted).is_empty());
+        assert!(r.forget_departed(at(1), deleted).is_empty());
+        assert!(r.forget_departed(at(60), deleted).is_empty());
         assert_eq!(gauges(&metrics), (1, 2));
-        let forgotten = r.forget_departed(at(61), retain, deleted);
-        assert_eq!(forgotten, vec!["gone".to_string()]);
+        let forgotten = r.forget_departed(at(61), deleted);
+        assert_eq!(forgotten, vec![("gone".to_string(), "gone-1".to_string())]);
         assert_eq!(r.names(), BTreeSet::from(["kept".into(), "live".into()]));
         assert!(member_series(&metrics, "gone").is_empty());
         assert_eq!(member_series(&metrics, "kept").len(), 6);
         assert_eq!(gauges(&metrics), (1, 1));
         // A member set up again before its retention passed starts over.
         r.disconnected("live", "live-1", "revoked");
-        assert!(r.forget_departed(at(100), retain, deleted).is_empty());
-        assert!(r.forget_departed(at(130), retain, |_| false).is_empty());
-        assert!(r.forget_departed(at(170), retain, deleted).is_empty());
+        assert!(r.forget_departed(at(100), deleted).is_empty());
+        assert!(r.forget_departed(at(130), |_, _| None).is_empty());
+        assert!(r.forget_departed(at(170), deleted).is_empty());
         assert_eq!(
-            r.forget_departed(at(230), retain, deleted),
-            vec!["live".to_string()]
+            r.forget_departed(at(230), deleted),
+            vec![("live".to_string(), "live-1".to_string())]
         );
         // Forgetting is not a revocation of what comes later: the same name enrolled again
         // gets a session, counted from one.
         r.register(session("gone", "gone-2"), at(231), wall);
         assert_eq!(r.get("gone").unwrap().sessions, 1);
         assert_eq!(gauges(&metrics), (1, 1));
+    }
+
+    /// The record of a member whose `MemberCluster` was created anew (another enrollment) is
+    /// forgotten at once: the name is the new member's, which never connected yet.
+    #[test]
+    fn a_record_of_an_earlier_enrollment_goes_as_soon_as_its_session_ended() {
+        let r = registry();
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let enrolled = |uid: &str| NewSession {
+            enrollment_uid: Some(uid.to_owned()),
+            ..session("m", &format!("s-{uid}"))
+        };
+        r.register(enrolled("uid-1"), t0, wall);
+        // The MemberCluster now has uid-2: the record is of uid-1.
+        let now_enrolled =
+            |_: &str, uid: Option<&str>| (uid != Some("uid-2")).then_some(Duration::ZERO);
+        assert!(r.forget_departed(t0, now_enrolled).is_empty(), "live");
+        r.disconnected("m", "s-uid-1", "revoked: MemberCluster deleted");
+        assert_eq!(
+            r.forget_departed(t0, now_enrolled),
+            vec![("m".to_string(), "s-uid-1".to_string())]
+        );
+        assert!(r.get("m").is_none());
+        // The new enrollment's record stays, however long it is away.
+        r.register(enrolled("uid-2"), t0, wall);
+        r.disconnected("m", "s-uid-2", "link lost");
+        let later = t0 + Duration::from_secs(3600);
+        assert!(r.forget_departed(later, now_enrolled).is_empty());
     }
 
     #[test]

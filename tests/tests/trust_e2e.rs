@@ -224,7 +224,7 @@ async fn members_exist_only_through_a_membercluster_and_deleting_one_revokes_it(
         metrics.contains("kedge_hub_sessions{state=\"Unreachable\"} 0"),
         "{metrics}"
     );
-    assert!(hub_log(&fleet, "hub.log").contains("deleted member forgotten"));
+    assert!(hub_log(&fleet, "hub.log").contains("departed member forgotten"));
 }
 
 /// `kubectl kedge mc ARGS` against the fleet's hub cluster; its output (panics on failure).
@@ -272,11 +272,13 @@ async fn a_certificate_of_an_earlier_enrollment_is_refused() {
     })
     .await;
     assert!(hub_log(&fleet, "hub.log").contains("earlier_enrollment"));
-    let listed = sessions(fleet.ports).await.unwrap();
-    assert_eq!(
-        state_of(&listed, "member-1").unwrap()["state"],
-        "Unreachable"
-    );
+    // The refused certificate opened no session, and the record of the member before is
+    // gone with its enrollment: member-1 is listed once its new agent connects.
+    wait_for(LIMIT, "member-1 not listed", || async {
+        let listed = sessions(fleet.ports).await?;
+        state_of(&listed, "member-1").is_none().then_some(())
+    })
+    .await;
 }
 
 /// The uid of `member`'s MemberCluster: the enrollment its certificates are bound to.
@@ -438,6 +440,29 @@ async fn a_member_enrolled_anew_is_sent_no_job_held_for_the_one_before() {
     fleet.register("member-1").await;
     let second = enrollment_uid(&fleet, "member-1");
     assert_ne!(second, first);
+    // Until its agent connects, the new member is one that never connected: the revoked
+    // session of the one before is neither listed nor shown in its status.
+    wait_for(
+        LIMIT,
+        "the earlier enrollment's session forgotten",
+        || async {
+            let listed = sessions(fleet.ports).await?;
+            state_of(&listed, "member-1").is_none().then_some(())
+        },
+    )
+    .await;
+    let status = wait_for(LIMIT, "the new MemberCluster Pending", || async {
+        let mc = fleet.sim.cluster("hub")?.object(
+            "kedge.dev/v1alpha1",
+            "MemberCluster",
+            "",
+            "member-1",
+        )?;
+        (mc["status"]["state"] == "Pending").then(|| mc["status"].clone())
+    })
+    .await;
+    assert!(status.get("agentVersion").is_none(), "{status}");
+    assert!(!status.to_string().contains("revoked"), "{status}");
     let _again = bound_agent(&fleet, "member-1", &second, "member-1-again.log");
     wait_for(LIMIT, "member-1 Ready again", || async {
         let s = dsj()?["status"]["memberClusterStatuses"].clone();

@@ -373,6 +373,16 @@ pub fn absent_status(old: Option<&MemberClusterStatus>) -> MemberClusterStatus {
     status
 }
 
+/// Whether the session `snapshot` shows (if any) is of `member`'s enrollment: its
+/// certificate names no enrollment, or this `MemberCluster`'s uid.
+fn of_enrollment(snapshot: &MemberSnapshot, member: &MemberCluster) -> bool {
+    let uid = snapshot
+        .session
+        .as_ref()
+        .and_then(|s| s.enrollment_uid.as_deref());
+    uid.is_none_or(|uid| member.metadata.uid.as_deref() == Some(uid))
+}
+
 /// The statuses of `wanted` worth writing over what `current` says is written: every
 /// [`Worth::Change`], then as many refreshes as `refreshes` allows: new sessions
 /// ([`Worth::Session`]) before heartbeat times, the oldest heartbeat times first.
@@ -486,14 +496,17 @@ async fn sync(ctx: &MemberContext, shutdown: &CancellationToken, refreshes: usiz
     let link_mode = ctx.link_mode();
     let mut wanted: BTreeMap<String, MemberClusterStatus> = BTreeMap::new();
     for snapshot in &snapshots {
-        let old = registered
-            .get(&snapshot.name)
-            .and_then(|m| m.status.as_ref());
         // Only members with a MemberCluster get a session (see `crate::admission`); one
         // deleted meanwhile is not created again.
-        if !registered.contains_key(&snapshot.name) {
+        let Some(member) = registered.get(&snapshot.name) else {
+            continue;
+        };
+        // A session of an earlier enrollment is not this MemberCluster's: its state (revoked),
+        // addresses and certificate belong to the member deleted before it.
+        if !of_enrollment(snapshot, member) {
             continue;
         }
+        let old = member.status.as_ref();
         if let Some(status) = status(snapshot, old) {
             wanted.insert(snapshot.name.clone(), status);
         }
@@ -597,6 +610,7 @@ mod tests {
                 connected_since_unix_ms: 1_000,
                 last_heartbeat_unix_ms: 5_000,
                 cert_not_after_unix: 86_400,
+                enrollment_uid: Some("uid-1".into()),
                 sessions: 1,
                 duplicate_from: String::new(),
                 link: crate::link::LinkTraffic::default(),
@@ -616,6 +630,26 @@ mod tests {
             released: None,
             last_report: None,
         }
+    }
+
+    #[test]
+    fn a_session_of_an_earlier_enrollment_is_not_the_member_clusters() {
+        let member = |uid: &str| {
+            let mut m = MemberCluster::new("m1", Default::default());
+            m.metadata.uid = Some(uid.into());
+            m
+        };
+        let mut snap = snapshot(SessionState::Unreachable);
+        assert!(of_enrollment(&snap, &member("uid-1")));
+        assert!(!of_enrollment(&snap, &member("uid-2")));
+        // A certificate that names no enrollment, or no session at all: only the name counts.
+        let session = snap.session.take().unwrap();
+        assert!(of_enrollment(&snap, &member("uid-2")));
+        snap.session = Some(std::sync::Arc::new(MemberSession {
+            enrollment_uid: None,
+            ..(*session).clone()
+        }));
+        assert!(of_enrollment(&snap, &member("uid-2")));
     }
 
     #[test]

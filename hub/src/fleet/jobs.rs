@@ -394,8 +394,11 @@ mod tests {
         assert!(state.create_jobs.is_empty() && state.workloads.is_empty());
         let renewed = state.revision;
 
-        // Forgotten: nothing is left, and commands for its ended session are not taken.
-        f.forget("m1");
+        // Not forgotten for a session that a later one replaced…
+        f.forget("m1", "s2");
+        assert!(f.member("m1").is_some());
+        // …forgotten for its last: nothing is left, and commands for it are not taken.
+        f.forget("m1", "s3");
         assert!(f.member("m1").is_none());
         f.set_jobs("m1", "s3", "ns/d", held.clone());
         f.set_workloads("m1", "s3", "ns/a", vec![replicas("a", 2, "ns/a")]);

@@ -221,11 +221,22 @@ impl Fleet {
         agent_holds == revision && entry.acked_revision == revision && entry.failures.is_empty()
     }
 
-    /// Forgets `member`, whose `MemberCluster` is gone and whose session ended (see
-    /// `SessionRegistry::forget_departed`): its desired state, reports, Job bookkeeping and
-    /// pod-metrics targets. Revisions given to it later stay above those it had.
-    pub fn forget(&self, member: &str) {
-        let removed = self.lock().remove(member);
+    /// Forgets `member`, whose `MemberCluster` is gone (or was created anew) and whose
+    /// session `session` ended (see `SessionRegistry::forget_departed`): its desired state,
+    /// reports, Job bookkeeping and pod-metrics targets. Nothing goes when a later session
+    /// has started meanwhile. Revisions given to it later stay above those it had.
+    pub fn forget(&self, member: &str, session: &str) {
+        let removed = {
+            let mut members = self.lock();
+            let later = members
+                .get(member)
+                .and_then(|e| e.session.as_deref())
+                .is_some_and(|s| s != session);
+            if later {
+                return;
+            }
+            members.remove(member)
+        };
         if let Some(entry) = removed {
             self.base_revision
                 .fetch_max(entry.desired.revision.saturating_add(1), Ordering::AcqRel);
