@@ -45,7 +45,6 @@ fn member(index: usize, replicas: i32) -> MemberFacts {
             allocatable_memory_bytes: 64 << 30,
             requested_cpu_millis: 4_000,
             requested_memory_bytes: 8 << 30,
-            ..ClusterCapacity::default()
         }),
         tracked: Some((MemberPhase::Ready, UNIX_EPOCH)),
         ..MemberFacts::new(format!("member-{index:05}"), workload())
