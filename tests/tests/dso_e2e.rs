@@ -96,6 +96,20 @@ async fn distributed_scaled_objects_end_to_end() {
         (so["spec"]["maxReplicaCount"] == 20).then_some(())
     })
     .await;
+    // The hub caches only the ScaledObjects that carry its label: one whose label is
+    // removed is put back with it.
+    fleet
+        .kubectl(&[
+            "label",
+            "scaledobject.keda.sh/nginx",
+            "kedge.dev/distributedscaledobject-",
+        ])
+        .await;
+    wait_for(LIMIT, "the child ScaledObject's label restored", || async {
+        let so = fleet.hub_object("keda.sh/v1alpha1", "ScaledObject", "nginx")?;
+        (so["metadata"]["labels"]["kedge.dev/distributedscaledobject"] == "nginx").then_some(())
+    })
+    .await;
     let uid = so["metadata"]["uid"].clone();
     fleet
         .kubectl(&["delete", "scaledobject.keda.sh/nginx"])

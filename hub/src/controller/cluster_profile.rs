@@ -161,10 +161,23 @@ async fn list(ctx: &ProfileContext) -> Result<BTreeMap<String, ClusterProfile>, 
     let params =
         ListParams::default().labels(&format!("{LABEL_CLUSTER_MANAGER}={CLUSTER_MANAGER}"));
     match bounded("list ClusterProfiles", api.list(&params)).await {
-        Ok(list) => Ok(list.items.into_iter().map(|p| (p.name_any(), p)).collect()),
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .map(|p| (p.name_any(), kept(p)))
+            .collect()),
         Err(e) if no_such_resource(&e) => Err(ListError::NoCrd),
         Err(e) => Err(ListError::Other(e)),
     }
+}
+
+/// What the publisher keeps of a listed profile, one per member for the hub's life: not who
+/// manages which field, which nothing here reads. As serde's tree, a kedge profile's
+/// `managedFields` (about 550 bytes of JSON) took about 7 KB of heap, more than the rest of
+/// the profile, for every member from the first relist on (docs/scale.md, ninth round).
+fn kept(mut profile: ClusterProfile) -> ClusterProfile {
+    profile.metadata.managed_fields = None;
+    profile
 }
 
 /// The DSJ taints by member, from every DSJ's `status.scheduling.taints`.
@@ -472,6 +485,34 @@ mod tests {
 
     fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// A listed profile is kept without its managed fields, and is no different for that:
+    /// the next pass does not write it again.
+    #[test]
+    fn a_listed_profile_is_kept_without_managed_fields_and_still_up_to_date() {
+        let wanted = profile(&member("edge-1", "Ready"), "kedge-fleet", &[], None, at(10));
+        let mut listed = serde_json::to_value(&wanted).unwrap();
+        // As the API server returns it: kedge's two entries (the object and its status).
+        listed["metadata"]["managedFields"] = json!([
+            {"apiVersion": "multicluster.x-k8s.io/v1alpha1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:x-k8s.io/cluster-manager": {}}},
+                          "f:spec": {"f:clusterManager": {"f:name": {}}, "f:displayName": {}}},
+             "manager": "kedge-hub", "operation": "Apply", "time": "2026-11-29T00:59:13Z"},
+            {"apiVersion": "multicluster.x-k8s.io/v1alpha1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:status": {"f:conditions": {}, "f:properties": {},
+                                       "f:version": {"f:kubernetes": {}}}},
+             "manager": "kedge-hub", "operation": "Apply", "subresource": "status",
+             "time": "2026-11-29T00:59:13Z"},
+        ]);
+        let listed: ClusterProfile = serde_json::from_value(listed).unwrap();
+        assert_eq!(
+            listed.metadata.managed_fields.as_ref().map(Vec::len),
+            Some(2)
+        );
+        let kept = kept(listed);
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert!(!differs(Some(&kept), &wanted));
     }
 
     fn healthy(p: &ClusterProfile) -> &str {

@@ -22,6 +22,7 @@ use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
+use kedge_core::crd::conditions::LABEL_DSO;
 use kedge_core::crd::{DistributedScaledJob, DistributedScaledObject, MemberCluster};
 use kube::api::PostParams;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
@@ -29,7 +30,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -697,11 +698,16 @@ async fn run_dsos(
     // `health`: without KEDA's CRD this watch fails for good, and the hub still works.)
     let so_writer = reflector::store::Writer::new(scaled_object_resource());
     let scaled_objects = so_writer.as_reader();
+    // Only the children kedge made, which carry its label: the hub cluster's other
+    // ScaledObjects are KEDA users' own, and would size the cache and wake it with every
+    // status KEDA writes. One whose label someone removes leaves the cache as if deleted,
+    // and its DSO puts it back. Nothing reads who manages which field.
     let so_changes = watcher::watcher(
         Api::<DynamicObject>::all_with(client.clone(), &scaled_object_resource()),
-        watcher::Config::default(),
+        watcher::Config::default().labels(LABEL_DSO),
     )
     .default_backoff()
+    .modify(|so| so.managed_fields_mut().clear())
     .reflect(so_writer)
     .touched_objects();
     // A DSO that appears, changes or goes may change who wins a workload it shares with
