@@ -1133,6 +1133,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
     let hub_client = sim.client.clone();
     let (quic, ops) = (free_port_udp(), free_port_tcp());
     let hub = start_hub(dir.path(), "hub.log", members, quic, ops);
+    let hub_started = Instant::now();
     let pid = hub.id().unwrap();
     // Ready once its controllers have synced (it then holds its Lease).
     let ready = format!("http://127.0.0.1:{ops}/readyz");
@@ -1167,6 +1168,7 @@ async fn measure(members: usize, rounds: usize) -> Row {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_rest = memory(pid).rss;
     let cpu_rest = millicores(pid, Duration::from_secs(10)).await;
+    soak(pid, hub_started, members, rss_empty).await;
     let reconciles = dso_reconciles(ops).await;
     let ended = fleet.ended.load(Ordering::Acquire);
     let retries = fleet.retries.load(Ordering::Acquire);
@@ -1337,6 +1339,39 @@ async fn measure(members: usize, rounds: usize) -> Row {
 }
 
 /// `kedge_hub_resyncs_total{kind}` of the hub at `ops`.
+/// With `FLEET_BENCH_SOAK_SECS=N` (at most an hour): the hub at rest until it has run N
+/// seconds, its RSS read every 30 s. What a hub holds after its periodic work (the
+/// ClusterProfile relist every 5 minutes, the MemberCluster status refreshes) that the
+/// rounds, all in its first minutes, do not show.
+async fn soak(pid: u32, hub_started: Instant, members: usize, rss_empty: u64) {
+    let Some(secs) = std::env::var("FLEET_BENCH_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let until = hub_started + Duration::from_secs(secs.min(3600));
+    let mut samples = Vec::new();
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(30).min(until - Instant::now())).await;
+        samples.push((hub_started.elapsed().as_secs(), memory(pid).rss));
+    }
+    let shown: Vec<String> = samples
+        .iter()
+        .map(|(at, rss)| format!("{at} s: {}", mib(*rss)))
+        .collect();
+    eprintln!(
+        "{members} members: hub RSS at rest since its start: {}",
+        shown.join(", ")
+    );
+    if let Some((at, rss)) = samples.last() {
+        eprintln!(
+            "{members} members: after {at} s, {:.1} KiB per member over the empty hub",
+            rss.saturating_sub(rss_empty) as f64 / members as f64
+        );
+    }
+}
+
 async fn resyncs(ops: u16, kind: &str) -> u64 {
     let metrics = hub_metrics(ops).await;
     sample(
