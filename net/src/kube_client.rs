@@ -45,6 +45,30 @@ async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube
     })
 }
 
+/// Every object `params` selects, read `page` objects a request (each page's continue token
+/// to the next request), each kept as `keep` makes it: a large list is never one response
+/// in memory at once, and nothing `keep` drops outlives its page.
+pub async fn list_paged<K, T>(
+    api: &kube::Api<K>,
+    params: &kube::api::ListParams,
+    page: u32,
+    mut keep: impl FnMut(K) -> T,
+) -> std::result::Result<Vec<T>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.clone().limit(page.max(1));
+    let mut kept = Vec::new();
+    loop {
+        let list = api.list(&params).await?;
+        kept.extend(list.items.into_iter().map(&mut keep));
+        match list.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(kept),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,6 +156,42 @@ async fn reflector_follows_configmaps() {
     sim.shutdown().await;
 }
 
+/// `kedge_net::kube_client::list_paged` reads a selection in pages through the continue
+/// tokens, each object once, as the hub lists its ClusterProfiles and the CLI the members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_read_in_pages_has_every_object_once() {
+    let sim = sim("paged").await;
+    let client = sim.clusters()[0].client().expect("client");
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    for (i, set) in ["a", "a", "b", "a", "a", "a", "b", "a"].iter().enumerate() {
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("cm-{i}"), "labels": {"set": set}}}),
+        )
+        .expect("cm");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    let selected = ListParams::default().labels("set=a");
+    // A page smaller than the selection comes with a continue token.
+    let first = api.list(&selected.clone().limit(4)).await.expect("list");
+    assert_eq!(first.items.len(), 4);
+    assert!(first.metadata.continue_.is_some_and(|t| !t.is_empty()));
+    for page in [1, 2, 4, 6, 500] {
+        let names = kedge_net::kube_client::list_paged(&api, &selected, page, |cm| {
+            cm.metadata.name.expect("name")
+        })
+        .await
+        .expect("list");
+        assert_eq!(
+            names,
+            ["cm-0", "cm-1", "cm-3", "cm-4", "cm-5", "cm-7"],
+            "page {page}"
+        );
+    }
+    sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_writes_status_of_custom_resources() {
     let sim = sim("c1").await;

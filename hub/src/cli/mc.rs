@@ -104,11 +104,16 @@ pub async fn run(args: &McArgs, out: &mut impl std::io::Write) -> Result<()> {
     })?;
     match &args.command {
         McCommand::ListMembers(list) => {
-            let members = Api::<MemberCluster>::all(client)
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| api_error("listing MemberClusters", e))?
-                .items;
+            // In pages, as kubectl reads (its --chunk-size): a fleet of 10,000 members is
+            // not one response.
+            let members = kedge_net::kube_client::list_paged(
+                &Api::<MemberCluster>::all(client),
+                &ListParams::default(),
+                500,
+                |m| m,
+            )
+            .await
+            .map_err(|e| api_error("listing MemberClusters", e))?;
             if list.output == "json" {
                 writeln!(out, "{}", serde_json::to_string_pretty(&members)?)?;
             } else {

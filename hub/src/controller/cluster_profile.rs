@@ -37,6 +37,10 @@ pub const CRD_RETRY: Duration = Duration::from_secs(60);
 /// How long a profile the API server refused (a foreign one of the same name, a missing
 /// namespace) is left alone before it is tried again.
 const REFUSED_RETRY: Duration = Duration::from_secs(60);
+/// Profiles one list request reads: a relist of 10,000 members' profiles at once was a
+/// 16 MB response decoded at once (about 80 MB with what it held), every 5 minutes; the
+/// hub's RSS kept 50 MB of that peak (docs/scale.md, ninth round).
+const LIST_PAGE: u32 = 500;
 /// Writes (and deletes) one pass keeps in flight.
 const WRITES_IN_FLIGHT: usize = 8;
 /// Most writes one pass sends; the rest still differ next pass. Bounds a pass after a
@@ -155,17 +159,16 @@ fn failed(ctx: &ProfileContext, error: &Error, backoff: &mut Duration) -> Durati
     *backoff
 }
 
-/// The profiles this hub published (labelled as kedge's), by name.
+/// The profiles this hub published (labelled as kedge's), by name, listed [`LIST_PAGE`] at
+/// a time.
 async fn list(ctx: &ProfileContext) -> Result<BTreeMap<String, ClusterProfile>, ListError> {
     let api: Api<ClusterProfile> = Api::namespaced(ctx.shared.client.clone(), &ctx.namespace);
     let params =
         ListParams::default().labels(&format!("{LABEL_CLUSTER_MANAGER}={CLUSTER_MANAGER}"));
-    match bounded("list ClusterProfiles", api.list(&params)).await {
-        Ok(list) => Ok(list
-            .items
-            .into_iter()
-            .map(|p| (p.name_any(), kept(p)))
-            .collect()),
+    let listed =
+        kedge_net::kube_client::list_paged(&api, &params, LIST_PAGE, |p| (p.name_any(), kept(p)));
+    match bounded("list ClusterProfiles", listed).await {
+        Ok(profiles) => Ok(profiles.into_iter().collect()),
         Err(e) if no_such_resource(&e) => Err(ListError::NoCrd),
         Err(e) => Err(ListError::Other(e)),
     }
