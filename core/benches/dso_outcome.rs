@@ -17,12 +17,7 @@ use kedge_protocol::{ClusterCapacity, WorkloadRef, WorkloadStatus};
 const RUNS: usize = 15;
 
 fn workload() -> WorkloadRef {
-    WorkloadRef {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "default".into(),
-        name: "web".into(),
-    }
+    WorkloadRef::deployment("default", "web")
 }
 
 fn member(index: usize, replicas: i32) -> MemberFacts {

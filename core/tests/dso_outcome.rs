@@ -47,12 +47,7 @@ fn settings(members: &[(&str, u32)]) -> DsoSettings {
 }
 
 fn workload() -> WorkloadRef {
-    WorkloadRef {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "default".into(),
-        name: "web".into(),
-    }
+    WorkloadRef::deployment("default", "web")
 }
 
 fn report(spec: i32) -> WorkloadStatus {

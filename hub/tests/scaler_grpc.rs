@@ -96,12 +96,7 @@ fn configure(pod_metrics: &PodMetrics) {
             interval: Duration::from_secs(1),
             members: vec![ConfiguredMember {
                 member: "edge-1".into(),
-                workload: WorkloadRef {
-                    api_version: "apps/v1".into(),
-                    kind: "Deployment".into(),
-                    namespace: "ai".into(),
-                    name: "llm".into(),
-                },
+                workload: WorkloadRef::deployment("ai", "llm"),
                 ready_pods: 3,
             }],
         }],

@@ -139,12 +139,7 @@ mod tests {
             spec_replicas: 3,
             ready_replicas: ready,
             available_replicas: ready,
-            ..WorkloadStatus::absent(WorkloadRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "ns".into(),
-                name: name.into(),
-            })
+            ..WorkloadStatus::absent(WorkloadRef::deployment("ns", name))
         }
     }
 

@@ -124,6 +124,18 @@ pub struct WorkloadRef {
     pub name: String,
 }
 
+impl WorkloadRef {
+    /// The `apps/v1` Deployment `namespace/name` (a DSO's default target kind).
+    pub fn deployment(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
 /// "Workload W should run R replicas", or "hold W": on behalf of one hub object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadReplicas {

@@ -155,12 +155,7 @@ struct Fleet {
 }
 
 fn workload() -> WorkloadRef {
-    WorkloadRef {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: NS.into(),
-        name: WORKLOAD.into(),
-    }
+    WorkloadRef::deployment(NS, WORKLOAD)
 }
 
 fn status(replicas: i32) -> WorkloadStatus {

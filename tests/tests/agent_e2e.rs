@@ -34,12 +34,7 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
 }
 
 fn workload(namespace: &str, name: &str) -> WorkloadRef {
-    WorkloadRef {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: namespace.into(),
-        name: name.into(),
-    }
+    WorkloadRef::deployment(namespace, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,12 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const PORT: u16 = 8000;
 
 fn workload() -> WorkloadRef {
-    WorkloadRef {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "apps".into(),
-        name: "llm".into(),
-    }
+    WorkloadRef::deployment("apps", "llm")
 }
 
 fn targets() -> ScrapeTargets {

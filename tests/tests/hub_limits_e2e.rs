@@ -605,12 +605,7 @@ async fn an_agent_that_stops_reading_is_closed_not_waited_for() {
     // windows cannot be taken.
     let workloads: Vec<WorkloadReplicas> = (0..12_000)
         .map(|i| WorkloadReplicas {
-            workload: WorkloadRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "default".into(),
-                name: format!("{i:0>100}"),
-            },
+            workload: WorkloadRef::deployment("default", format!("{i:0>100}")),
             replicas: Some(1),
             owner: "default/big".into(),
         })

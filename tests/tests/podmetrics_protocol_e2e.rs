@@ -22,12 +22,7 @@ use support::*;
 const MEMBERS: [&str; 2] = ["member-1", "member-2"];
 
 fn workload() -> WorkloadRef {
-    WorkloadRef {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        namespace: "default".into(),
-        name: "vllm".into(),
-    }
+    WorkloadRef::deployment("default", "vllm")
 }
 
 /// A session of `member` speaking `version`, with heartbeats, that has sent its full report

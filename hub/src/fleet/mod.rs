@@ -340,12 +340,7 @@ pub(crate) mod testing {
     }
 
     pub(crate) fn workload(name: &str) -> WorkloadRef {
-        WorkloadRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "ns".into(),
-            name: name.into(),
-        }
+        WorkloadRef::deployment("ns", name)
     }
 
     pub(super) fn replicas(name: &str, n: i32, owner: &str) -> WorkloadReplicas {

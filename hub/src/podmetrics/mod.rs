@@ -499,12 +499,7 @@ mod tests {
     use kedge_protocol::PodMetricsSample;
 
     fn workload(name: &str) -> WorkloadRef {
-        WorkloadRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "default".into(),
-            name: name.into(),
-        }
+        WorkloadRef::deployment("default", name)
     }
 
     fn trigger(threshold: f64) -> PodMetricsTrigger {

@@ -110,12 +110,7 @@ pub(crate) mod tests {
         ScrapeTarget {
             owner: owner.into(),
             trigger,
-            workload: WorkloadRef {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "apps".into(),
-                name: "web".into(),
-            },
+            workload: WorkloadRef::deployment("apps", "web"),
             metric_name: "m".into(),
             port: ScrapePort::Number(5000),
             path: "/metrics".into(),

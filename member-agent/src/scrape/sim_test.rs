@@ -49,12 +49,7 @@ fn target(owner: &str, namespace: &str, name: &str) -> ScrapeTarget {
     ScrapeTarget {
         owner: owner.into(),
         trigger: 0,
-        workload: WorkloadRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: namespace.into(),
-            name: name.into(),
-        },
+        workload: WorkloadRef::deployment(namespace, name),
         metric_name: "vllm:num_requests_waiting".into(),
         port: ScrapePort::Name("metrics".into()),
         path: "/metrics".into(),

@@ -178,12 +178,7 @@ mod tests {
     use kedge_protocol::{FailureCode, Retry};
 
     fn web() -> WorkloadRef {
-        WorkloadRef {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "apps".into(),
-            name: "web".into(),
-        }
+        WorkloadRef::deployment("apps", "web")
     }
 
     fn facts(replicas: i32, app: &str) -> WorkloadFacts {
