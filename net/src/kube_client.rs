@@ -45,6 +45,9 @@ async fn config(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<kube
     })
 }
 
+/// Objects a paged list reads a request ([`list_paged`]): kubectl's `--chunk-size`.
+pub const LIST_PAGE: u32 = 500;
+
 /// Every object `params` selects, read `page` objects a request (each page's continue token
 /// to the next request), each kept as `keep` makes it: a large list is never one response
 /// in memory at once, and nothing `keep` drops outlives its page.

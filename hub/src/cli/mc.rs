@@ -109,7 +109,7 @@ pub async fn run(args: &McArgs, out: &mut impl std::io::Write) -> Result<()> {
             let members = kedge_net::kube_client::list_paged(
                 &Api::<MemberCluster>::all(client),
                 &ListParams::default(),
-                500,
+                kedge_net::kube_client::LIST_PAGE,
                 |m| m,
             )
             .await

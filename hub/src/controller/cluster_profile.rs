@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use super::{FIELD_MANAGER, Shared, bounded};
 use crate::{Error, Result};
+use kedge_net::kube_client::LIST_PAGE;
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "clusterprofile";
@@ -37,10 +38,6 @@ pub const CRD_RETRY: Duration = Duration::from_secs(60);
 /// How long a profile the API server refused (a foreign one of the same name, a missing
 /// namespace) is left alone before it is tried again.
 const REFUSED_RETRY: Duration = Duration::from_secs(60);
-/// Profiles one list request reads: a relist of 10,000 members' profiles at once was a
-/// 16 MB response decoded at once (about 80 MB with what it held), every 5 minutes; the
-/// hub's RSS kept 50 MB of that peak (docs/scale.md, ninth round).
-const LIST_PAGE: u32 = 500;
 /// Writes (and deletes) one pass keeps in flight.
 const WRITES_IN_FLIGHT: usize = 8;
 /// Most writes one pass sends; the rest still differ next pass. Bounds a pass after a
@@ -159,8 +156,10 @@ fn failed(ctx: &ProfileContext, error: &Error, backoff: &mut Duration) -> Durati
     *backoff
 }
 
-/// The profiles this hub published (labelled as kedge's), by name, listed [`LIST_PAGE`] at
-/// a time.
+/// The profiles this hub published (labelled as kedge's), by name, listed in pages
+/// ([`LIST_PAGE`]): a relist of 10,000 members' profiles at once was a 16 MB response
+/// decoded at once (about 80 MB with what it held), every 5 minutes, and the hub's RSS kept
+/// 50 MB of that peak (docs/scale.md, ninth round).
 async fn list(ctx: &ProfileContext) -> Result<BTreeMap<String, ClusterProfile>, ListError> {
     let api: Api<ClusterProfile> = Api::namespaced(ctx.shared.client.clone(), &ctx.namespace);
     let params =
